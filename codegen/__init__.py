@@ -1,0 +1,2 @@
+"""Code generators: schedule tree -> loop AST (:mod:`.ast`) -> C source (:mod:`.c`) or native
+code through LLVM (:mod:`.llvm`)."""

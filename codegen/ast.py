@@ -1,0 +1,167 @@
+"""The loop AST: isl's AST of a schedule, translated once into small immutable nodes.
+
+Both emitters (C and LLVM) walk these nodes, so isl's AST API is touched only here. Loop bounds
+and statement arguments are :mod:`polyopt.expr` trees over loop iterators and parameters.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polyopt import expr as E
+from polyopt.errors import CodegenError
+from polyopt.scop import Argument, Scop, Statement
+from polyopt.types import boolean, i64
+
+
+@dataclass(frozen=True)
+class For:
+    """``for (var = init; cond; var += step) body``; ``parallel`` iterations are independent."""
+
+    var: str
+    init: E.Expr
+    cond: E.Expr
+    step: int
+    body: "Node"
+    parallel: bool = False
+
+
+@dataclass(frozen=True)
+class If:
+    cond: E.Expr
+    then: "Node"
+    otherwise: "Node | None" = None
+
+
+@dataclass(frozen=True)
+class Block:
+    body: tuple["Node", ...]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One statement instance: ``statement`` with its iterators bound to ``args``."""
+
+    statement: str
+    args: tuple[E.Expr, ...]
+
+
+Node = For | If | Block | Run
+_MAX_DEPTH = 64  # loop iterator names handed to isl; deeper nests get isl's own names
+
+_BINARY = {
+    isl.ast_expr_op_type.add: "+", isl.ast_expr_op_type.sub: "-", isl.ast_expr_op_type.mul: "*",
+    isl.ast_expr_op_type.div: "tdiv", isl.ast_expr_op_type.pdiv_q: "tdiv",
+    isl.ast_expr_op_type.fdiv_q: "//", isl.ast_expr_op_type.pdiv_r: "tmod",
+    isl.ast_expr_op_type.zdiv_r: "tmod", isl.ast_expr_op_type.min: "min",
+    isl.ast_expr_op_type.max: "max", isl.ast_expr_op_type.lt: "<", isl.ast_expr_op_type.le: "<=",
+    isl.ast_expr_op_type.gt: ">", isl.ast_expr_op_type.ge: ">=", isl.ast_expr_op_type.eq: "==",
+    isl.ast_expr_op_type.and_: "and", isl.ast_expr_op_type.and_then: "and",
+    isl.ast_expr_op_type.or_: "or", isl.ast_expr_op_type.or_else: "or",
+}
+
+
+def abi_arguments(scop: Scop) -> list[Argument]:
+    """The native calling convention: size parameters (i64, sorted), then the kernel's scalar and
+    array arguments in signature order. Shared by every emitter and the runtime."""
+    args = [Argument(p, "param", i64) for p in scop.params]
+    return args + [a for a in scop.arguments if a.kind != "param"]
+
+
+def _iterator_prefix(scop: Scop) -> str:
+    names = set(scop.params) | set(scop.arrays) | {a.name for a in scop.arguments}
+    prefix = "c"
+    while any(re.fullmatch(rf"{prefix}\d+", n) for n in names):
+        prefix = "_" + prefix
+    return prefix
+
+
+class _Translator:
+    def __init__(self, params: set[str]):
+        self.params = params
+
+    def expr(self, e: isl.AstExpr) -> E.Expr:
+        kind = e.get_type()
+        if kind == isl.ast_expr_type.int:
+            return E.Const(e.get_val().to_python(), i64)
+        if kind == isl.ast_expr_type.id:
+            name = e.get_id().get_name()
+            return E.Var(name, "param" if name in self.params else "iter")
+        op = e.get_op_type()
+        args = [self.expr(e.get_op_arg(k)) for k in range(e.get_op_n_arg())]
+        if op == isl.ast_expr_op_type.minus:
+            return E.Unary("neg", args[0], i64)
+        if op in (isl.ast_expr_op_type.cond, isl.ast_expr_op_type.select):
+            return E.Select(args[0], args[1], args[2], args[1].dtype)
+        if op in _BINARY:
+            name = _BINARY[op]
+            result = args[0]
+            for rhs in args[1:]:  # min/max may be n-ary
+                dtype = boolean if name in E.COMPARISON_OPS + E.LOGICAL_OPS else i64
+                result = E.Binary(name, result, rhs, dtype)
+            return result
+        raise CodegenError(f"unsupported isl AST operation {op}")
+
+    def node(self, n: isl.AstNode) -> Node:
+        kind = n.get_type()
+        if kind == isl.ast_node_type.for_:
+            step = self.expr(n.for_get_inc())
+            if not isinstance(step, E.Const):
+                raise CodegenError("non-constant loop step in the generated AST")
+            return For(n.for_get_iterator().get_id().get_name(), self.expr(n.for_get_init()),
+                       self.expr(n.for_get_cond()), int(step.value), self.node(n.for_get_body()))
+        if kind == isl.ast_node_type.if_:
+            otherwise = self.node(n.if_get_else_node()) if n.if_has_else_node() else None
+            return If(self.expr(n.if_get_cond()), self.node(n.if_get_then_node()), otherwise)
+        if kind == isl.ast_node_type.block:
+            children = n.block_get_children()
+            return Block(tuple(self.node(children.get_at(k)) for k in range(children.n_ast_node())))
+        if kind == isl.ast_node_type.user:
+            call = n.user_get_expr()
+            name = call.get_op_arg(0).get_id().get_name()
+            return Run(name, tuple(self.expr(call.get_op_arg(k)) for k in range(1, call.get_op_n_arg())))
+        if kind == isl.ast_node_type.mark:
+            return self.node(n.mark_get_node())
+        raise CodegenError(f"unsupported isl AST node {kind}")
+
+
+def build_loop_ast(scop: Scop, tree: isl.Schedule) -> Node:
+    """Generate the loop AST of schedule ``tree`` over ``scop``'s domain with isl's AST builder."""
+    build = isl.AstBuild.from_context(scop.context)
+    prefix = _iterator_prefix(scop)
+    names = isl.IdList.alloc(isl.DEFAULT_CONTEXT, _MAX_DEPTH)
+    for k in range(_MAX_DEPTH):
+        names = names.add(isl.Id(f"{prefix}{k}"))
+    build = build.set_iterators(names)
+    root = build.node_from_schedule(tree.intersect_domain(scop.domain))
+    return _Translator(set(scop.params)).node(root)
+
+
+def instantiate(stmt: Statement, args: tuple[E.Expr, ...]) -> tuple[E.Access, E.Expr]:
+    """The statement's target and value with its iterators replaced by the AST's ``args``."""
+    binding = dict(zip(stmt.iterators, args))
+
+    def replace(node: E.Expr):
+        if isinstance(node, E.Var) and node.kind == "iter":
+            return binding[node.name]
+        return None
+
+    return E.substitute(stmt.target, replace), E.substitute(stmt.value, replace)
+
+
+def loop_ast_text(node: Node, indent: int = 0) -> str:
+    """A compact human-readable rendering (for debugging and the CLI)."""
+    pad = "  " * indent
+    if isinstance(node, For):
+        head = f"{pad}for {node.var} = {E.to_source(node.init)}; {E.to_source(node.cond)}; += {node.step}"
+        return head + (" (parallel)" if node.parallel else "") + "\n" + loop_ast_text(node.body, indent + 1)
+    if isinstance(node, If):
+        text = f"{pad}if {E.to_source(node.cond)}\n{loop_ast_text(node.then, indent + 1)}"
+        if node.otherwise is not None:
+            text += f"{pad}else\n{loop_ast_text(node.otherwise, indent + 1)}"
+        return text
+    if isinstance(node, Block):
+        return "".join(loop_ast_text(c, indent) for c in node.body)
+    return f"{pad}{node.statement}({', '.join(E.to_source(a) for a in node.args)})\n"

@@ -1,0 +1,51 @@
+"""polyopt: a polyhedral scheduling optimizer for Python.
+
+Loop nests written in a small Python DSL (or isl text) become a :class:`Scop`; polyopt computes
+their dependences, schedules them, checks the schedule, and generates native code::
+
+    import polyopt as po
+    from polyopt import f64
+
+    @po.kernel
+    def scale(alpha: f64, A: f64["N"]):
+        for i in range(N):
+            A[i] *= alpha
+
+    scale(2.0, a)                               # compiled once, runs natively in place
+    ck = po.compile(scale, algorithm="isl")     # inspect: ck.c_source, ck.llvm_ir, ck.schedule
+"""
+from pathlib import Path as _Path
+
+from polyopt import _layout
+
+_layout.mount(__name__, _Path(__file__).resolve().parent)
+
+from polyopt.types import DType, f32, f64, i32, i64  # noqa: E402
+from polyopt.errors import (CodegenError, FrontendError, IllegalScheduleError,  # noqa: E402
+                            PolyoptError, ScheduleError)
+from polyopt.scop import Array, Argument, Scop, Statement  # noqa: E402
+from polyopt.deps import Dependences, dependences  # noqa: E402
+from polyopt.schedule import Schedule, algorithms, schedule  # noqa: E402
+from polyopt.verify import is_legal, verify  # noqa: E402
+from polyopt.interpreter import interpret  # noqa: E402
+from polyopt.runtime import CompiledKernel, compile  # noqa: E402
+from polyopt.frontends.dsl import Kernel, kernel, kernel_from_source  # noqa: E402
+from polyopt.frontends.isl_text import scop_from_isl  # noqa: E402
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``polyopt.suite`` is imported on first use (it defines 30 kernels)."""
+    if name == "suite":
+        import importlib
+        return importlib.import_module("polyopt.suite")
+    raise AttributeError(f"module 'polyopt' has no attribute {name!r}")
+
+__all__ = [
+    "DType", "f32", "f64", "i32", "i64",
+    "PolyoptError", "FrontendError", "IllegalScheduleError", "ScheduleError", "CodegenError",
+    "Array", "Argument", "Scop", "Statement", "Dependences", "dependences",
+    "Schedule", "algorithms", "schedule", "verify", "is_legal", "interpret",
+    "CompiledKernel", "compile", "Kernel", "kernel", "kernel_from_source", "scop_from_isl", "suite",
+]

@@ -1,0 +1,93 @@
+"""Integer expressions (subscripts, bounds) as isl affine text, or a refusal saying why not.
+
+An expression is affine when it is built from loop iterators, size parameters and integer
+literals with ``+``, ``-``, multiplication by a literal, and ``//`` or ``%`` by a positive literal;
+``min``/``max`` are allowed where isl accepts piecewise expressions (bounds).
+"""
+from __future__ import annotations
+
+from polyopt.expr import Binary, Const, Expr, Unary, Var
+
+
+class NotAffine(ValueError):
+    """``expr`` (a sub-expression of the one being translated) is not affine: ``reason`` says why."""
+
+    def __init__(self, expr: Expr, reason: str):
+        self.expr = expr
+        self.reason = reason
+        super().__init__(reason)
+
+
+def _literal(expr: Expr) -> int | None:
+    """The integer value of a literal (possibly negated), else None."""
+    if isinstance(expr, Const) and not expr.dtype.is_float:
+        return int(expr.value)
+    if isinstance(expr, Unary) and expr.op == "neg":
+        inner = _literal(expr.operand)
+        return None if inner is None else -inner
+    if isinstance(expr, Binary) and expr.op in ("+", "-", "*"):
+        a, b = _literal(expr.lhs), _literal(expr.rhs)
+        if a is not None and b is not None:
+            return a + b if expr.op == "+" else a - b if expr.op == "-" else a * b
+    return None
+
+
+def isl_text(expr: Expr, *, allow_min_max: bool = False) -> str:
+    """isl syntax for the affine integer expression ``expr``; raises :class:`NotAffine`."""
+    value = _literal(expr)
+    if value is not None:
+        return f"({value})"
+    if isinstance(expr, Var):
+        if expr.kind not in ("iter", "param"):
+            raise NotAffine(expr, f"'{expr.name}' is a data value, not a loop iterator or size parameter")
+        return expr.name
+    if expr.dtype.is_float:
+        raise NotAffine(expr, "floating-point value where an integer affine expression is needed")
+    sub = lambda e: isl_text(e, allow_min_max=allow_min_max)  # noqa: E731
+    if isinstance(expr, Unary) and expr.op == "neg":
+        return f"(-{sub(expr.operand)})"
+    if isinstance(expr, Binary):
+        op = expr.op
+        if op in ("+", "-"):
+            return f"({sub(expr.lhs)} {op} {sub(expr.rhs)})"
+        if op == "*":
+            left, right = _literal(expr.lhs), _literal(expr.rhs)
+            if left is None and right is None:
+                raise NotAffine(expr, "product of two non-constant terms")
+            return f"({left} * {sub(expr.rhs)})" if left is not None else f"({sub(expr.lhs)} * {right})"
+        if op in ("//", "%"):
+            divisor = _literal(expr.rhs)
+            if divisor is None or divisor <= 0:
+                raise NotAffine(expr, f"'{op}' by something other than a positive integer constant")
+            if op == "//":
+                return f"floor({sub(expr.lhs)} / {divisor})"
+            return f"(({sub(expr.lhs)}) mod {divisor})"
+        if op in ("min", "max") and allow_min_max:
+            return f"{op}({sub(expr.lhs)}, {sub(expr.rhs)})"
+        if op in ("min", "max"):
+            raise NotAffine(expr, f"{op}() is only allowed in loop bounds")
+        raise NotAffine(expr, f"operator '{op}' is not affine")
+    raise NotAffine(expr, f"{type(expr).__name__.lower()} is not affine")
+
+
+def extent_expr(text: str, params) -> Expr:
+    """The integer expression tree of an array extent written as affine text (``"N + 1"``)."""
+    import ast
+
+    from polyopt.expr import binary
+    from polyopt.types import i64
+
+    ops = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+
+    def convert(node):
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return Const(node.value, i64)
+        if isinstance(node, ast.Name) and node.id in params:
+            return Var(node.id, "param")
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            return binary(ops[type(node.op)], convert(node.left), convert(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return Unary("neg", convert(node.operand), i64)
+        raise ValueError(f"array extent {text!r} is not an affine expression of the parameters")
+
+    return convert(ast.parse(text, mode="eval").body)

@@ -1,0 +1,59 @@
+"""The typed errors polyopt raises; each names the construct and where it is."""
+from __future__ import annotations
+
+
+class PolyoptError(Exception):
+    """Base class of every error polyopt raises on purpose."""
+
+
+class FrontendError(PolyoptError):
+    """Input that polyopt cannot represent as a static control part (non-affine, unsupported...).
+
+    ``line`` and ``column`` are 1-based positions in ``source_name`` (a file or kernel name).
+    """
+
+    def __init__(self, message: str, *, source_name: str = "<kernel>", line: int | None = None,
+                 column: int | None = None, construct: str | None = None):
+        self.reason = message
+        self.source_name = source_name
+        self.line = line
+        self.column = column
+        self.construct = construct
+        where = source_name
+        if line is not None:
+            where += f", line {line}"
+            if column is not None:
+                where += f", column {column}"
+        text = f"{where}: {message}"
+        if construct:
+            text += f"\n    {construct}"
+        super().__init__(text)
+
+
+class IllegalScheduleError(PolyoptError):
+    """A schedule that executes a dependence sink before (or with) its source.
+
+    ``kind`` is RAW/WAR/WAW, ``dependence`` the violated relation (isl text), ``source`` and
+    ``sink`` a concrete witness pair of iterations, ``parameters`` the parameter values of it.
+    """
+
+    def __init__(self, kind: str, dependence: str, source: str, sink: str,
+                 parameters: dict[str, int], source_time: tuple, sink_time: tuple):
+        self.kind = kind
+        self.dependence = dependence
+        self.source = source
+        self.sink = sink
+        self.parameters = parameters
+        params = ", ".join(f"{k}={v}" for k, v in parameters.items())
+        super().__init__(
+            f"illegal schedule: {kind} dependence {dependence} is violated\n"
+            f"    witness{' (' + params + ')' if params else ''}: {source} must run before {sink},"
+            f" but the schedule puts them at {source_time} and {sink_time}")
+
+
+class ScheduleError(PolyoptError):
+    """A scheduler or transformation could not do what was asked (bad option, no solution)."""
+
+
+class CodegenError(PolyoptError):
+    """Code generation met a construct it cannot translate."""

@@ -1,0 +1,247 @@
+"""Compiling kernels and calling them: argument binding and checking, and the compile cache.
+
+``compile(kernel, target="cpu", algorithm=...)`` goes parse -> dependences -> schedule -> verify
+-> loop AST -> C and LLVM -> native code, and caches the result on (source, dtype, options).
+"""
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from polyopt.affine import extent_expr
+from polyopt.codegen.ast import Node, abi_arguments, build_loop_ast, loop_ast_text
+from polyopt.codegen.c import c_function
+from polyopt.codegen.llvm import NativeFunction, jit_compile, llvm_ir
+from polyopt.interpreter import evaluate
+from polyopt.islutil import param_point
+from polyopt.schedule import Schedule, schedule as run_scheduler
+from polyopt.scop import Scop
+from polyopt.verify import verify
+
+#: The algorithm used when none is named.
+DEFAULT_ALGORITHM = "isl"
+TARGETS = ("cpu",)
+
+_CTYPES = {"f32": ctypes.c_float, "f64": ctypes.c_double, "i32": ctypes.c_int32,
+           "i64": ctypes.c_int64}
+
+
+@dataclass
+class BoundArguments:
+    """Call arguments sorted by role, with the size parameters inferred from array shapes."""
+
+    params: dict[str, int]
+    scalars: dict[str, object]
+    arrays: dict[str, np.ndarray]
+
+
+def _extent(text: str, params: dict[str, int]) -> int:
+    return int(evaluate(extent_expr(text, params), params, {}))
+
+
+def _infer_params(scop: Scop, arrays: dict[str, np.ndarray], given: dict[str, int]) -> dict[str, int]:
+    """Solve ``extent(params) == shape`` for the parameters not given explicitly."""
+    params = dict(given)
+    progress = True
+    while progress:
+        progress = False
+        for name, array in arrays.items():
+            for extent, size in zip(scop.arrays[name].shape, array.shape):
+                unknown = [p for p in scop.params if p not in params and _mentions(extent, p)]
+                if len(unknown) != 1:
+                    continue
+                p = unknown[0]
+                at0 = _extent(extent, {**params, p: 0})
+                slope = _extent(extent, {**params, p: 1}) - at0
+                if slope != 0 and (size - at0) % slope == 0:
+                    params[p] = (size - at0) // slope
+                    progress = True
+    missing = [p for p in scop.params if p not in params]
+    if missing:
+        raise TypeError(f"{scop.name}: cannot infer size parameter(s) {', '.join(missing)} from the "
+                        "array shapes; pass them as arguments")
+    return params
+
+
+def _mentions(text: str, name: str) -> bool:
+    import re
+    return re.search(rf"\b{re.escape(name)}\b", text) is not None
+
+
+def bind_arguments(scop: Scop, args: tuple, kwargs: dict) -> BoundArguments:
+    """Match call arguments to the kernel's signature and check every array.
+
+    Raises ``TypeError`` for missing/unknown arguments, non-arrays and wrong element types, and
+    ``ValueError`` for wrong ranks, shapes, non-C-contiguous or read-only outputs, aliasing.
+    """
+    names = [a.name for a in scop.arguments]
+    if len(args) > len(names):
+        raise TypeError(f"{scop.name}() takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
+    values = dict(zip(names, args))
+    for key, value in kwargs.items():
+        if key not in names:
+            raise TypeError(f"{scop.name}() got an unexpected argument '{key}'")
+        if key in values:
+            raise TypeError(f"{scop.name}() got multiple values for argument '{key}'")
+        values[key] = value
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise TypeError(f"{scop.name}() is missing argument(s): {', '.join(missing)}")
+    written = {w.array for s in scop.statements for w in s.writes}
+    given, scalars, arrays = {}, {}, {}
+    for arg in scop.arguments:
+        value = values[arg.name]
+        if arg.kind == "param":
+            if isinstance(value, (bool, float)) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{scop.name}(): size parameter '{arg.name}' must be an int, got {value!r}")
+            given[arg.name] = int(value)
+        elif arg.kind == "scalar":
+            if not isinstance(value, (int, float, np.number)) or isinstance(value, bool):
+                raise TypeError(f"{scop.name}(): scalar '{arg.name}' must be a number, got {type(value).__name__}")
+            scalars[arg.name] = value
+        else:
+            arrays[arg.name] = _check_array(scop, arg.name, value, arg.name in written)
+    params = _infer_params(scop, arrays, given)
+    for name, array in arrays.items():
+        expected = tuple(_extent(e, params) for e in scop.arrays[name].shape)
+        if array.shape != expected:
+            detail = ", ".join(f"{p}={v}" for p, v in params.items())
+            raise ValueError(f"{scop.name}(): array '{name}' has shape {array.shape}, expected "
+                             f"{expected} for {detail}")
+    _check_aliasing(scop.name, arrays, written)
+    return BoundArguments(params, scalars, arrays)
+
+
+def _check_array(scop: Scop, name: str, value, is_written: bool) -> np.ndarray:
+    spec = scop.arrays[name]
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"{scop.name}(): argument '{name}' must be a numpy array, got {type(value).__name__}")
+    if value.dtype != spec.dtype.numpy:
+        raise TypeError(f"{scop.name}(): array '{name}' has dtype {value.dtype}, expected "
+                        f"{spec.dtype.numpy} ({spec.dtype})")
+    if value.ndim != len(spec.shape):
+        raise ValueError(f"{scop.name}(): array '{name}' must have {len(spec.shape)} dimensions, got {value.ndim}")
+    if not value.flags.c_contiguous:
+        raise ValueError(f"{scop.name}(): array '{name}' must be C-contiguous (use np.ascontiguousarray)")
+    if is_written and not value.flags.writeable:
+        raise ValueError(f"{scop.name}(): array '{name}' is written by the kernel but is read-only")
+    return value
+
+
+def _check_aliasing(kernel: str, arrays: dict[str, np.ndarray], written: set[str]) -> None:
+    names = list(arrays)
+    for k, a in enumerate(names):
+        for b in names[k + 1:]:
+            if (a in written or b in written) and np.may_share_memory(arrays[a], arrays[b]):
+                raise ValueError(f"{kernel}(): arrays '{a}' and '{b}' overlap in memory; "
+                                 "the kernel assumes distinct arrays")
+
+
+@dataclass(eq=False)
+class CompiledKernel:
+    """A kernel compiled for one target: call it with numpy arrays (updated in place).
+
+    Inspect what runs with ``.schedule``, ``.loop_ast``, ``.c_source``, ``.llvm_ir`` and
+    ``.optimized_ir``; ``.compile_times`` gives the seconds spent in each phase.
+    """
+
+    scop: Scop
+    schedule: Schedule
+    loops: Node
+    c_source: str
+    llvm_ir: str
+    native: NativeFunction
+    function_name: str
+    compile_times: dict[str, float] = field(default_factory=dict)
+    _checked_params: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def optimized_ir(self) -> str:
+        return self.native.optimized_ir
+
+    @property
+    def loop_ast(self) -> str:
+        return loop_ast_text(self.loops)
+
+    @cached_property
+    def _function(self):
+        argtypes = [ctypes.c_void_p if a.kind == "array" else _CTYPES[a.dtype.name]
+                    for a in abi_arguments(self.scop)]
+        return ctypes.CFUNCTYPE(None, *argtypes)(self.native.address)
+
+    def __call__(self, *args, **kwargs) -> None:
+        bound = bind_arguments(self.scop, args, kwargs)
+        self._check_params(bound.params)
+        values = []
+        for arg in abi_arguments(self.scop):
+            if arg.kind == "param":
+                values.append(bound.params[arg.name])
+            elif arg.kind == "scalar":
+                values.append(arg.dtype.numpy.type(bound.scalars[arg.name]).item())
+            else:
+                values.append(bound.arrays[arg.name].ctypes.data)
+        self._function(*values)
+
+    def _check_params(self, params: dict[str, int]) -> None:
+        """Refuse parameter values outside the context or for which an access leaves its array."""
+        key = tuple(params[p] for p in self.scop.params)
+        if key in self._checked_params:
+            return
+        point = param_point(self.scop.params, params)
+        if not point.is_subset(self.scop.in_bounds_params):
+            detail = ", ".join(f"{p}={v}" for p, v in params.items())
+            raise ValueError(f"{self.scop.name}(): for {detail} some access would fall outside its "
+                             f"array (valid parameters: {self.scop.in_bounds_params})")
+        if len(self._checked_params) < 1024:
+            self._checked_params[key] = True
+
+
+_CACHE: dict = {}
+
+
+def _cache_key(kernel, target: str, algorithm: str, options: dict):
+    if hasattr(kernel, "source") and hasattr(kernel, "float_dtype"):
+        identity = ("kernel", kernel.source, str(kernel.float_dtype))
+    else:
+        identity = ("scop", str(kernel), repr(kernel.arguments))
+    return identity + (target, algorithm, tuple(sorted((k, repr(v)) for k, v in options.items())))
+
+
+def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
+            **schedule_options) -> CompiledKernel:
+    """Compile a kernel (or a Scop) to native code; cached, so a second call is free.
+
+    ``algorithm`` names a scheduler (``polyopt.algorithms()``); the schedule is always checked
+    by the independent verifier before code is generated.
+    """
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; available: {', '.join(TARGETS)}")
+    key = _cache_key(kernel, target, algorithm, schedule_options)
+    if key in _CACHE:
+        return _CACHE[key]
+    times = {}
+    start = time.perf_counter()
+    scop = getattr(kernel, "scop", kernel)
+    if not isinstance(scop, Scop):
+        raise TypeError(f"cannot compile {kernel!r}: expected a polyopt kernel or Scop")
+    times["parse"] = time.perf_counter() - start
+    sched = run_scheduler(scop, algorithm, **schedule_options)
+    times["schedule"] = time.perf_counter() - start - sum(times.values())
+    verify(scop, sched)
+    times["verify"] = time.perf_counter() - start - sum(times.values())
+    loops = build_loop_ast(scop, sched.tree)
+    name = f"polyopt_{scop.name}"
+    c_source = c_function(scop, loops, name, openmp=True)
+    ir_text = llvm_ir(scop, loops, name)
+    times["codegen"] = time.perf_counter() - start - sum(times.values())
+    native = jit_compile(ir_text, name)
+    times["llvm"] = time.perf_counter() - start - sum(times.values())
+    compiled = CompiledKernel(scop, sched, loops, c_source, ir_text, native, name, times)
+    _CACHE[key] = compiled
+    return compiled
+
+

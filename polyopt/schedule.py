@@ -1,0 +1,139 @@
+"""Schedules: the :class:`Schedule` value and the registry of scheduling algorithms.
+
+``schedule(scop, algorithm)`` runs one registered algorithm and returns a :class:`Schedule`
+wrapping an isl schedule tree. "original" is the textual order, "isl" and "isl-feautrier" are
+islpy's own scheduler (a baseline to compare our schedulers against, never a fallback).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import islpy as isl
+
+from polyopt.deps import Dependences, dependences
+from polyopt.errors import ScheduleError
+from polyopt.scop import Scop
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """An isl schedule tree for a Scop, with the algorithm and options that produced it.
+
+    ``trace`` lists the steps applied (algorithm, then transformations) so that a schedule can
+    be explained and replayed.
+    """
+
+    scop: Scop
+    tree: isl.Schedule
+    algorithm: str
+    options: dict = field(default_factory=dict)
+    trace: tuple[str, ...] = ()
+
+    @property
+    def map(self) -> isl.UnionMap:
+        """The flat schedule: statement instances -> time vectors (lexicographic order)."""
+        return self.tree.get_map().intersect_domain(self.scop.domain)
+
+    def loops_c(self) -> str:
+        """The loop structure as isl prints it (statement calls only), for a quick look."""
+        build = isl.AstBuild.from_context(self.scop.context)
+        return build.node_from_schedule(self.tree).to_C_str()
+
+    def __str__(self) -> str:
+        return str(self.tree)
+
+    def pretty(self) -> str:
+        """The schedule tree, one node per line, indented by depth."""
+        return format_tree(self.tree)
+
+
+def format_tree(tree: isl.Schedule) -> str:
+    """Indented text of a schedule tree (band / sequence / filter / ... nodes)."""
+    lines: list[str] = []
+
+    def visit(node: isl.ScheduleNode, depth: int) -> None:
+        kind = node.get_type()
+        pad = "  " * depth
+        if kind == isl.schedule_node_type.band:
+            flags = []
+            if node.band_get_permutable():
+                flags.append("permutable")
+            coincident = [node.band_member_get_coincident(k) for k in range(node.band_n_member())]
+            if any(coincident):
+                flags.append("coincident=" + "".join("1" if c else "0" for c in coincident))
+            lines.append(f"{pad}band {node.band_get_partial_schedule()}"
+                         + (f"  [{', '.join(flags)}]" if flags else ""))
+        elif kind == isl.schedule_node_type.filter:
+            lines.append(f"{pad}filter {node.filter_get_filter()}")
+        elif kind == isl.schedule_node_type.domain:
+            lines.append(f"{pad}domain {node.domain_get_domain()}")
+        elif kind == isl.schedule_node_type.mark:
+            lines.append(f"{pad}mark {node.mark_get_id().get_name()}")
+        elif kind != isl.schedule_node_type.leaf:
+            lines.append(f"{pad}{str(kind).split('.')[-1]}")
+        for k in range(node.n_children()):
+            visit(node.child(k), depth + (0 if kind == isl.schedule_node_type.leaf else 1))
+
+    visit(tree.get_root(), 0)
+    return "\n".join(lines)
+
+
+Algorithm = Callable[[Scop, Dependences, dict], isl.Schedule]
+_ALGORITHMS: dict[str, Algorithm] = {}
+
+
+def register(name: str):
+    """Decorator adding a scheduling algorithm ``f(scop, deps, options) -> isl.Schedule``."""
+    def add(function: Algorithm) -> Algorithm:
+        _ALGORITHMS[name] = function
+        return function
+    return add
+
+
+def algorithms() -> list[str]:
+    """Names accepted by ``schedule(scop, algorithm=...)``."""
+    return sorted(_ALGORITHMS)
+
+
+def schedule(scop: Scop, algorithm: str = "original", **options) -> Schedule:
+    """Schedule ``scop`` with the named algorithm (see :func:`algorithms`)."""
+    if algorithm not in _ALGORITHMS:
+        raise ScheduleError(f"unknown scheduling algorithm {algorithm!r}; "
+                            f"available: {', '.join(algorithms())}")
+    tree = _ALGORITHMS[algorithm](scop, dependences(scop), options)
+    described = ", ".join(f"{k}={v!r}" for k, v in options.items())
+    return Schedule(scop, tree, algorithm, dict(options), (f"{algorithm}({described})",))
+
+
+@register("original")
+def _original(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
+    _no_options("original", options)
+    return scop.schedule
+
+
+def _no_options(name: str, options: dict) -> None:
+    if options:
+        raise ScheduleError(f"algorithm {name!r} takes no options, got {', '.join(options)}")
+
+
+def _isl_scheduler(algorithm_code: int, name: str):
+    def run(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
+        _no_options(name, options)
+        ctx = isl.DEFAULT_CONTEXT
+        previous = ctx.get_schedule_algorithm()
+        ctx.set_schedule_algorithm(algorithm_code)
+        try:
+            constraints = (isl.ScheduleConstraints.on_domain(scop.domain)
+                           .set_context(scop.context)
+                           .set_validity(deps.all)
+                           .set_coincidence(deps.all)
+                           .set_proximity(deps.all))
+            return constraints.compute_schedule()
+        finally:
+            ctx.set_schedule_algorithm(previous)
+    return run
+
+
+register("isl")(_isl_scheduler(0, "isl"))            # ISL_SCHEDULE_ALGORITHM_ISL
+register("isl-feautrier")(_isl_scheduler(1, "isl-feautrier"))  # ISL_SCHEDULE_ALGORITHM_FEAUTRIER

@@ -1,0 +1,67 @@
+"""Element types of kernel arrays and scalars, and the annotations that name them.
+
+``f64["N", "M"]`` in a kernel signature is an :class:`ArrayType`: a 2-d array of doubles whose
+extents are affine expressions of the size parameters ``N`` and ``M``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DType:
+    """A scalar element type: its short name, numpy dtype, C spelling and width in bits."""
+
+    name: str
+    numpy: np.dtype
+    c_name: str
+    bits: int
+    is_float: bool
+
+    def __getitem__(self, shape) -> "ArrayType":
+        """``f64["N", "M"]`` -> the array annotation with those (affine, textual) extents."""
+        extents = shape if isinstance(shape, tuple) else (shape,)
+        return ArrayType(self, tuple(str(e) for e in extents))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class ArrayType:
+    """The annotation of an array argument: element type and extents as affine text."""
+
+    dtype: DType
+    shape: tuple[str, ...]
+
+
+f32 = DType("f32", np.dtype(np.float32), "float", 32, True)
+f64 = DType("f64", np.dtype(np.float64), "double", 64, True)
+i32 = DType("i32", np.dtype(np.int32), "int", 32, False)
+i64 = DType("i64", np.dtype(np.int64), "long", 64, False)
+#: The type of comparisons and logical operators inside kernel bodies (never stored in arrays).
+boolean = DType("bool", np.dtype(np.bool_), "int", 1, False)
+
+ELEMENT_TYPES: dict[str, DType] = {t.name: t for t in (f32, f64, i32, i64)}
+
+
+def as_dtype(value) -> DType:
+    """Accept a DType, its name ("f64"), or anything numpy understands as a dtype."""
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str) and value in ELEMENT_TYPES:
+        return ELEMENT_TYPES[value]
+    np_dtype = np.dtype(value)
+    for t in ELEMENT_TYPES.values():
+        if t.numpy == np_dtype:
+            return t
+    raise TypeError(f"unsupported element type {value!r}: use one of f32, f64, i32, i64")
+
+
+def promote(a: DType, b: DType) -> DType:
+    """Result type of arithmetic between two (non-weak) operands: float wins, then width."""
+    if a.is_float != b.is_float:
+        return a if a.is_float else b
+    return a if a.bits >= b.bits else b
