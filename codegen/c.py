@@ -7,6 +7,7 @@ emitted as small inline helpers.
 from __future__ import annotations
 
 from polyopt import expr as E
+from polyopt.affine import extent_expr
 from polyopt.codegen.ast import Block, For, If, Node, Run, abi_arguments, instantiate
 from polyopt.scop import Scop
 from polyopt.types import DType
@@ -17,8 +18,10 @@ _PRELUDE = """\
 
 static inline long pl_floordiv(long a, long b) { long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline long pl_mod(long a, long b) { long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-static inline double pl_fmod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-static inline float pl_fmodf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline double pl_fmod(double a, double b) { double r = fmod(a, b); return r != 0 ? (((r < 0) != (b < 0)) ? r + b : r) : copysign(0.0, b); }
+static inline float pl_fmodf(float a, float b) { float r = fmodf(a, b); return r != 0 ? (((r < 0) != (b < 0)) ? r + b : r) : copysignf(0.0f, b); }
+static inline double pl_ffloordiv(double a, double b) { double r = fmod(a, b), d = (a - r) / b; if (r != 0 && ((r < 0) != (b < 0))) d -= 1.0; if (d == 0) return copysign(0.0, a / b); double f = floor(d); return d - f > 0.5 ? f + 1.0 : f; }
+static inline float pl_ffloordivf(float a, float b) { float r = fmodf(a, b), d = (a - r) / b; if (r != 0 && ((r < 0) != (b < 0))) d -= 1.0f; if (d == 0) return copysignf(0.0f, a / b); float f = floorf(d); return d - f > 0.5f ? f + 1.0f : f; }
 """
 
 _MATH_F64 = {"sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos",
@@ -78,8 +81,10 @@ class _CExpr:
             return f"({a} / {b})"
         if op == "tmod":
             return f"({a} % {b})"
-        if op == "//":
-            return f"{_math_name('floor', t)}({a} / {b})" if t.is_float else f"pl_floordiv({a}, {b})"
+        if op == "//":  # Python's float floor division, like its % (1.0 // 0.1 == 9.0)
+            if t.is_float:
+                return f"{'pl_ffloordivf' if t.name == 'f32' else 'pl_ffloordiv'}({a}, {b})"
+            return f"pl_floordiv({a}, {b})"
         if op == "%":
             if t.is_float:
                 return f"{'pl_fmodf' if t.name == 'f32' else 'pl_fmod'}({a}, {b})"
@@ -107,7 +112,7 @@ def c_function(scop: Scop, loops: Node, function_name: str, *, openmp: bool = Fa
         if arg.kind == "array":
             array = scop.arrays[arg.name]
             params.append(f"{_ctype(arg.dtype)} *restrict {arg.name}_")
-            inner = "".join(f"[{e}]" for e in array.shape[1:])
+            inner = "".join(f"[{emit(extent_expr(e, scop.params))}]" for e in array.shape[1:])
             if array.shape:
                 views.append(f"  {_ctype(arg.dtype)} (*restrict {arg.name}){inner} = "
                              f"({_ctype(arg.dtype)} (*){inner}){arg.name}_;")

@@ -145,12 +145,27 @@ class _FunctionEmitter:
         if isinstance(e, E.Cast):
             return self.convert(self.expr(e.operand), e.operand.dtype, e.dtype)
         if isinstance(e, E.Select):
-            return b.select(self.expr(e.cond), self.expr(e.then), self.expr(e.otherwise))
+            return self.select(e.cond, e.then, e.otherwise)
         if isinstance(e, E.Call):
             return self.call(e)
         if isinstance(e, E.Binary):
             return self.binary(e)
         raise CodegenError(f"cannot emit {e!r}")
+
+    def select(self, cond: E.Expr, then: E.Expr, otherwise: E.Expr) -> ir.Value:
+        """``then if cond else otherwise``, evaluating only the chosen side (as Python does: a
+        guarded ``x // y if y != 0 else 0`` must not divide by zero). LLVM turns it back into
+        a ``select`` where that is safe."""
+        b = self.builder
+        with b.if_else(self.expr(cond)) as (then_block, otherwise_block):
+            with then_block:
+                then_value, then_end = self.expr(then), b.block
+            with otherwise_block:
+                otherwise_value, otherwise_end = self.expr(otherwise), b.block
+        phi = b.phi(then_value.type)
+        phi.add_incoming(then_value, then_end)
+        phi.add_incoming(otherwise_value, otherwise_end)
+        return phi
 
     def convert(self, value: ir.Value, source: DType, target: DType) -> ir.Value:
         b, to = self.builder, llvm_type(target)
@@ -174,13 +189,13 @@ class _FunctionEmitter:
         return self.builder.call(self.math_function(e.func, e.dtype), args)
 
     def math_function(self, func: str, dtype: DType) -> ir.Function:
+        arity = E.MATH_FUNCTIONS[func]
+        if func in _INTRINSICS:
+            return self._intrinsic(_INTRINSICS[func], dtype, arity)
         t = llvm_type(dtype)
-        suffix = "f32" if dtype.name == "f32" else "f64"
-        name = f"{_INTRINSICS[func]}.{suffix}" if func in _INTRINSICS else (
-            func + "f" if dtype.name == "f32" else func)
+        name = func + "f" if dtype.name == "f32" else func
         if name in self.module.globals:
             return self.module.globals[name]
-        arity = E.MATH_FUNCTIONS[func]
         return ir.Function(self.module, ir.FunctionType(t, [t] * arity), name=name)
 
     def binary(self, e: E.Binary) -> ir.Value:
@@ -196,9 +211,10 @@ class _FunctionEmitter:
             if not e.dtype.is_float:
                 raise CodegenError("integer ** needs a literal exponent between 0 and 4")
             return b.call(self.math_function("pow", e.dtype), [self.expr(e.lhs), self.expr(e.rhs)])
+        if op in ("and", "or"):  # short-circuit, as in Python
+            false, true = E.Const(0, e.dtype), E.Const(1, e.dtype)
+            return self.select(e.lhs, e.rhs, false) if op == "and" else self.select(e.lhs, true, e.rhs)
         x, y = self.expr(e.lhs), self.expr(e.rhs)
-        if op in ("and", "or"):
-            return b.and_(x, y) if op == "and" else b.or_(x, y)
         if op in E.COMPARISON_OPS:
             if t.is_float:
                 return b.fcmp_unordered(op, x, y) if op == "!=" else b.fcmp_ordered(op, x, y)
@@ -218,15 +234,36 @@ class _FunctionEmitter:
             return b.fmul(x, y, flags=f)
         if op == "/":
             return b.fdiv(x, y)
-        if op == "//":
-            return b.call(self.math_function("floor", t), [b.fdiv(x, y)])
-        if op == "%":  # Python: the result takes the sign of the divisor
-            r = b.frem(x, y)
-            zero = ir.Constant(x.type, 0.0)
-            fix = b.and_(b.fcmp_ordered("!=", r, zero),
-                         b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero)))
-            return b.select(fix, b.fadd(r, y), r)
+        if op in ("//", "%"):
+            return self._float_divmod(x, y, t)[0 if op == "//" else 1]
         raise CodegenError(f"unsupported floating-point operator {op}")
+
+    def _float_divmod(self, x, y, t: DType) -> tuple[ir.Value, ir.Value]:
+        """Python's float ``(x // y, x % y)`` (CPython's ``_float_div_mod``): the remainder takes
+        the sign of the divisor, and the quotient is rounded from ``(x - x % y) / y``, which is
+        not always ``floor(x / y)`` (``1.0 // 0.1 == 9.0``)."""
+        b = self.builder
+        zero, one, half = (ir.Constant(x.type, v) for v in (0.0, 1.0, 0.5))
+        copysign = self._intrinsic("llvm.copysign", t, 2)
+        mod = b.frem(x, y)
+        div = b.fdiv(b.fsub(x, mod), y)
+        nonzero = b.fcmp_unordered("!=", mod, zero)
+        fix = b.and_(nonzero, b.xor(b.fcmp_ordered("<", y, zero), b.fcmp_ordered("<", mod, zero)))
+        mod = b.select(nonzero, b.select(fix, b.fadd(mod, y), mod), b.call(copysign, [zero, y]))
+        div = b.select(fix, b.fsub(div, one), div)
+        floor = b.call(self.math_function("floor", t), [div])
+        floor = b.select(b.fcmp_ordered(">", b.fsub(div, floor), half), b.fadd(floor, one), floor)
+        quotient = b.select(b.fcmp_unordered("!=", div, zero), floor,
+                            b.call(copysign, [zero, b.fdiv(x, y)]))
+        return quotient, mod
+
+    def _intrinsic(self, name: str, dtype: DType, arity: int) -> ir.Function:
+        """The LLVM intrinsic ``name`` for ``dtype`` (declared once per module)."""
+        t = llvm_type(dtype)
+        full = f"{name}.{'f32' if dtype.name == 'f32' else 'f64'}"
+        if full in self.module.globals:
+            return self.module.globals[full]
+        return ir.Function(self.module, ir.FunctionType(t, [t] * arity), name=full)
 
     def _int_arith(self, op: str, x, y) -> ir.Value:
         b = self.builder

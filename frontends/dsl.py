@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from polyopt import expr as E
-from polyopt.affine import NotAffine, isl_text
+from polyopt.affine import NotAffine, extent_isl, isl_text
 from polyopt.errors import FrontendError
 from polyopt.scop import AccessRef, Argument, Array, Scop, Statement
 from polyopt.types import ELEMENT_TYPES, DType, as_dtype, boolean, f64, i64
@@ -50,7 +50,7 @@ class Kernel:
         functools.update_wrapper(self, function)
         if source is None:
             try:
-                source = textwrap.dedent(inspect.getsource(function))
+                source = inspect.getsource(function)
             except (OSError, TypeError):
                 raise FrontendError(f"cannot read the source of '{function.__name__}' (defined "
                                     "interactively?); use polyopt.kernel_from_source(text)") from None
@@ -58,12 +58,15 @@ class Kernel:
             self.first_line = function.__code__.co_firstlineno
         else:
             self.filename, self.first_line = "<string>", 1
-        self.source = source
+        self.source = textwrap.dedent(source)
+        #: columns removed by dedenting (a kernel defined inside a function or class), so that
+        #: error positions are those of the file
+        self.first_column = _indentation(source) - _indentation(self.source)
 
     @functools.cached_property
     def scop(self) -> Scop:
         return parse(self.source, filename=self.filename, first_line=self.first_line,
-                     float_dtype=self.float_dtype)
+                     first_column=self.first_column, float_dtype=self.float_dtype)
 
     def with_dtype(self, dtype) -> "Kernel":
         """The same kernel with every floating-point array and scalar of type ``dtype``."""
@@ -97,7 +100,7 @@ def kernel_from_source(source: str, *, dtype=None) -> Kernel:
     func_def.decorator_list = []
     exec(compile(ast.Module([func_def], []), "<string>", "exec"), _annotation_namespace(), namespace)
     return Kernel(namespace[func_def.name], float_dtype=as_dtype(dtype) if dtype else None,
-                  source=textwrap.dedent(source))
+                  source=source)
 
 
 def _annotation_namespace() -> dict:
@@ -119,10 +122,12 @@ class _Scope:
 class _Parser:
     """Walks the function's AST once, producing statements, domains and the loop tree."""
 
-    def __init__(self, source: str, filename: str, first_line: int, float_dtype: DType | None):
+    def __init__(self, source: str, filename: str, first_line: int, float_dtype: DType | None,
+                 first_column: int = 0):
         self.source = source
         self.filename = filename
         self.line_offset = first_line - 1
+        self.column_offset = first_column
         self.float_dtype = float_dtype
         self.statements: list[Statement] = []
 
@@ -134,7 +139,8 @@ class _Parser:
             node, (ast.For, ast.If, ast.FunctionDef)) else None
         return FrontendError(message, source_name=self.filename,
                              line=None if line is None else line + self.line_offset,
-                             column=None if col is None else col + 1, construct=construct)
+                             column=None if col is None else col + 1 + self.column_offset,
+                             construct=construct)
 
     # ----- signature -------------------------------------------------------------------------
     def parse(self) -> Scop:
@@ -142,7 +148,8 @@ class _Parser:
             module = ast.parse(self.source)
         except SyntaxError as exc:
             raise FrontendError(f"syntax error: {exc.msg}", source_name=self.filename,
-                                line=(exc.lineno or 0) + self.line_offset, column=exc.offset)
+                                line=(exc.lineno or 0) + self.line_offset,
+                                column=None if exc.offset is None else exc.offset + self.column_offset)
         func = next((n for n in module.body if isinstance(n, ast.FunctionDef)), None)
         if func is None:
             raise self.error(None, "expected a function definition")
@@ -246,7 +253,7 @@ class _Parser:
     @staticmethod
     def _context(params, arrays) -> isl.Set:
         cons = [f"{p} >= 0" for p in params]
-        cons += [f"({e}) >= 0" for a in arrays for e in a.shape]
+        cons += [f"{extent_isl(e, params)} >= 0" for a in arrays for e in a.shape]
         return isl.Set(f"[{', '.join(params)}] -> {{ : {' and '.join(cons) or 'true'} }}")
 
     # ----- statements --------------------------------------------------------------------------
@@ -268,8 +275,9 @@ class _Parser:
             return [self._assignment(node, conditions)]
         if isinstance(node, ast.Pass) or _is_docstring(node):
             return []
-        what = {ast.While: "while loops", ast.Break: "break", ast.Continue: "continue",
-                ast.Return: "return", ast.AnnAssign: "annotated assignments",
+        what = {ast.While: "while loops", ast.Break: "break statements",
+                ast.Continue: "continue statements", ast.Return: "return statements",
+                ast.AnnAssign: "annotated assignments",
                 ast.FunctionDef: "nested functions", ast.With: "with blocks"}.get(type(node))
         raise self.error(node, f"{what or type(node).__name__ + ' statements'} are not supported "
                                "in a static control part")
@@ -551,6 +559,12 @@ def _is_docstring(node: ast.stmt) -> bool:
         and isinstance(node.value.value, str)
 
 
+def _indentation(text: str) -> int:
+    """Leading spaces of the first non-blank line of ``text``."""
+    line = next((l for l in text.splitlines() if l.strip()), "")
+    return len(line) - len(line.lstrip())
+
+
 def _int_literal(node: ast.expr) -> int | None:
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return node.value
@@ -568,7 +582,10 @@ def _free_names(text: str) -> set[str]:
         return set()
 
 
-def parse(source: str, *, filename: str = "<kernel>", first_line: int = 1,
+def parse(source: str, *, filename: str = "<kernel>", first_line: int = 1, first_column: int = 0,
           float_dtype: DType | None = None) -> Scop:
-    """Parse the DSL function in ``source`` into a :class:`~polyopt.Scop`."""
-    return _Parser(textwrap.dedent(source), filename, first_line, float_dtype).parse()
+    """Parse the DSL function in ``source`` into a :class:`~polyopt.Scop`.
+
+    ``first_line`` and ``first_column`` place ``source`` in ``filename`` (for error positions).
+    """
+    return _Parser(textwrap.dedent(source), filename, first_line, float_dtype, first_column).parse()

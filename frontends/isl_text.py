@@ -16,6 +16,7 @@ import ast
 
 import islpy as isl
 
+from polyopt.affine import extent_isl
 from polyopt.errors import FrontendError
 from polyopt.frontends.dsl import _Parser, _Scope, _free_names
 from polyopt.scop import Argument, Array, Scop
@@ -87,7 +88,7 @@ def scop_from_isl(*, name: str, arrays: dict, statements: list[tuple[str, str]],
     ctx = isl.Set(ctx_text)
     for array in array_specs.values():
         for extent in array.shape:
-            ctx = ctx.intersect(isl.Set(f"[{', '.join(param_list)}] -> {{ : ({extent}) >= 0 }}"))
+            ctx = ctx.intersect(isl.Set(f"[{', '.join(param_list)}] -> {{ : {extent_isl(extent, param_list)} >= 0 }}"))
     all_arrays = dict(array_specs)
     for local, dtype in scope.locals.items():
         all_arrays[local] = Array(local, dtype, (), local=True)

@@ -22,7 +22,7 @@ _layout.mount(__name__, _Path(__file__).resolve().parent)
 
 from polyopt.types import DType, f32, f64, i32, i64  # noqa: E402
 from polyopt.errors import (CodegenError, FrontendError, IllegalScheduleError,  # noqa: E402
-                            PolyoptError, ScheduleError)
+                            IncompleteScheduleError, PolyoptError, ScheduleError)
 from polyopt.scop import Array, Argument, Scop, Statement  # noqa: E402
 from polyopt.deps import Dependences, dependences  # noqa: E402
 from polyopt.schedule import Schedule, algorithms, schedule  # noqa: E402
@@ -44,7 +44,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "DType", "f32", "f64", "i32", "i64",
-    "PolyoptError", "FrontendError", "IllegalScheduleError", "ScheduleError", "CodegenError",
+    "PolyoptError", "FrontendError", "IllegalScheduleError", "IncompleteScheduleError", "ScheduleError", "CodegenError",
     "Array", "Argument", "Scop", "Statement", "Dependences", "dependences",
     "Schedule", "algorithms", "schedule", "verify", "is_legal", "interpret",
     "CompiledKernel", "compile", "Kernel", "kernel", "kernel_from_source", "scop_from_isl", "suite",

@@ -73,6 +73,7 @@ def isl_text(expr: Expr, *, allow_min_max: bool = False) -> str:
 def extent_expr(text: str, params) -> Expr:
     """The integer expression tree of an array extent written as affine text (``"N + 1"``)."""
     import ast
+    import functools
 
     from polyopt.expr import binary
     from polyopt.types import i64
@@ -88,6 +89,14 @@ def extent_expr(text: str, params) -> Expr:
             return binary(ops[type(node.op)], convert(node.left), convert(node.right))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return Unary("neg", convert(node.operand), i64)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("min", "max") and len(node.args) >= 2 and not node.keywords:
+            return functools.reduce(lambda a, b: binary(node.func.id, a, b), map(convert, node.args))
         raise ValueError(f"array extent {text!r} is not an affine expression of the parameters")
 
     return convert(ast.parse(text, mode="eval").body)
+
+
+def extent_isl(text: str, params) -> str:
+    """isl syntax of an array extent written in Python syntax (``"N // 2"`` -> ``floor(N / 2)``)."""
+    return isl_text(extent_expr(text, params), allow_min_max=True)

@@ -51,6 +51,16 @@ class IllegalScheduleError(PolyoptError):
             f" but the schedule puts them at {source_time} and {sink_time}")
 
 
+class IncompleteScheduleError(IllegalScheduleError):
+    """A schedule that omits statement instances (or schedules instances that do not exist)."""
+
+    def __init__(self, missing: str, extra: str):
+        self.missing = missing
+        self.extra = extra
+        PolyoptError.__init__(self, f"illegal schedule: it does not cover the iteration domain exactly\n"
+                                    f"    not scheduled: {missing}\n    not in the domain: {extra}")
+
+
 class ScheduleError(PolyoptError):
     """A scheduler or transformation could not do what was asked (bad option, no solution)."""
 

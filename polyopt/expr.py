@@ -148,14 +148,19 @@ def substitute(expr: Expr, replace: Callable[[Expr], Expr | None]) -> Expr:
 # --- typed constructors: the typing rules live here, once ---------------------------------------
 
 def _operand_type(a: Expr, b: Expr) -> DType:
-    """Common type of two operands, letting weak literals adopt the other side's type."""
+    """Common type of two operands, letting weak literals adopt the other side's type.
+
+    A boolean mixed with a number is an integer, as in Python (``True + 1 == 2``).
+    """
     a_weak = isinstance(a, Const) and a.weak
     b_weak = isinstance(b, Const) and b.weak
     if a_weak and not b_weak:
-        return b.dtype if (b.dtype.is_float or not a.dtype.is_float) else f64
-    if b_weak and not a_weak:
-        return a.dtype if (a.dtype.is_float or not b.dtype.is_float) else f64
-    return promote(a.dtype, b.dtype)
+        common = b.dtype if (b.dtype.is_float or not a.dtype.is_float) else f64
+    elif b_weak and not a_weak:
+        common = a.dtype if (a.dtype.is_float or not b.dtype.is_float) else f64
+    else:
+        common = promote(a.dtype, b.dtype)
+    return i64 if common == boolean and a.dtype != b.dtype else common
 
 
 def cast(expr: Expr, dtype: DType) -> Expr:
@@ -169,10 +174,18 @@ def cast(expr: Expr, dtype: DType) -> Expr:
 
 
 def binary(op: str, lhs: Expr, rhs: Expr) -> Expr:
-    """A typed binary operation with Python's rules (``/`` always floating point)."""
+    """A typed binary operation with Python's rules (``/`` always floating point).
+
+    Booleans are integers in arithmetic (``True + 1 == 2``); ``a and b`` / ``a or b`` on numbers
+    yield one of the operands, as in Python (on comparisons they are the logical operators).
+    """
     if op in LOGICAL_OPS:
-        return Binary(op, lhs, rhs, boolean)
+        if lhs.dtype == boolean and rhs.dtype == boolean:
+            return Binary(op, lhs, rhs, boolean)
+        return select(truth(lhs), rhs, lhs) if op == "and" else select(truth(lhs), lhs, rhs)
     common = _operand_type(lhs, rhs)
+    if common == boolean and op not in COMPARISON_OPS:
+        common = i64
     if op == "/" and not common.is_float:
         common = f64
     lhs, rhs = cast(lhs, common), cast(rhs, common)
@@ -207,19 +220,28 @@ def call(func: str, args: list[Expr]) -> Expr:
     return Call(func, (cast(arg, dtype),), dtype)
 
 
+def truth(value: Expr) -> Expr:
+    """``value`` as a boolean, with Python's truthiness (nonzero is true)."""
+    if value.dtype == boolean:
+        return value
+    return Binary("!=", value, Const(0.0 if value.dtype.is_float else 0, value.dtype), boolean)
+
+
 def select(cond: Expr, then: Expr, otherwise: Expr) -> Expr:
     common = _operand_type(then, otherwise)
-    return Select(cond, cast(then, common), cast(otherwise, common), common)
+    return Select(truth(cond), cast(then, common), cast(otherwise, common), common)
 
 
 def negate(operand: Expr) -> Expr:
+    if operand.dtype == boolean:  # -True == -1
+        operand = cast(operand, i64)
     if isinstance(operand, Const):
         return Const(-operand.value, operand.dtype, operand.weak)
     return Unary("neg", operand, operand.dtype)
 
 
 def logical_not(operand: Expr) -> Expr:
-    return Unary("not", operand, boolean)
+    return Unary("not", truth(operand), boolean)
 
 
 _PYTHON_PRECEDENCE = {"or": 1, "and": 2, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,

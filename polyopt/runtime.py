@@ -141,6 +141,24 @@ def _check_aliasing(kernel: str, arrays: dict[str, np.ndarray], written: set[str
                                  "the kernel assumes distinct arrays")
 
 
+def abi_values(scop: Scop, bound: BoundArguments) -> list:
+    """The native call's argument values, in :func:`~polyopt.codegen.ast.abi_arguments` order."""
+    values = []
+    for arg in abi_arguments(scop):
+        if arg.kind == "param":
+            values.append(bound.params[arg.name])
+        elif arg.kind == "scalar":
+            values.append(arg.dtype.numpy.type(bound.scalars[arg.name]).item())
+        else:
+            values.append(bound.arrays[arg.name].ctypes.data)
+    return values
+
+
+def abi_ctypes(scop: Scop) -> list:
+    """ctypes argument types of the native kernel function."""
+    return [ctypes.c_void_p if a.kind == "array" else _CTYPES[a.dtype.name] for a in abi_arguments(scop)]
+
+
 @dataclass(eq=False)
 class CompiledKernel:
     """A kernel compiled for one target: call it with numpy arrays (updated in place).
@@ -169,22 +187,12 @@ class CompiledKernel:
 
     @cached_property
     def _function(self):
-        argtypes = [ctypes.c_void_p if a.kind == "array" else _CTYPES[a.dtype.name]
-                    for a in abi_arguments(self.scop)]
-        return ctypes.CFUNCTYPE(None, *argtypes)(self.native.address)
+        return ctypes.CFUNCTYPE(None, *abi_ctypes(self.scop))(self.native.address)
 
     def __call__(self, *args, **kwargs) -> None:
         bound = bind_arguments(self.scop, args, kwargs)
         self._check_params(bound.params)
-        values = []
-        for arg in abi_arguments(self.scop):
-            if arg.kind == "param":
-                values.append(bound.params[arg.name])
-            elif arg.kind == "scalar":
-                values.append(arg.dtype.numpy.type(bound.scalars[arg.name]).item())
-            else:
-                values.append(bound.arrays[arg.name].ctypes.data)
-        self._function(*values)
+        self._function(*abi_values(self.scop, bound))
 
     def _check_params(self, params: dict[str, int]) -> None:
         """Refuse parameter values outside the context or for which an access leaves its array."""
@@ -201,6 +209,11 @@ class CompiledKernel:
 
 
 _CACHE: dict = {}
+
+
+def clear_cache() -> None:
+    """Forget every compiled kernel (benchmarks of compile time use this)."""
+    _CACHE.clear()
 
 
 def _cache_key(kernel, target: str, algorithm: str, options: dict):

@@ -10,6 +10,7 @@ from functools import cached_property
 
 import islpy as isl
 
+from polyopt.affine import extent_isl
 from polyopt.expr import Access, Expr
 from polyopt.types import DType
 
@@ -29,7 +30,7 @@ class Argument:
 
 @dataclass(frozen=True)
 class Array:
-    """An array: element type and extents as affine isl text over the parameters.
+    """An array: element type and extents as affine text (Python syntax) over the parameters.
 
     ``local`` arrays (kernel-local scalar temporaries, 0-d) are allocated by the generated code.
     """
@@ -131,7 +132,8 @@ class Scop:
     def array_bounds(self, array: Array) -> isl.Set:
         """``{ A[d0, ...] : 0 <= dk < extent_k }`` as an isl set."""
         dims = [f"d{k}" for k in range(len(array.shape))]
-        cons = " and ".join(f"0 <= {d} < ({e})" for d, e in zip(dims, array.shape)) or "true"
+        cons = " and ".join(f"0 <= {d} < {extent_isl(e, self.params)}"
+                            for d, e in zip(dims, array.shape)) or "true"
         return isl.Set(f"[{', '.join(self.params)}] -> {{ {array.name}[{', '.join(dims)}] : {cons} }}")
 
     # ----- printing ------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polyopt.deps import Dependences, dependences
-from polyopt.errors import IllegalScheduleError
+from polyopt.errors import IllegalScheduleError, IncompleteScheduleError
 from polyopt.islutil import maps_of
 from polyopt.scop import Scop
 
@@ -45,8 +45,7 @@ def check_coverage(scop: Scop, schedule_map: isl.UnionMap) -> None:
     if not scheduled.is_equal(scop.domain):
         missing = scop.domain.subtract(scheduled)
         extra = scheduled.subtract(scop.domain)
-        raise IllegalScheduleError("coverage", "schedule domain differs from the iteration domain",
-                                   f"missing {missing}", f"extra {extra}", {}, (), ())
+        raise IncompleteScheduleError(str(missing), str(extra))
 
 
 def verify(scop: Scop, schedule, deps: Dependences | None = None) -> None:
