@@ -1,0 +1,114 @@
+"""Schedules as lists of levels (bands of affine hyperplanes and scalar cuts), the form our own
+schedulers produce, and their translation into isl schedule trees.
+
+A :class:`Row` gives one affine function per statement; a band :class:`Level` is a list of rows
+(members), a scalar level one row of constants that orders statements (a sequence node).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from polyopt.scop import Scop
+
+#: per statement: (iterator coefficients, constant)
+Row = dict[str, tuple[tuple[int, ...], int]]
+
+
+@dataclass
+class Edge:
+    """A dependence polyhedron between two statements (shrinks as outer levels satisfy it)."""
+
+    source: str
+    sink: str
+    relation: isl.BasicMap
+
+
+@dataclass
+class Level:
+    """A band of hyperplanes (``permutable`` when every dependence it carries is non-negative on
+    all members), or a scalar cut. ``edges`` are the dependences not yet satisfied when the level
+    starts: they decide which members are coincident (parallel)."""
+
+    kind: str  # "band" | "scalar"
+    rows: list[Row]
+    permutable: bool = False
+    edges: list[Edge] = field(default_factory=list)
+
+
+def _phi(row: Row, stmt: str, names: list[str]) -> str:
+    coeffs, const = row[stmt]
+    return " + ".join([f"{c} * {n}" for c, n in zip(coeffs, names) if c] + [str(const)])
+
+
+def delta_set(edge: Edge, row: Row, relation: str) -> isl.Map:
+    """The points of ``edge`` where ``phi_sink(t) - phi_source(s) <relation>`` (e.g. ``"= 0"``)."""
+    space = edge.relation.get_space()
+    params = [space.get_dim_name(isl.dim_type.param, k) for k in range(space.dim(isl.dim_type.param))]
+    src = [f"s{k}" for k in range(space.dim(isl.dim_type.in_))]
+    dst = [f"t{k}" for k in range(space.dim(isl.dim_type.out))]
+    text = (f"[{', '.join(params)}] -> {{ {edge.source}[{', '.join(src)}] -> {edge.sink}[{', '.join(dst)}] : "
+            f"({_phi(row, edge.sink, dst)}) - ({_phi(row, edge.source, src)}) {relation} }}")
+    return isl.Map.from_basic_map(edge.relation).intersect(isl.Map(text))
+
+
+def remaining_after(rows: list[Row], edges: list[Edge]) -> list[Edge]:
+    """The parts of ``edges`` on which every row has a zero delta (not yet strongly satisfied)."""
+    result = edges
+    for row in rows:
+        result = [Edge(e.source, e.sink, piece) for e in result
+                  for piece in delta_set(e, row, "= 0").get_basic_maps()]
+    return result
+
+
+def coincidence(rows: list[Row], edges: list[Edge]) -> list[bool]:
+    """Member k is coincident when every dependence left by members 0..k-1 has delta_k = 0."""
+    flags = []
+    for k, row in enumerate(rows):
+        left = remaining_after(rows[:k], edges)
+        flags.append(all(delta_set(e, row, "!= 0").is_empty() for e in left))
+    return flags
+
+
+def _trivial(row: Row, stmts: list[str]) -> bool:
+    """A member that maps every statement to the same constant orders nothing."""
+    return all(not any(row[s][0]) for s in stmts) and len({row[s][1] for s in stmts}) == 1
+
+
+def tree_from_levels(scop: Scop, levels: list[Level]) -> isl.Schedule:
+    """The isl schedule tree of a level list (sequence nodes for cuts, bands with flags)."""
+    iterators = {s.name: list(s.iterators) for s in scop.statements}
+    params = f"[{', '.join(scop.params)}]"
+
+    def node(depth: int, stmts: list[str]) -> str | None:
+        if depth == len(levels):
+            return None
+        level = levels[depth]
+        if level.kind == "scalar":
+            values = sorted({level.rows[0][s][1] for s in stmts})
+            if len(values) == 1:
+                return node(depth + 1, stmts)
+            items = []
+            for value in values:
+                group = [s for s in stmts if level.rows[0][s][1] == value]
+                filt = "{ " + "; ".join(f"{s}[{', '.join(iterators[s])}]" for s in group) + " }"
+                child = node(depth + 1, group)
+                items.append(f'{{ filter: "{filt}"' + (f", child: {{ {child} }}" if child else "") + " }")
+            return f"sequence: [ {', '.join(items)} ]"
+        members = [row for row in level.rows if not _trivial(row, stmts)]
+        if not members:
+            return node(depth + 1, stmts)
+        group_edges = [e for e in level.edges if e.source in stmts and e.sink in stmts]
+        flags = coincidence(members, group_edges)
+        pieces = ", ".join(
+            "{ " + "; ".join(f"{s}[{', '.join(iterators[s])}] -> [({_phi(row, s, iterators[s])})]"
+                             for s in stmts) + " }" for row in members)
+        text = (f'schedule: "{params} -> [{pieces}]", permutable: {int(level.permutable)}, '
+                f"coincident: [ {', '.join(str(int(f)) for f in flags)} ]")
+        child = node(depth + 1, stmts)
+        return text + (f", child: {{ {child} }}" if child else "")
+
+    body = node(0, [s.name for s in scop.statements])
+    text = f'{{ domain: "{scop.domain}"' + (f", child: {{ {body} }}" if body else "") + " }"
+    return isl.Schedule(text)

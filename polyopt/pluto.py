@@ -1,0 +1,337 @@
+"""Pluto-style scheduling (Bondhugula et al., PLDI 2008; Pluto+, TOPLAS 2016), on isl.
+
+Hyperplanes are found one at a time by integer lexmin over (u, w, statement coefficients):
+every dependence not yet satisfied at the start of the current band must be weakly satisfied
+(phi_T(t) - phi_S(s) >= 0, Farkas-linearized) and bounded by u.p + w; each statement that is
+not yet full rank gets a hyperplane linearly independent of its earlier ones. When no further
+hyperplane exists, the statements are cut between strongly connected components of the
+remaining dependence graph. Consecutive hyperplanes form permutable bands by construction.
+
+The result is a list of :class:`Level` values (bands and scalar cuts) that
+:mod:`polyopt.schedule_tree` turns into an isl schedule tree.
+"""
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import islpy as isl
+
+from polyopt.deps import Dependences
+from polyopt.errors import ScheduleError
+from polyopt.farkas import Unknowns, basic_maps, lexmin_point, nonnegative_on
+from polyopt.levels import Edge, Level, Row, remaining_after
+from polyopt.scop import Scop
+
+FUSION_POLICIES = ("smart", "max", "no")
+
+# ----- small integer linear algebra ------------------------------------------------------------
+
+def rank(rows: list[tuple[int, ...]]) -> int:
+    """Rank of an integer matrix (fraction-free Gaussian elimination)."""
+    matrix = [[Fraction(x) for x in row] for row in rows]
+    r = 0
+    for col in range(len(matrix[0]) if matrix else 0):
+        pivot = next((k for k in range(r, len(matrix)) if matrix[k][col] != 0), None)
+        if pivot is None:
+            continue
+        matrix[r], matrix[pivot] = matrix[pivot], matrix[r]
+        for k in range(len(matrix)):
+            if k != r and matrix[k][col] != 0:
+                factor = matrix[k][col] / matrix[r][col]
+                matrix[k] = [a - factor * b for a, b in zip(matrix[k], matrix[r])]
+        r += 1
+    return r
+
+
+def orthogonal_complement(rows: list[tuple[int, ...]], dim: int) -> list[tuple[int, ...]]:
+    """Integer basis of the vectors orthogonal to every row (identity when there are none)."""
+    if not rows:
+        return [tuple(int(i == k) for i in range(dim)) for k in range(dim)]
+    import sympy
+    basis = sympy.Matrix(rows).nullspace()
+    result = []
+    for vector in basis:
+        scale = sympy.ilcm(*[sympy.fraction(x)[1] for x in vector])
+        ints = [int(x * scale) for x in vector]
+        if all(x <= 0 for x in ints):
+            ints = [-x for x in ints]
+        result.append(tuple(ints))
+    return result
+
+
+# ----- the scheduler -----------------------------------------------------------------------------
+
+class PlutoScheduler:
+    """One run of the Pluto algorithm on a Scop (see the module docstring)."""
+
+    COEFF_BOUND = 4
+    CONST_BOUND = 8
+    U_BOUND = 4
+    W_BOUND = 32
+
+    def __init__(self, scop: Scop, deps: Dependences, *, fuse: str = "smart",
+                 negative_coeffs: bool = False):
+        if fuse not in FUSION_POLICIES:
+            raise ScheduleError(f"unknown fusion policy {fuse!r}; use one of {', '.join(FUSION_POLICIES)}")
+        self.scop = scop
+        self.fuse = fuse
+        self.negative = negative_coeffs
+        self.statements = [s.name for s in scop.statements]
+        self.dims = {s.name: len(s.iterators) for s in scop.statements}
+        self.order = {name: k for k, name in enumerate(self.statements)}
+        self.found: dict[str, list[tuple[int, ...]]] = {s: [] for s in self.statements}
+        self.edges = [Edge(m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out), m)
+                      for m in basic_maps(deps.all.intersect_params(scop.context))]
+        self.levels: list[Level] = []
+
+    # ----- unknowns and coefficient expressions ----------------------------------------------
+    def _unknowns(self, stmts: list[str]) -> Unknowns:
+        """ILP unknowns of one weakly connected component, in lexmin priority order."""
+        names = [f"u_{p}" for p in self.scop.params] + ["w"]
+        for s in stmts:
+            for k in reversed(range(self.dims[s])):  # inner iterators first: lexmin keeps outer loops outer
+                names += [f"{s}_p{k}", f"{s}_n{k}"] if self.negative else [f"{s}_c{k}"]
+        names += [f"{s}_cst" for s in stmts]
+        return Unknowns(tuple(names))
+
+    def coefficient(self, stmt: str, k: int) -> str:
+        return f"({stmt}_p{k} - {stmt}_n{k})" if self.negative else f"{stmt}_c{k}"
+
+    def _bounds(self, unknowns: Unknowns, stmts: list[str]) -> isl.BasicSet:
+        cons = [f"0 <= u_{p} <= {self.U_BOUND}" for p in self.scop.params]
+        cons.append(f"0 <= w <= {self.W_BOUND}")
+        for s in stmts:
+            for k in range(self.dims[s]):
+                if self.negative:
+                    cons += [f"0 <= {s}_p{k} <= {self.COEFF_BOUND}", f"0 <= {s}_n{k} <= {self.COEFF_BOUND}"]
+                else:
+                    cons.append(f"0 <= {s}_c{k} <= {self.COEFF_BOUND}")
+            cons.append(f"0 <= {s}_cst <= {self.CONST_BOUND}")
+        return unknowns.set(" and ".join(cons))
+
+    # ----- constraints ---------------------------------------------------------------------------
+    def _delta_form(self, edge: Edge, sign: int, extra_constant: str = "0"):
+        """Coefficients of sign * (phi_sink(t) - phi_source(s)) + extra_constant."""
+        neg = "-" if sign > 0 else ""
+        pos = "" if sign > 0 else "-"
+        constant = f"{extra_constant} {'+' if sign > 0 else '-'} ({edge.sink}_cst - {edge.source}_cst)"
+        source = [f"{neg}{self.coefficient(edge.source, k)}" for k in range(self.dims[edge.source])]
+        sink = [f"{pos}{self.coefficient(edge.sink, k)}" for k in range(self.dims[edge.sink])]
+        return constant, source, sink
+
+    def _band_problem(self, stmts: list[str], edges: list[Edge]) -> tuple[Unknowns, isl.BasicSet]:
+        """Unknowns and legality + bounding constraints of one component for a whole band."""
+        unknowns = self._unknowns(stmts)
+        feasible = self._bounds(unknowns, stmts)
+        params = {p: f"u_{p}" for p in self.scop.params}
+        for edge in edges:
+            constant, source, sink = self._delta_form(edge, +1)
+            feasible = feasible.intersect(nonnegative_on(edge.relation, unknowns, constant, {}, source, sink))
+            constant, source, sink = self._delta_form(edge, -1, "w")
+            feasible = feasible.intersect(nonnegative_on(edge.relation, unknowns, constant, params, source, sink))
+        return unknowns, feasible
+
+    def _independence(self, stmt: str, sign: int) -> str:
+        """Pluto's heuristic: non-negative on the orthogonal complement, positive in sum."""
+        basis = orthogonal_complement(self.found[stmt], self.dims[stmt])
+        terms = [" + ".join(f"{v} * {self.coefficient(stmt, k)}" for k, v in enumerate(vec) if v) or "0"
+                 for vec in basis]
+        if sign > 0:
+            return " and ".join([f"{t} >= 0" for t in terms] + [f"{' + '.join(terms)} >= 1"])
+        return " and ".join([f"{t} <= 0" for t in terms] + [f"{' + '.join(terms)} <= -1"])
+
+    def _is_full_rank(self, stmt: str) -> bool:
+        return self.dims[stmt] == 0 or rank(self.found[stmt]) == self.dims[stmt]
+
+    def _sign_patterns(self, count: int) -> list[tuple[int, ...]]:
+        patterns = [(1,) * count]
+        if self.negative:
+            patterns.append((-1,) * count)
+            if count <= 6:
+                patterns += [p for p in itertools.product((1, -1), repeat=count) if p not in patterns]
+        return patterns
+
+    def _component_hyperplane(self, stmts: list[str], problem) -> Row | None:
+        """A new hyperplane for one component, or None when it has none (or needs none)."""
+        unknowns, feasible = problem
+        open_statements = [s for s in stmts if not self._is_full_rank(s)]
+        if not open_statements:
+            return None
+        for pattern in self._sign_patterns(len(open_statements)):
+            independence = " and ".join(self._independence(s, sign) for s, sign in zip(open_statements, pattern))
+            point = lexmin_point(feasible.intersect(unknowns.set(independence)))
+            if point is not None:
+                return self._row(unknowns.values(point), stmts)
+        return None
+
+    def _find_hyperplane(self, problems: dict[tuple[str, ...], tuple]) -> Row | None:
+        """One band member: independent per weakly connected component (constant 0 where a
+        component has no new hyperplane); None when no component has one."""
+        row: Row = {}
+        progress = False
+        for stmts, problem in problems.items():
+            part = self._component_hyperplane(list(stmts), problem)
+            if part is None:
+                part = {s: ((0,) * self.dims[s], 0) for s in stmts}
+            else:
+                progress = True
+            row.update(part)
+        return row if progress else None
+
+    def _row(self, values: dict[str, int], stmts: list[str]) -> Row:
+        row: Row = {}
+        for s in stmts:
+            if self.negative:
+                coeffs = tuple(values[f"{s}_p{k}"] - values[f"{s}_n{k}"] for k in range(self.dims[s]))
+            else:
+                coeffs = tuple(values[f"{s}_c{k}"] for k in range(self.dims[s]))
+            row[s] = (coeffs, values[f"{s}_cst"])
+        return row
+
+    def _weak_components(self, edges: list[Edge]) -> list[tuple[str, ...]]:
+        parent = {s: s for s in self.statements}
+
+        def find(x):
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for e in edges:
+            parent[find(e.source)] = find(e.sink)
+        groups: dict[str, list[str]] = {}
+        for s in self.statements:
+            groups.setdefault(find(s), []).append(s)
+        return [tuple(g) for g in groups.values()]
+
+    # ----- strongly connected components and cuts --------------------------------------------
+    def _components(self, edges: list[Edge]) -> list[list[str]]:
+        """SCCs of the statement graph, in a topological order (ties: textual order)."""
+        succ = {s: set() for s in self.statements}
+        for e in edges:
+            succ[e.source].add(e.sink)
+        index, low, on_stack, stack, comps = {}, {}, set(), [], []
+        counter = itertools.count()
+
+        def visit(v):
+            index[v] = low[v] = next(counter)
+            stack.append(v)
+            on_stack.add(v)
+            for w in sorted(succ[v], key=self.order.get):
+                if w not in index:
+                    visit(w)
+                    low[v] = min(low[v], low[w])
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                comps.append(sorted(comp, key=self.order.get))
+
+        for v in self.statements:
+            if v not in index:
+                visit(v)
+        comps.reverse()  # Tarjan yields reverse topological order
+        return _stable_topological(comps, edges, self.order)
+
+    def _cut(self, groups: list[list[str]], edges: list[Edge]) -> list[Edge]:
+        """Add a scalar level ordering ``groups``; drop the dependences between groups."""
+        position = {s: k for k, g in enumerate(groups) for s in g}
+        row = {s: (tuple(0 for _ in range(self.dims[s])), position[s]) for s in self.statements}
+        self.levels.append(Level("scalar", [row]))
+        return [e for e in edges if position[e.source] == position[e.sink]]
+
+    def _initial_groups(self, edges: list[Edge]) -> list[list[str]] | None:
+        components = self._components(edges)
+        if self.fuse == "no":
+            return components if len(components) > 1 else None
+        if self.fuse == "smart":  # fuse neighbouring SCCs of the same loop depth only
+            groups: list[list[str]] = []
+            for comp in components:
+                depth = max(self.dims[s] for s in comp)
+                if groups and max(self.dims[s] for s in groups[-1]) == depth:
+                    groups[-1] = groups[-1] + comp
+                else:
+                    groups.append(comp)
+            return groups if len(groups) > 1 else None
+        return None
+
+    # ----- main loop -----------------------------------------------------------------------------
+    def run(self) -> list[Level]:
+        active = list(self.edges)
+        groups = self._initial_groups(active)
+        if groups:
+            active = self._cut(groups, active)
+        max_levels = 4 * (max(self.dims.values(), default=0) + 2) + len(self.statements)
+        while len(self.levels) < max_levels:
+            if all(self._is_full_rank(s) for s in self.statements) and not active:
+                return self.levels
+            band: list[Row] = []
+            problems = None
+            if any(not self._is_full_rank(s) for s in self.statements):
+                problems = {c: self._band_problem(list(c), [e for e in active if e.source in c])
+                            for c in self._weak_components(active)}
+            while problems is not None:
+                row = self._find_hyperplane(problems)
+                if row is None:
+                    break
+                band.append(row)
+                for s in self.statements:
+                    if not self._is_full_rank(s) and any(row[s][0]):
+                        candidate = self.found[s] + [row[s][0]]
+                        if rank(candidate) > rank(self.found[s]):
+                            self.found[s] = candidate
+                if all(self._is_full_rank(s) for s in self.statements):
+                    break
+            if band:
+                self.levels.append(Level("band", band, permutable=True, edges=active))
+                active = remaining_after(band, active)
+                continue
+            components = self._components(active)
+            if len(components) > 1:
+                remaining = self._cut(components, active)
+                if len(remaining) < len(active):
+                    active = remaining
+                    continue
+                self.levels.pop()  # the cut separated no dependence: we are stuck
+            hint = "" if self.negative else " (try negative_coeffs=True)"
+            raise ScheduleError(f"pluto: no legal hyperplane for {self.scop.name} and its dependences "
+                                f"form one strongly connected component{hint}")
+        raise ScheduleError(f"pluto: no complete schedule for {self.scop.name} after {max_levels} levels")
+
+
+def _stable_topological(components: list[list[str]], edges: list[Edge], order: dict[str, int]) -> list[list[str]]:
+    """Topological order of SCCs that keeps textual order wherever dependences allow."""
+    comp_of = {s: k for k, comp in enumerate(components) for s in comp}
+    preds = {k: set() for k in range(len(components))}
+    for e in edges:
+        a, b = comp_of[e.source], comp_of[e.sink]
+        if a != b:
+            preds[b].add(a)
+    done: list[int] = []
+    remaining = set(range(len(components)))
+    while remaining:
+        ready = [k for k in remaining if preds[k] <= set(done)]
+        k = min(ready, key=lambda c: min(order[s] for s in components[c]))
+        done.append(k)
+        remaining.discard(k)
+    return [components[k] for k in done]
+
+
+def pluto_levels(scop: Scop, deps: Dependences, *, fuse: str = "smart",
+                 negative_coeffs: bool | None = None) -> tuple[list[Level], bool]:
+    """The Pluto schedule of ``scop`` as levels (bands and cuts), and whether it needed
+    negative coefficients. ``negative_coeffs=None`` tries non-negative coefficients (Pluto)
+    first and Pluto+'s bounded negative ones only when those find no schedule."""
+    if negative_coeffs is not None:
+        return PlutoScheduler(scop, deps, fuse=fuse, negative_coeffs=negative_coeffs).run(), negative_coeffs
+    try:
+        return PlutoScheduler(scop, deps, fuse=fuse, negative_coeffs=False).run(), False
+    except ScheduleError:
+        return PlutoScheduler(scop, deps, fuse=fuse, negative_coeffs=True).run(), True
