@@ -6,13 +6,14 @@ and statement arguments are :mod:`polyopt.expr` trees over loop iterators and pa
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
 from polyopt import expr as E
 from polyopt.errors import CodegenError
 from polyopt.scop import Argument, Scop, Statement
+from polyopt.transform import PARALLEL_MARK
 from polyopt.types import boolean, i64
 
 
@@ -123,7 +124,10 @@ class _Translator:
             name = call.get_op_arg(0).get_id().get_name()
             return Run(name, tuple(self.expr(call.get_op_arg(k)) for k in range(1, call.get_op_n_arg())))
         if kind == isl.ast_node_type.mark:
-            return self.node(n.mark_get_node())
+            child = self.node(n.mark_get_node())
+            if n.mark_get_id().get_name() == PARALLEL_MARK and isinstance(child, For):
+                return replace(child, parallel=True)
+            return child
         raise CodegenError(f"unsupported isl AST node {kind}")
 
 

@@ -34,7 +34,8 @@ class IllegalScheduleError(PolyoptError):
     """A schedule that executes a dependence sink before (or with) its source.
 
     ``kind`` is RAW/WAR/WAW, ``dependence`` the violated relation (isl text), ``source`` and
-    ``sink`` a concrete witness pair of iterations, ``parameters`` the parameter values of it.
+    ``sink`` a concrete witness pair of iterations, ``parameters`` the parameter values of it,
+    ``source_time`` and ``sink_time`` the schedule's time vectors of the two.
     """
 
     def __init__(self, kind: str, dependence: str, source: str, sink: str,
@@ -44,6 +45,8 @@ class IllegalScheduleError(PolyoptError):
         self.source = source
         self.sink = sink
         self.parameters = parameters
+        self.source_time = source_time
+        self.sink_time = sink_time
         params = ", ".join(f"{k}={v}" for k, v in parameters.items())
         super().__init__(
             f"illegal schedule: {kind} dependence {dependence} is violated\n"
@@ -57,8 +60,26 @@ class IncompleteScheduleError(IllegalScheduleError):
     def __init__(self, missing: str, extra: str):
         self.missing = missing
         self.extra = extra
+        # the attributes every IllegalScheduleError has (kind "coverage": no dependence pair)
+        self.kind, self.dependence, self.parameters = "coverage", "", {}
+        self.source, self.sink = f"missing {missing}", f"extra {extra}"
+        self.source_time = self.sink_time = ()
         PolyoptError.__init__(self, f"illegal schedule: it does not cover the iteration domain exactly\n"
                                     f"    not scheduled: {missing}\n    not in the domain: {extra}")
+
+
+class RacyParallelLoopError(IllegalScheduleError):
+    """A loop marked parallel whose iterations depend on each other (a data race)."""
+
+    def __init__(self, loop: str, dependence: str, source: str, sink: str, parameters: dict[str, int]):
+        self.loop = loop
+        self.kind, self.dependence, self.parameters = "parallel", dependence, parameters
+        self.source, self.sink = source, sink
+        self.source_time = self.sink_time = ()
+        params = ", ".join(f"{k}={v}" for k, v in parameters.items())
+        PolyoptError.__init__(self, f"illegal schedule: loop {loop} is marked parallel but carries the "
+                                    f"dependence {dependence}\n    witness{' (' + params + ')' if params else ''}: "
+                                    f"{source} and {sink} run in different iterations of it")
 
 
 class ScheduleError(PolyoptError):

@@ -61,9 +61,14 @@ def nonnegative_on(relation: isl.BasicMap, unknowns: Unknowns, constant: str, pa
     space = relation.get_space()
     param_names = [space.get_dim_name(isl.dim_type.param, k) for k in range(space.dim(isl.dim_type.param))]
     positions = [constant] + [params.get(p, "0") for p in param_names] + list(source) + list(sink)
+    return _dual_cone(str(relation)).preimage_multi_aff(_substitution(unknowns, tuple(positions)))
+
+
+@lru_cache(maxsize=4096)
+def _substitution(unknowns: Unknowns, positions: tuple[str, ...]) -> isl.MultiAff:
+    """The map from the unknowns to the dual cone's coordinates (shared by all edges of a pair)."""
     target = ", ".join(f"({p})" for p in positions)
-    preimage = isl.MultiAff(f"{{ {unknowns.tuple_text} -> [{target}] }}")
-    return _dual_cone(str(relation)).preimage_multi_aff(preimage)
+    return isl.MultiAff(f"{{ {unknowns.tuple_text} -> [{target}] }}")
 
 
 def basic_maps(relation: isl.UnionMap) -> list[isl.BasicMap]:

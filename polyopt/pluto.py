@@ -13,6 +13,7 @@ The result is a list of :class:`Level` values (bands and scalar cuts) that
 from __future__ import annotations
 
 import itertools
+from functools import lru_cache
 from fractions import Fraction
 
 import islpy as isl
@@ -20,6 +21,7 @@ import islpy as isl
 from polyopt.deps import Dependences
 from polyopt.errors import ScheduleError
 from polyopt.farkas import Unknowns, basic_maps, lexmin_point, nonnegative_on
+from polyopt.islutil import maps_of
 from polyopt.levels import Edge, Level, Row, remaining_after
 from polyopt.scop import Scop
 
@@ -44,10 +46,11 @@ def rank(rows: list[tuple[int, ...]]) -> int:
     return r
 
 
-def orthogonal_complement(rows: list[tuple[int, ...]], dim: int) -> list[tuple[int, ...]]:
+@lru_cache(maxsize=None)
+def orthogonal_complement(rows: tuple[tuple[int, ...], ...], dim: int) -> tuple[tuple[int, ...], ...]:
     """Integer basis of the vectors orthogonal to every row (identity when there are none)."""
     if not rows:
-        return [tuple(int(i == k) for i in range(dim)) for k in range(dim)]
+        return tuple(tuple(int(i == k) for i in range(dim)) for k in range(dim))
     import sympy
     basis = sympy.Matrix(rows).nullspace()
     result = []
@@ -57,7 +60,7 @@ def orthogonal_complement(rows: list[tuple[int, ...]], dim: int) -> list[tuple[i
         if all(x <= 0 for x in ints):
             ints = [-x for x in ints]
         result.append(tuple(ints))
-    return result
+    return tuple(result)
 
 
 # ----- the scheduler -----------------------------------------------------------------------------
@@ -71,12 +74,13 @@ class PlutoScheduler:
     W_BOUND = 32
 
     def __init__(self, scop: Scop, deps: Dependences, *, fuse: str = "smart",
-                 negative_coeffs: bool = False):
+                 negative_coeffs: bool | None = None):
         if fuse not in FUSION_POLICIES:
             raise ScheduleError(f"unknown fusion policy {fuse!r}; use one of {', '.join(FUSION_POLICIES)}")
         self.scop = scop
         self.fuse = fuse
-        self.negative = negative_coeffs
+        self.negative = negative_coeffs  # None: per component, only where non-negative fails
+        self.used_negative = False
         self.statements = [s.name for s in scop.statements]
         self.dims = {s.name: len(s.iterators) for s in scop.statements}
         self.order = {name: k for k, name in enumerate(self.statements)}
@@ -84,26 +88,29 @@ class PlutoScheduler:
         self.edges = [Edge(m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out), m)
                       for m in basic_maps(deps.all.intersect_params(scop.context))]
         self.levels: list[Level] = []
+        self.original_rows = {s.name: _affine_rows(scop.schedule.get_map(), s.name, len(s.iterators))
+                              for s in scop.statements}
 
     # ----- unknowns and coefficient expressions ----------------------------------------------
-    def _unknowns(self, stmts: list[str]) -> Unknowns:
+    def _unknowns(self, stmts: tuple[str, ...], negative: bool) -> Unknowns:
         """ILP unknowns of one weakly connected component, in lexmin priority order."""
         names = [f"u_{p}" for p in self.scop.params] + ["w"]
         for s in stmts:
             for k in reversed(range(self.dims[s])):  # inner iterators first: lexmin keeps outer loops outer
-                names += [f"{s}_p{k}", f"{s}_n{k}"] if self.negative else [f"{s}_c{k}"]
+                names += [f"{s}_p{k}", f"{s}_n{k}"] if negative else [f"{s}_c{k}"]
         names += [f"{s}_cst" for s in stmts]
         return Unknowns(tuple(names))
 
-    def coefficient(self, stmt: str, k: int) -> str:
-        return f"({stmt}_p{k} - {stmt}_n{k})" if self.negative else f"{stmt}_c{k}"
+    @staticmethod
+    def coefficient(stmt: str, k: int, negative: bool) -> str:
+        return f"({stmt}_p{k} - {stmt}_n{k})" if negative else f"{stmt}_c{k}"
 
-    def _bounds(self, unknowns: Unknowns, stmts: list[str]) -> isl.BasicSet:
+    def _bounds(self, unknowns: Unknowns, stmts: tuple[str, ...], negative: bool) -> isl.BasicSet:
         cons = [f"0 <= u_{p} <= {self.U_BOUND}" for p in self.scop.params]
         cons.append(f"0 <= w <= {self.W_BOUND}")
         for s in stmts:
             for k in range(self.dims[s]):
-                if self.negative:
+                if negative:
                     cons += [f"0 <= {s}_p{k} <= {self.COEFF_BOUND}", f"0 <= {s}_n{k} <= {self.COEFF_BOUND}"]
                 else:
                     cons.append(f"0 <= {s}_c{k} <= {self.COEFF_BOUND}")
@@ -111,31 +118,31 @@ class PlutoScheduler:
         return unknowns.set(" and ".join(cons))
 
     # ----- constraints ---------------------------------------------------------------------------
-    def _delta_form(self, edge: Edge, sign: int, extra_constant: str = "0"):
+    def _delta_form(self, edge: Edge, sign: int, negative: bool, extra_constant: str = "0"):
         """Coefficients of sign * (phi_sink(t) - phi_source(s)) + extra_constant."""
         neg = "-" if sign > 0 else ""
         pos = "" if sign > 0 else "-"
         constant = f"{extra_constant} {'+' if sign > 0 else '-'} ({edge.sink}_cst - {edge.source}_cst)"
-        source = [f"{neg}{self.coefficient(edge.source, k)}" for k in range(self.dims[edge.source])]
-        sink = [f"{pos}{self.coefficient(edge.sink, k)}" for k in range(self.dims[edge.sink])]
+        source = [f"{neg}{self.coefficient(edge.source, k, negative)}" for k in range(self.dims[edge.source])]
+        sink = [f"{pos}{self.coefficient(edge.sink, k, negative)}" for k in range(self.dims[edge.sink])]
         return constant, source, sink
 
-    def _band_problem(self, stmts: list[str], edges: list[Edge]) -> tuple[Unknowns, isl.BasicSet]:
+    def _band_problem(self, stmts: tuple[str, ...], edges: list[Edge], negative: bool):
         """Unknowns and legality + bounding constraints of one component for a whole band."""
-        unknowns = self._unknowns(stmts)
-        feasible = self._bounds(unknowns, stmts)
+        unknowns = self._unknowns(stmts, negative)
+        feasible = self._bounds(unknowns, stmts, negative)
         params = {p: f"u_{p}" for p in self.scop.params}
         for edge in edges:
-            constant, source, sink = self._delta_form(edge, +1)
+            constant, source, sink = self._delta_form(edge, +1, negative)
             feasible = feasible.intersect(nonnegative_on(edge.relation, unknowns, constant, {}, source, sink))
-            constant, source, sink = self._delta_form(edge, -1, "w")
+            constant, source, sink = self._delta_form(edge, -1, negative, "w")
             feasible = feasible.intersect(nonnegative_on(edge.relation, unknowns, constant, params, source, sink))
         return unknowns, feasible
 
-    def _independence(self, stmt: str, sign: int) -> str:
+    def _independence(self, stmt: str, sign: int, negative: bool) -> str:
         """Pluto's heuristic: non-negative on the orthogonal complement, positive in sum."""
-        basis = orthogonal_complement(self.found[stmt], self.dims[stmt])
-        terms = [" + ".join(f"{v} * {self.coefficient(stmt, k)}" for k, v in enumerate(vec) if v) or "0"
+        basis = orthogonal_complement(tuple(self.found[stmt]), self.dims[stmt])
+        terms = [" + ".join(f"{v} * {self.coefficient(stmt, k, negative)}" for k, v in enumerate(vec) if v) or "0"
                  for vec in basis]
         if sign > 0:
             return " and ".join([f"{t} >= 0" for t in terms] + [f"{' + '.join(terms)} >= 1"])
@@ -144,34 +151,54 @@ class PlutoScheduler:
     def _is_full_rank(self, stmt: str) -> bool:
         return self.dims[stmt] == 0 or rank(self.found[stmt]) == self.dims[stmt]
 
-    def _sign_patterns(self, count: int) -> list[tuple[int, ...]]:
-        patterns = [(1,) * count]
-        if self.negative:
-            patterns.append((-1,) * count)
-            if count <= 6:
-                patterns += [p for p in itertools.product((1, -1), repeat=count) if p not in patterns]
+    def _sign_patterns(self, stmts: list[str], negative: bool) -> list[tuple[int, ...]]:
+        """Orientation of the independence constraint per statement, most promising first: the
+        direction of the original loops (a descending loop wants a negative coefficient)."""
+        patterns = [(1,) * len(stmts)]
+        if negative:
+            hint = tuple(self._original_direction(s) for s in stmts)
+            patterns = list(dict.fromkeys([hint, (1,) * len(stmts), (-1,) * len(stmts)]))
+            if len(stmts) <= 4:
+                patterns += [p for p in itertools.product((1, -1), repeat=len(stmts)) if p not in patterns]
         return patterns
 
-    def _component_hyperplane(self, stmts: list[str], problem) -> Row | None:
-        """A new hyperplane for one component, or None when it has none (or needs none)."""
-        unknowns, feasible = problem
+    def _original_direction(self, stmt: str) -> int:
+        """+1/-1: the sign the original schedule gives to the first direction still open."""
+        basis = orthogonal_complement(tuple(self.found[stmt]), self.dims[stmt])
+        for row in self.original_rows[stmt]:
+            projection = sum(sum(v * r for v, r in zip(vec, row)) for vec in basis)
+            if projection:
+                return 1 if projection > 0 else -1
+        return 1
+
+    def _component_hyperplane(self, stmts: tuple[str, ...], edges: list[Edge], problems: dict) -> Row | None:
+        """A new hyperplane for one component, or None when it has none (or needs none).
+
+        ``problems`` caches the component's band constraints per coefficient mode."""
         open_statements = [s for s in stmts if not self._is_full_rank(s)]
         if not open_statements:
             return None
-        for pattern in self._sign_patterns(len(open_statements)):
-            independence = " and ".join(self._independence(s, sign) for s, sign in zip(open_statements, pattern))
-            point = lexmin_point(feasible.intersect(unknowns.set(independence)))
-            if point is not None:
-                return self._row(unknowns.values(point), stmts)
+        modes = [self.negative] if self.negative is not None else [False, True]
+        for negative in modes:
+            if negative not in problems:
+                problems[negative] = self._band_problem(stmts, edges, negative)
+            unknowns, feasible = problems[negative]
+            for pattern in self._sign_patterns(open_statements, negative):
+                independence = " and ".join(self._independence(s, sign, negative)
+                                            for s, sign in zip(open_statements, pattern))
+                point = lexmin_point(feasible.intersect(unknowns.set(independence)))
+                if point is not None:
+                    self.used_negative |= negative
+                    return self._row(unknowns.values(point), stmts, negative)
         return None
 
-    def _find_hyperplane(self, problems: dict[tuple[str, ...], tuple]) -> Row | None:
+    def _find_hyperplane(self, components: dict[tuple[str, ...], tuple[list[Edge], dict]]) -> Row | None:
         """One band member: independent per weakly connected component (constant 0 where a
         component has no new hyperplane); None when no component has one."""
         row: Row = {}
         progress = False
-        for stmts, problem in problems.items():
-            part = self._component_hyperplane(list(stmts), problem)
+        for stmts, (edges, problems) in components.items():
+            part = self._component_hyperplane(stmts, edges, problems)
             if part is None:
                 part = {s: ((0,) * self.dims[s], 0) for s in stmts}
             else:
@@ -179,10 +206,10 @@ class PlutoScheduler:
             row.update(part)
         return row if progress else None
 
-    def _row(self, values: dict[str, int], stmts: list[str]) -> Row:
+    def _row(self, values: dict[str, int], stmts: tuple[str, ...], negative: bool) -> Row:
         row: Row = {}
         for s in stmts:
-            if self.negative:
+            if negative:
                 coeffs = tuple(values[f"{s}_p{k}"] - values[f"{s}_n{k}"] for k in range(self.dims[s]))
             else:
                 coeffs = tuple(values[f"{s}_c{k}"] for k in range(self.dims[s]))
@@ -273,12 +300,12 @@ class PlutoScheduler:
             if all(self._is_full_rank(s) for s in self.statements) and not active:
                 return self.levels
             band: list[Row] = []
-            problems = None
+            components = None
             if any(not self._is_full_rank(s) for s in self.statements):
-                problems = {c: self._band_problem(list(c), [e for e in active if e.source in c])
-                            for c in self._weak_components(active)}
-            while problems is not None:
-                row = self._find_hyperplane(problems)
+                components = {c: ([e for e in active if e.source in c], {})
+                              for c in self._weak_components(active)}
+            while components is not None:
+                row = self._find_hyperplane(components)
                 if row is None:
                     break
                 band.append(row)
@@ -300,10 +327,27 @@ class PlutoScheduler:
                     active = remaining
                     continue
                 self.levels.pop()  # the cut separated no dependence: we are stuck
-            hint = "" if self.negative else " (try negative_coeffs=True)"
+            hint = " (try negative_coeffs=True)" if self.negative is False else ""
             raise ScheduleError(f"pluto: no legal hyperplane for {self.scop.name} and its dependences "
                                 f"form one strongly connected component{hint}")
         raise ScheduleError(f"pluto: no complete schedule for {self.scop.name} after {max_levels} levels")
+
+
+def _affine_rows(schedule: isl.UnionMap, stmt: str, dim: int) -> list[tuple[int, ...]]:
+    """Iterator coefficients of each (affine) output of a statement's flat schedule."""
+    rows: list[tuple[int, ...]] = []
+    for m in maps_of(schedule):
+        if m.get_tuple_name(isl.dim_type.in_) != stmt:
+            continue
+        pieces: list[isl.MultiAff] = []
+        isl.PwMultiAff.from_map(m).foreach_piece(lambda _, multi: pieces.append(multi))
+        if len(pieces) != 1:
+            return rows
+        multi = pieces[0]
+        for k in range(multi.dim(isl.dim_type.out)):
+            aff = multi.get_at(k)
+            rows.append(tuple(aff.get_coefficient_val(isl.dim_type.in_, d).to_python() for d in range(dim)))
+    return [r for r in rows if any(r)]
 
 
 def _stable_topological(components: list[list[str]], edges: list[Edge], order: dict[str, int]) -> list[list[str]]:
@@ -326,12 +370,8 @@ def _stable_topological(components: list[list[str]], edges: list[Edge], order: d
 
 def pluto_levels(scop: Scop, deps: Dependences, *, fuse: str = "smart",
                  negative_coeffs: bool | None = None) -> tuple[list[Level], bool]:
-    """The Pluto schedule of ``scop`` as levels (bands and cuts), and whether it needed
-    negative coefficients. ``negative_coeffs=None`` tries non-negative coefficients (Pluto)
-    first and Pluto+'s bounded negative ones only when those find no schedule."""
-    if negative_coeffs is not None:
-        return PlutoScheduler(scop, deps, fuse=fuse, negative_coeffs=negative_coeffs).run(), negative_coeffs
-    try:
-        return PlutoScheduler(scop, deps, fuse=fuse, negative_coeffs=False).run(), False
-    except ScheduleError:
-        return PlutoScheduler(scop, deps, fuse=fuse, negative_coeffs=True).run(), True
+    """The Pluto schedule of ``scop`` as levels (bands and cuts), and whether it used negative
+    coefficients. ``negative_coeffs``: False = Pluto (non-negative), True = Pluto+ (bounded
+    negative), None = Pluto, switching a component to Pluto+ only where Pluto finds nothing."""
+    scheduler = PlutoScheduler(scop, deps, fuse=fuse, negative_coeffs=negative_coeffs)
+    return scheduler.run(), scheduler.used_negative

@@ -33,7 +33,7 @@ class Schedule:
     @property
     def map(self) -> isl.UnionMap:
         """The flat schedule: statement instances -> time vectors (lexicographic order)."""
-        return self.tree.get_map().intersect_domain(self.scop.domain)
+        return self.tree.get_map().intersect_domain(self.tree.get_domain()).intersect_domain(self.scop.domain)
 
     def loops_c(self) -> str:
         """The loop structure as isl prints it (statement calls only), for a quick look."""
@@ -141,3 +141,36 @@ def _isl_scheduler(algorithm_code: int, name: str):
 
 register("isl")(_isl_scheduler(0, "isl"))            # ISL_SCHEDULE_ALGORITHM_ISL
 register("isl-feautrier")(_isl_scheduler(1, "isl-feautrier"))  # ISL_SCHEDULE_ALGORITHM_FEAUTRIER
+
+
+@register("pluto")
+def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
+    """Our Pluto-style scheduler (:mod:`polyopt.pluto`) followed by the tree transformations.
+
+    Options: ``fuse`` ("smart" | "max" | "no"), ``negative_coeffs`` (None = only where needed,
+    True = Pluto+, False = Pluto), ``tile`` (None, an int, per-dimension sizes, or "auto" from
+    the cache size), ``tile2`` (tiles per second-level tile), ``parallel`` (mark the outermost
+    parallel loop, with a wavefront where a band has none), ``vectorize`` (reorder the innermost
+    band so its innermost loop is parallel and stride-1).
+    """
+    from polyopt import transform
+    from polyopt.levels import tree_from_levels
+    from polyopt.pluto import pluto_levels
+
+    allowed = {"fuse", "negative_coeffs", "tile", "tile2", "parallel", "vectorize"}
+    unknown = set(options) - allowed
+    if unknown:
+        raise ScheduleError(f"pluto: unknown option(s) {', '.join(sorted(unknown))}; "
+                            f"allowed: {', '.join(sorted(allowed))}")
+    levels, _ = pluto_levels(scop, deps, fuse=options.get("fuse", "smart"),
+                             negative_coeffs=options.get("negative_coeffs"))
+    tree = tree_from_levels(scop, levels)
+    sizes = options.get("tile")
+    if sizes is not None and sizes is not False:
+        tree = transform.tile(tree, transform.default_tile_size() if sizes == "auto" else sizes,
+                              second_level=options.get("tile2"))
+    if options.get("vectorize", True):
+        tree = transform.vectorizable_innermost(tree, scop)
+    if options.get("parallel", True):
+        tree = transform.mark_parallel(tree)
+    return tree

@@ -6,7 +6,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polyopt.deps import Dependences, dependences
-from polyopt.errors import IllegalScheduleError, IncompleteScheduleError
+from polyopt.errors import IllegalScheduleError, IncompleteScheduleError, RacyParallelLoopError
 from polyopt.islutil import maps_of
 from polyopt.scop import Scop
 
@@ -56,7 +56,9 @@ def verify(scop: Scop, schedule, deps: Dependences | None = None) -> None:
     """
     deps = deps or dependences(scop)
     tree = getattr(schedule, "tree", schedule)
-    schedule_map = tree.get_map() if isinstance(tree, isl.Schedule) else tree
+    # a tree's map is not restricted to the tree's domain: instances it leaves out must show
+    schedule_map = tree.get_map().intersect_domain(tree.get_domain()) \
+        if isinstance(tree, isl.Schedule) else tree
     schedule_map = schedule_map.intersect_domain(scop.domain)
     check_coverage(scop, schedule_map)
     before = schedule_map.lex_lt_union_map(schedule_map)
@@ -70,6 +72,40 @@ def verify(scop: Scop, schedule, deps: Dependences | None = None) -> None:
             original = relation.extract_map(piece.get_space()).coalesce()
             params, src, sink, t_src, t_sink = _witness(piece, schedule_map)
             raise IllegalScheduleError(kind, str(original), src, sink, params, t_src, t_sink)
+    if isinstance(tree, isl.Schedule):
+        check_parallel(scop, tree, deps)
+
+
+def _parallel_bands(tree: isl.Schedule) -> list[isl.ScheduleNode]:
+    """The band nodes directly below a "parallel" mark."""
+    from polyopt.transform import PARALLEL_MARK
+    found: list[isl.ScheduleNode] = []
+
+    def look(node: isl.ScheduleNode) -> bool:
+        if node.get_type() == isl.schedule_node_type.mark and node.mark_get_id().get_name() == PARALLEL_MARK:
+            found.append(node.child(0))
+        return True
+
+    tree.get_root().foreach_descendant_top_down(look)
+    return found
+
+
+def check_parallel(scop: Scop, tree: isl.Schedule, deps: Dependences) -> None:
+    """Every loop marked parallel carries no dependence: instances with the same outer schedule
+    that depend on each other must have the same value of the parallel loop."""
+    for band in _parallel_bands(tree):
+        domain = band.get_domain()
+        prefix = band.get_prefix_schedule_union_map()
+        member = isl.UnionMap.from_union_pw_aff(band.band_get_partial_schedule().get_at(0))
+        inside = deps.all.intersect_domain(domain).intersect_range(domain)
+        same_outer = prefix.apply_range(prefix.reverse())
+        carried = inside.intersect(same_outer).subtract(member.apply_range(member.reverse()))
+        carried = carried.intersect_params(scop.context)
+        if not carried.is_empty():
+            piece = maps_of(carried)[0]
+            params, src, sink, _, _ = _witness(piece, tree.get_map().intersect_domain(scop.domain))
+            raise RacyParallelLoopError(str(band.band_get_partial_schedule().get_at(0)), str(piece),
+                                        src, sink, params)
 
 
 def is_legal(scop: Scop, schedule, deps: Dependences | None = None) -> bool:
