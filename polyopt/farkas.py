@@ -31,7 +31,14 @@ class Unknowns:
     def universe(self) -> isl.BasicSet:
         return self.set("")
 
-    def values(self, point: isl.Point) -> dict[str, int]:
+    def lexmin(self, feasible: isl.BasicSet | isl.Set) -> dict[str, int] | None:
+        """The lexicographically smallest integer assignment (in ``names`` order), or None."""
+        if feasible.is_empty():
+            return None
+        minimum = feasible.lexmin()
+        if minimum.is_empty():
+            return None
+        point = minimum.sample_point()
         return {name: point.get_coordinate_val(isl.dim_type.set, k).to_python()
                 for k, name in enumerate(self.names)}
 
@@ -76,13 +83,3 @@ def basic_maps(relation: isl.UnionMap) -> list[isl.BasicMap]:
     pieces: list[isl.BasicMap] = []
     relation.coalesce().foreach_map(lambda m: m.foreach_basic_map(pieces.append))
     return pieces
-
-
-def lexmin_point(feasible: isl.BasicSet | isl.Set) -> isl.Point | None:
-    """The lexicographically smallest integer point, or None when there is none."""
-    if feasible.is_empty():
-        return None
-    minimum = feasible.lexmin()
-    if minimum.is_empty():
-        return None
-    return minimum.sample_point()

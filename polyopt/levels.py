@@ -68,6 +68,25 @@ def coincidence(rows: list[Row], edges: list[Edge]) -> list[bool]:
     return [all(delta_set(e, row, "!= 0").is_empty() for e in edges) for row in rows]
 
 
+def weak_components(statements: list[str], edges: list[Edge]) -> list[tuple[str, ...]]:
+    """Statements grouped by weakly connected components of the dependence graph (textual order).
+    Scheduling problems of different components are independent."""
+    parent = {s: s for s in statements}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for e in edges:
+        parent[find(e.source)] = find(e.sink)
+    groups: dict[str, list[str]] = {}
+    for s in statements:
+        groups.setdefault(find(s), []).append(s)
+    return [tuple(g) for g in groups.values()]
+
+
 def _trivial(row: Row, stmts: list[str]) -> bool:
     """A member that maps every statement to the same constant orders nothing."""
     return all(not any(row[s][0]) for s in stmts) and len({row[s][1] for s in stmts}) == 1

@@ -20,9 +20,9 @@ import islpy as isl
 
 from polyopt.deps import Dependences
 from polyopt.errors import ScheduleError
-from polyopt.farkas import Unknowns, basic_maps, lexmin_point, nonnegative_on
+from polyopt.farkas import Unknowns, basic_maps, nonnegative_on
 from polyopt.islutil import maps_of
-from polyopt.levels import Edge, Level, Row, remaining_after
+from polyopt.levels import Edge, Level, Row, remaining_after, weak_components
 from polyopt.scop import Scop
 
 FUSION_POLICIES = ("smart", "max", "no")
@@ -186,10 +186,10 @@ class PlutoScheduler:
             for pattern in self._sign_patterns(open_statements, negative):
                 independence = " and ".join(self._independence(s, sign, negative)
                                             for s, sign in zip(open_statements, pattern))
-                point = lexmin_point(feasible.intersect(unknowns.set(independence)))
-                if point is not None:
+                values = unknowns.lexmin(feasible.intersect(unknowns.set(independence)))
+                if values is not None:
                     self.used_negative |= negative
-                    return self._row(unknowns.values(point), stmts, negative)
+                    return self._row(values, stmts, negative)
         return None
 
     def _find_hyperplane(self, components: dict[tuple[str, ...], tuple[list[Edge], dict]]) -> Row | None:
@@ -215,22 +215,6 @@ class PlutoScheduler:
                 coeffs = tuple(values[f"{s}_c{k}"] for k in range(self.dims[s]))
             row[s] = (coeffs, values[f"{s}_cst"])
         return row
-
-    def _weak_components(self, edges: list[Edge]) -> list[tuple[str, ...]]:
-        parent = {s: s for s in self.statements}
-
-        def find(x):
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
-        for e in edges:
-            parent[find(e.source)] = find(e.sink)
-        groups: dict[str, list[str]] = {}
-        for s in self.statements:
-            groups.setdefault(find(s), []).append(s)
-        return [tuple(g) for g in groups.values()]
 
     # ----- strongly connected components and cuts --------------------------------------------
     def _components(self, edges: list[Edge]) -> list[list[str]]:
@@ -303,7 +287,7 @@ class PlutoScheduler:
             components = None
             if any(not self._is_full_rank(s) for s in self.statements):
                 components = {c: ([e for e in active if e.source in c], {})
-                              for c in self._weak_components(active)}
+                              for c in weak_components(self.statements, active)}
             while components is not None:
                 row = self._find_hyperplane(components)
                 if row is None:

@@ -33,7 +33,8 @@ class Schedule:
     @property
     def map(self) -> isl.UnionMap:
         """The flat schedule: statement instances -> time vectors (lexicographic order)."""
-        return self.tree.get_map().intersect_domain(self.tree.get_domain()).intersect_domain(self.scop.domain)
+        tree = self.tree  # (a tree's map is not restricted to the tree's own domain)
+        return tree.get_map().intersect_domain(tree.get_domain()).intersect_domain(self.scop.domain)
 
     def loops_c(self) -> str:
         """The loop structure as isl prints it (statement calls only), for a quick look."""
@@ -134,6 +135,8 @@ def _isl_scheduler(algorithm_code: int, name: str):
                            .set_coincidence(deps.all)
                            .set_proximity(deps.raw))  # PPCG's choice: bring flows close
             return constraints.compute_schedule()
+        except isl.Error as exc:  # e.g. "unable to carry dependences": a typed refusal
+            raise ScheduleError(f"{name}: isl's scheduler found no schedule for {scop.name}: {exc}") from None
         finally:
             ctx.set_schedule_algorithm(previous)
     return run
@@ -174,3 +177,18 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
     if options.get("parallel", True):
         tree = transform.mark_parallel(tree)
     return tree
+
+
+@register("feautrier")
+def _feautrier(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
+    """Our Feautrier scheduler (:mod:`polyopt.feautrier`); option ``parallel`` (default True)
+    marks the outermost parallel loop of each band nest."""
+    from polyopt import transform
+    from polyopt.feautrier import feautrier_levels
+    from polyopt.levels import tree_from_levels
+
+    unknown = set(options) - {"parallel"}
+    if unknown:
+        raise ScheduleError(f"feautrier: unknown option(s) {', '.join(sorted(unknown))}; allowed: parallel")
+    tree = tree_from_levels(scop, feautrier_levels(scop, deps))
+    return transform.mark_parallel(tree, wavefront=False) if options.get("parallel", True) else tree

@@ -1,0 +1,116 @@
+"""Feautrier's multidimensional affine scheduling (Feautrier 1992, parts I and II), on isl.
+
+Dimension by dimension: every dependence not yet satisfied must be weakly satisfied
+(theta_T(t) - theta_S(s) >= x_e, Farkas-linearized, x_e in {0, 1} per dependence edge) and the
+integer lexmin first maximizes the number of strongly satisfied edges (sum x_e), then minimizes
+the coefficients (a proxy for latency). Satisfied edges leave; the rest shrink to the points where
+the new dimension does not separate them. When no edge is left, each statement is completed to
+full rank with dimensions that carry nothing: they are all parallel (innermost parallelism).
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from polyopt.deps import Dependences
+from polyopt.errors import ScheduleError
+from polyopt.farkas import Unknowns, basic_maps, nonnegative_on
+from polyopt.levels import Edge, Level, Row, remaining_after, weak_components
+from polyopt.pluto import rank
+from polyopt.scop import Scop
+
+COEFF_BOUND = 4
+CONST_BOUND = 16
+
+
+class FeautrierScheduler:
+    """One run of Feautrier's algorithm on a Scop."""
+
+    def __init__(self, scop: Scop, deps: Dependences):
+        self.scop = scop
+        self.statements = [s.name for s in scop.statements]
+        self.dims = {s.name: len(s.iterators) for s in scop.statements}
+        self.found: dict[str, list[tuple[int, ...]]] = {s: [] for s in self.statements}
+        self.edges = [Edge(m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out), m)
+                      for m in basic_maps(deps.all.intersect_params(scop.context))]
+
+    @staticmethod
+    def _coefficient(stmt: str, k: int) -> str:
+        return f"({stmt}_p{k} - {stmt}_n{k})"
+
+    def _problem(self, stmts: tuple[str, ...], edges: list[Edge]) -> tuple[Unknowns, isl.BasicSet]:
+        """Unknowns (missed edges, coefficient size, coefficients, constants, one 0/1 per edge)
+        and the Farkas constraints delta_e >= x_e of one component."""
+        names = ["missed", "size"]
+        for s in stmts:
+            for k in reversed(range(self.dims[s])):
+                names += [f"{s}_p{k}", f"{s}_n{k}"]
+        names += [f"{s}_cst" for s in stmts]
+        names += [f"x{k}" for k in range(len(edges))]
+        unknowns = Unknowns(tuple(names))
+        magnitude = " + ".join(f"{s}_p{k} + {s}_n{k}" for s in stmts for k in range(self.dims[s])) or "0"
+        satisfied = " + ".join(f"x{k}" for k in range(len(edges))) or "0"
+        cons = [f"missed = {len(edges)} - ({satisfied})", f"size = {magnitude}"]
+        cons += [f"0 <= x{k} <= 1" for k in range(len(edges))]
+        for s in stmts:
+            cons += [f"0 <= {s}_{sign}{k} <= {COEFF_BOUND}" for k in range(self.dims[s]) for sign in "pn"]
+            cons.append(f"0 <= {s}_cst <= {CONST_BOUND}")
+        feasible = unknowns.set(" and ".join(cons))
+        for k, edge in enumerate(edges):
+            x = f"x{k}"
+            constant = f"({edge.sink}_cst - {edge.source}_cst) - {x}"
+            source = [f"-{self._coefficient(edge.source, k)}" for k in range(self.dims[edge.source])]
+            sink = [self._coefficient(edge.sink, k) for k in range(self.dims[edge.sink])]
+            feasible = feasible.intersect(nonnegative_on(edge.relation, unknowns, constant, {}, source, sink))
+        return unknowns, feasible
+
+    def _dimension(self, stmts: tuple[str, ...], edges: list[Edge]) -> Row:
+        unknowns, feasible = self._problem(stmts, edges)
+        values = unknowns.lexmin(feasible)
+        if values is None:
+            raise ScheduleError(f"feautrier: no legal schedule dimension for {', '.join(stmts)} "
+                                f"with coefficients bounded by {COEFF_BOUND}")
+        if values["missed"] == len(edges):
+            raise ScheduleError(f"feautrier: no dimension satisfies any dependence among {', '.join(stmts)}")
+        return {s: (tuple(values[f"{s}_p{k}"] - values[f"{s}_n{k}"] for k in range(self.dims[s])),
+                    values[f"{s}_cst"]) for s in stmts}
+
+    def _record(self, row: Row) -> None:
+        for s, (coeffs, _) in row.items():
+            if any(coeffs) and rank(self.found[s] + [coeffs]) > rank(self.found[s]):
+                self.found[s] = self.found[s] + [coeffs]
+
+    def _completion(self) -> list[Row]:
+        """Dimensions that make every statement full rank (unit vectors of its iterators)."""
+        rows: list[Row] = []
+        while any(rank(self.found[s]) < self.dims[s] for s in self.statements):
+            row: Row = {}
+            for s in self.statements:
+                units = [tuple(int(i == k) for i in range(self.dims[s])) for k in range(self.dims[s])]
+                row[s] = (next((u for u in units if rank(self.found[s] + [u]) > rank(self.found[s])),
+                               (0,) * self.dims[s]), 0)
+            self._record(row)
+            rows.append(row)
+        return rows
+
+    def run(self) -> list[Level]:
+        levels: list[Level] = []
+        active = list(self.edges)
+        while active:
+            row: Row = {}
+            for component in weak_components(self.statements, active):
+                inside = [e for e in active if e.source in component]
+                row.update(self._dimension(component, inside) if inside
+                           else {s: ((0,) * self.dims[s], 0) for s in component})
+            levels.append(Level("band", [row], permutable=False, edges=active))
+            self._record(row)
+            active = remaining_after([row], active)
+        completion = self._completion()
+        if completion:
+            levels.append(Level("band", completion, permutable=True, edges=[]))
+        return levels
+
+
+def feautrier_levels(scop: Scop, deps: Dependences) -> list[Level]:
+    """Feautrier's schedule of ``scop`` as levels: one band per dimension that satisfies
+    dependences, then one permutable, fully parallel band completing each statement."""
+    return FeautrierScheduler(scop, deps).run()
