@@ -6,7 +6,7 @@ literals with ``+``, ``-``, multiplication by a literal, and ``//`` or ``%`` by 
 """
 from __future__ import annotations
 
-from polyopt.expr import Binary, Const, Expr, Unary, Var
+from polyopt.expr import Access, Binary, Const, Expr, Unary, Var, to_source
 
 
 class NotAffine(ValueError):
@@ -37,6 +37,9 @@ def isl_text(expr: Expr, *, allow_min_max: bool = False) -> str:
     value = _literal(expr)
     if value is not None:
         return f"({value})"
+    if isinstance(expr, Access):
+        raise NotAffine(expr, f"array element {to_source(expr)} is data, not a loop iterator or "
+                              "size parameter")
     if isinstance(expr, Var):
         if expr.kind not in ("iter", "param"):
             raise NotAffine(expr, f"'{expr.name}' is a data value, not a loop iterator or size parameter")

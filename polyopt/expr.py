@@ -188,6 +188,8 @@ def binary(op: str, lhs: Expr, rhs: Expr) -> Expr:
         common = i64
     if op == "/" and not common.is_float:
         common = f64
+    if op == "**" and not common.is_float and not (isinstance(rhs, Const) and rhs.value >= 0):
+        common = f64  # an integer power is an integer only for a literal exponent >= 0: 2 ** -1 == 0.5
     lhs, rhs = cast(lhs, common), cast(rhs, common)
     if op in COMPARISON_OPS:
         return Binary(op, lhs, rhs, boolean)

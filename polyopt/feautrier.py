@@ -1,5 +1,6 @@
 """Feautrier's multidimensional affine scheduling (Feautrier 1992, parts I and II), on isl.
 
+Schedules are affine in the iterators and the size parameters (theta = c.i + d.p + c0).
 Dimension by dimension: every dependence not yet satisfied must be weakly satisfied
 (theta_T(t) - theta_S(s) >= x_e, Farkas-linearized, x_e in {0, 1} per dependence edge) and the
 integer lexmin first maximizes the number of strongly satisfied edges (sum x_e), then minimizes
@@ -45,22 +46,26 @@ class FeautrierScheduler:
             for k in reversed(range(self.dims[s])):
                 names += [f"{s}_p{k}", f"{s}_n{k}"]
         names += [f"{s}_cst" for s in stmts]
+        names += [f"{s}_d{p}" for s in stmts for p in self.scop.params]
         names += [f"x{k}" for k in range(len(edges))]
         unknowns = Unknowns(tuple(names))
-        magnitude = " + ".join(f"{s}_p{k} + {s}_n{k}" for s in stmts for k in range(self.dims[s])) or "0"
+        magnitude = " + ".join([f"{s}_p{k} + {s}_n{k}" for s in stmts for k in range(self.dims[s])]
+                               + [f"{s}_d{p}" for s in stmts for p in self.scop.params]) or "0"
         satisfied = " + ".join(f"x{k}" for k in range(len(edges))) or "0"
         cons = [f"missed = {len(edges)} - ({satisfied})", f"size = {magnitude}"]
         cons += [f"0 <= x{k} <= 1" for k in range(len(edges))]
         for s in stmts:
             cons += [f"0 <= {s}_{sign}{k} <= {COEFF_BOUND}" for k in range(self.dims[s]) for sign in "pn"]
             cons.append(f"0 <= {s}_cst <= {CONST_BOUND}")
+            cons += [f"0 <= {s}_d{p} <= {COEFF_BOUND}" for p in self.scop.params]
         feasible = unknowns.set(" and ".join(cons))
         for k, edge in enumerate(edges):
             x = f"x{k}"
             constant = f"({edge.sink}_cst - {edge.source}_cst) - {x}"
             source = [f"-{self._coefficient(edge.source, k)}" for k in range(self.dims[edge.source])]
             sink = [self._coefficient(edge.sink, k) for k in range(self.dims[edge.sink])]
-            feasible = feasible.intersect(nonnegative_on(edge.relation, unknowns, constant, {}, source, sink))
+            params = {p: f"{edge.sink}_d{p} - {edge.source}_d{p}" for p in self.scop.params}
+            feasible = feasible.intersect(nonnegative_on(edge.relation, unknowns, constant, params, source, sink))
         return unknowns, feasible
 
     def _dimension(self, stmts: tuple[str, ...], edges: list[Edge]) -> Row:
@@ -72,10 +77,11 @@ class FeautrierScheduler:
         if values["missed"] == len(edges):
             raise ScheduleError(f"feautrier: no dimension satisfies any dependence among {', '.join(stmts)}")
         return {s: (tuple(values[f"{s}_p{k}"] - values[f"{s}_n{k}"] for k in range(self.dims[s])),
-                    values[f"{s}_cst"]) for s in stmts}
+                    values[f"{s}_cst"], tuple((p, values[f"{s}_d{p}"]) for p in self.scop.params))
+                for s in stmts}
 
     def _record(self, row: Row) -> None:
-        for s, (coeffs, _) in row.items():
+        for s, (coeffs, *_) in row.items():
             if any(coeffs) and rank(self.found[s] + [coeffs]) > rank(self.found[s]):
                 self.found[s] = self.found[s] + [coeffs]
 
@@ -100,8 +106,12 @@ class FeautrierScheduler:
             for component in weak_components(self.statements, active):
                 inside = [e for e in active if e.source in component]
                 row.update(self._dimension(component, inside) if inside
-                           else {s: ((0,) * self.dims[s], 0) for s in component})
-            levels.append(Level("band", [row], permutable=False, edges=active))
+                           else {s: ((0,) * self.dims[s], 0, ()) for s in component})
+            constant_only = not any(any(coeffs) or any(c for _, c in params)
+                                    for coeffs, _, params in row.values())
+            # a dimension of constants only orders statements: a sequence, not a loop
+            levels.append(Level("scalar", [row]) if constant_only
+                          else Level("band", [row], permutable=False, edges=active))
             self._record(row)
             active = remaining_after([row], active)
         completion = self._completion()

@@ -12,8 +12,8 @@ import islpy as isl
 
 from polyopt.scop import Scop
 
-#: per statement: (iterator coefficients, constant)
-Row = dict[str, tuple[tuple[int, ...], int]]
+#: per statement: (iterator coefficients, constant[, ((parameter, coefficient), ...)])
+Row = dict[str, tuple]
 
 
 @dataclass
@@ -38,8 +38,10 @@ class Level:
 
 
 def _phi(row: Row, stmt: str, names: list[str]) -> str:
-    coeffs, const = row[stmt]
-    return " + ".join([f"{c} * {n}" for c, n in zip(coeffs, names) if c] + [str(const)])
+    coeffs, const, *rest = row[stmt]
+    params = rest[0] if rest else ()
+    return " + ".join([f"{c} * {n}" for c, n in zip(coeffs, names) if c]
+                      + [f"{c} * {p}" for p, c in params if c] + [str(const)])
 
 
 def delta_set(edge: Edge, row: Row, relation: str) -> isl.Map:
@@ -89,7 +91,8 @@ def weak_components(statements: list[str], edges: list[Edge]) -> list[tuple[str,
 
 def _trivial(row: Row, stmts: list[str]) -> bool:
     """A member that maps every statement to the same constant orders nothing."""
-    return all(not any(row[s][0]) for s in stmts) and len({row[s][1] for s in stmts}) == 1
+    return all(not any(row[s][0]) and not any(c for _, c in (row[s][2:] or [()])[0]) for s in stmts) \
+        and len({row[s][1] for s in stmts}) == 1
 
 
 def tree_from_levels(scop: Scop, levels: list[Level]) -> isl.Schedule:

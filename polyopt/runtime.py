@@ -219,8 +219,10 @@ def clear_cache() -> None:
 def _cache_key(kernel, target: str, algorithm: str, options: dict):
     if hasattr(kernel, "source") and hasattr(kernel, "float_dtype"):
         identity = ("kernel", kernel.source, str(kernel.float_dtype))
-    else:
+    elif isinstance(kernel, Scop):
         identity = ("scop", str(kernel), repr(kernel.arguments))
+    else:  # refused before anything else looks at it
+        raise TypeError(f"cannot compile {kernel!r}: expected a polyopt kernel or Scop")
     return identity + (target, algorithm, tuple(sorted((k, repr(v)) for k, v in options.items())))
 
 

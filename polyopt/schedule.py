@@ -168,12 +168,12 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
     levels, _ = pluto_levels(scop, deps, fuse=options.get("fuse", "smart"),
                              negative_coeffs=options.get("negative_coeffs"))
     tree = tree_from_levels(scop, levels)
+    if options.get("vectorize", True):  # before tiling: members are still plain iterators
+        tree = transform.vectorizable_innermost(tree, scop)
     sizes = options.get("tile")
     if sizes is not None and sizes is not False:
         tree = transform.tile(tree, transform.default_tile_size() if sizes == "auto" else sizes,
                               second_level=options.get("tile2"))
-    if options.get("vectorize", True):
-        tree = transform.vectorizable_innermost(tree, scop)
     if options.get("parallel", True):
         tree = transform.mark_parallel(tree)
     return tree
@@ -192,3 +192,30 @@ def _feautrier(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
         raise ScheduleError(f"feautrier: unknown option(s) {', '.join(sorted(unknown))}; allowed: parallel")
     tree = tree_from_levels(scop, feautrier_levels(scop, deps))
     return transform.mark_parallel(tree, wavefront=False) if options.get("parallel", True) else tree
+
+
+def tree_statistics(tree: isl.Schedule) -> dict[str, int]:
+    """Shape of a schedule tree, for comparing schedulers.
+
+    ``bands``: band nodes; ``permutable_depth``: most members of one permutable band (the tilable
+    depth); ``parallel_loops``: coincident members over all bands; ``sequential_depth``: most
+    non-coincident band members on one root-to-leaf path (the latency dimensions).
+    """
+    stats = {"bands": 0, "permutable_depth": 0, "parallel_loops": 0, "sequential_depth": 0}
+
+    def visit(node: isl.ScheduleNode, sequential: int) -> None:
+        if node.get_type() == isl.schedule_node_type.band:
+            n = node.band_n_member()
+            coincident = [node.band_member_get_coincident(k) for k in range(n)]
+            stats["bands"] += 1
+            stats["parallel_loops"] += sum(coincident)
+            if node.band_get_permutable() or n == 1:
+                stats["permutable_depth"] = max(stats["permutable_depth"], n)
+            sequential += n - sum(coincident)
+        if node.n_children() == 0:
+            stats["sequential_depth"] = max(stats["sequential_depth"], sequential)
+        for k in range(node.n_children()):
+            visit(node.child(k), sequential)
+
+    visit(tree.get_root(), 0)
+    return stats

@@ -1,0 +1,78 @@
+"""Our Feautrier scheduler: textbook results and every suite kernel, compared with isl's."""
+import numpy as np
+import pytest
+
+import polyopt as po
+from polyopt import f64
+from polyopt.feautrier import feautrier_levels
+from polyopt.schedule import tree_statistics
+
+
+@po.kernel
+def wavefront(A: f64["N", "N"]):
+    for i in range(1, N):
+        for j in range(1, N):
+            A[i, j] = A[i - 1, j] + A[i, j - 1]
+
+
+@po.kernel
+def row_prefix(A: f64["N", "N"], B: f64["N"]):
+    for i in range(1, N):
+        for j in range(N):
+            A[i, j] = A[i, j] + B[i - 1]
+        for j in range(N):
+            B[i] = B[i] + A[i, j] * 0.5
+
+
+def test_uniform_recurrence_gets_one_dimensional_schedule():
+    scop = wavefront.scop
+    levels = feautrier_levels(scop, po.dependences(scop))
+    assert levels[0].rows == [{"S0": ((1, 1), 0, (("N", 0),))}]  # t = i + j
+    assert all(lvl.permutable for lvl in levels[1:])        # the rest carries nothing
+    ck = po.compile(wavefront, algorithm="feautrier")
+    a = np.random.default_rng(0).random((9, 9))
+    b = a.copy()
+    ck(a)
+    po.interpret(wavefront, b)
+    np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_gemm_only_the_reduction_dimension_carries():
+    scop = po.suite.get("gemm").kernel.scop
+    levels = feautrier_levels(scop, po.dependences(scop))
+    first = levels[0].rows[0]
+    assert first["S1"][0] == (0, 1, 0)                      # k (S1 iterates i, k, j)
+    assert first["S0"][0] == (0, 0)
+    stats = tree_statistics(po.schedule(scop, "feautrier").tree)
+    assert stats["sequential_depth"] == 1 and stats["parallel_loops"] >= 2
+
+
+def test_program_that_needs_two_dimensions():
+    scop = row_prefix.scop
+    levels = feautrier_levels(scop, po.dependences(scop))
+    sequential = [lvl for lvl in levels if not lvl.permutable]
+    assert len(sequential) == 2
+    a = np.random.default_rng(1).random((7, 7))
+    b = np.random.default_rng(2).random(7)
+    a2, b2 = a.copy(), b.copy()
+    po.compile(row_prefix, algorithm="feautrier")(a, b)
+    po.interpret(row_prefix, a2, b2)
+    np.testing.assert_allclose(a, a2, rtol=1e-12)
+    np.testing.assert_allclose(b, b2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", po.suite.names())
+def test_suite_kernel_verified_correct_and_not_more_sequential_than_isl(name):
+    entry = po.suite.get(name)
+    scop = entry.kernel.scop
+    ours = po.schedule(scop, "feautrier")
+    po.verify(scop, ours)
+    theirs = po.schedule(scop, "isl-feautrier")
+    assert tree_statistics(ours.tree)["sequential_depth"] <= tree_statistics(theirs.tree)["sequential_depth"]
+    args = entry.inputs(entry.sizes("MINI"))
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    entry.reference(**expected)
+    po.compile(entry.kernel, algorithm="feautrier")(**args)
+    for key, value in expected.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_allclose(args[key], value, rtol=1e-9, atol=1e-12, err_msg=key)

@@ -1,0 +1,156 @@
+"""Our Pluto-style scheduler: textbook schedules, fusion policies, negative coefficients, tiling
+and parallel marks, and every suite kernel verified and compared with its numpy reference."""
+import islpy as isl
+import numpy as np
+import pytest
+
+import polyopt as po
+from polyopt import f64
+from polyopt.levels import Level
+from polyopt.pluto import pluto_levels
+from polyopt.schedule import tree_statistics
+
+
+def bands(levels: list[Level], stmt: str) -> list[list[tuple]]:
+    """Per band level, the hyperplanes of one statement as (coefficients, constant)."""
+    return [[row[stmt] for row in level.rows] for level in levels if level.kind == "band"]
+
+
+def run_and_compare(entry, compiled, preset="MINI"):
+    args = entry.inputs(entry.sizes(preset))
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    entry.reference(**expected)
+    compiled(**args)
+    for name, value in expected.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_allclose(args[name], value, rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+def test_gemm_one_3d_permutable_band_with_two_parallel_dims():
+    scop = po.suite.get("gemm").kernel.scop
+    sched = po.schedule(scop, "pluto", parallel=False, vectorize=False)
+    found = []
+
+    def look(n):
+        if n.get_type() == isl.schedule_node_type.band and n.band_n_member() == 3:
+            found.append((n.band_get_permutable(), [n.band_member_get_coincident(k) for k in range(3)]))
+        return True
+
+    sched.tree.get_root().foreach_descendant_top_down(look)
+    assert found == [(True, [True, True, False])]
+
+
+def test_jacobi_1d_is_time_skewed_and_fused():
+    scop = po.suite.get("jacobi-1d").kernel.scop
+    levels, negative = pluto_levels(scop, po.dependences(scop))
+    assert not negative
+    assert bands(levels, "S0")[0] == [((1, 0), 0), ((2, 1), 0)]
+    assert bands(levels, "S1")[0] == [((1, 0), 0), ((2, 1), 1)]
+
+
+def test_seidel_2d_needs_t_t_plus_i_2t_plus_i_plus_j():
+    scop = po.suite.get("seidel-2d").kernel.scop
+    levels, _ = pluto_levels(scop, po.dependences(scop))
+    assert bands(levels, "S0")[0] == [((1, 0, 0), 0), ((1, 1, 0), 0), ((2, 1, 1), 0)]
+
+
+def test_jacobi_2d_bands_are_skewed_and_permutable():
+    scop = po.suite.get("jacobi-2d").kernel.scop
+    levels, _ = pluto_levels(scop, po.dependences(scop))
+    band = [lvl for lvl in levels if lvl.kind == "band"][0]
+    assert band.permutable and len(band.rows) == 3
+    assert band.rows[0]["S0"][0] == (1, 0, 0)
+    assert all(row["S0"][0][0] >= 1 for row in band.rows[1:])  # time-skewed space dimensions
+
+
+@pytest.mark.parametrize("name", ["2mm", "3mm"])
+def test_fusion_policies(name):
+    scop = po.suite.get(name).kernel.scop
+    deps = po.dependences(scop)
+    cuts = {}
+    for policy in ("max", "smart", "no"):
+        levels, _ = pluto_levels(scop, deps, fuse=policy)
+        top = levels[0]
+        groups = len({v[1] for v in top.rows[0].values()}) if top.kind == "scalar" else 1
+        cuts[policy] = groups
+        po.verify(scop, po.schedule(scop, "pluto", fuse=policy))
+    # "no" distributes every strongly connected component; "max" fuses the most
+    assert cuts["no"] >= cuts["smart"] >= cuts["max"]
+    assert cuts["no"] == len(scop.statements)
+
+
+@po.kernel
+def reversed_recurrence(A: f64["N"]):
+    for i in range(N - 2, -1, -1):
+        A[i] = A[i + 1] * 0.5 + A[i]
+
+
+def test_negative_coefficients_only_with_pluto_plus():
+    scop = reversed_recurrence.scop
+    deps = po.dependences(scop)
+    with pytest.raises(po.ScheduleError, match="negative_coeffs"):
+        pluto_levels(scop, deps, negative_coeffs=False)
+    levels, negative = pluto_levels(scop, deps, negative_coeffs=True)
+    assert negative and bands(levels, "S0")[0][0][0] == (-1,)
+    levels, negative = pluto_levels(scop, deps)  # automatic: Pluto+ only where needed
+    assert negative
+    ck = po.compile(reversed_recurrence, algorithm="pluto")
+    a, b = np.linspace(1, 2, 17), np.linspace(1, 2, 17)
+    ck(a)
+    po.interpret(reversed_recurrence, b)
+    np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["lu", "cholesky"])
+def test_triangular_kernels(name):
+    entry = po.suite.get(name)
+    sched = po.schedule(entry.kernel.scop, "pluto")
+    po.verify(entry.kernel.scop, sched)
+    assert tree_statistics(sched.tree)["permutable_depth"] >= 2
+    run_and_compare(entry, po.compile(entry.kernel, algorithm="pluto", tile=4), "SMALL")
+
+
+def test_wavefront_gives_parallelism_to_seidel():
+    scop = po.suite.get("seidel-2d").kernel.scop
+    sched = po.schedule(scop, "pluto", tile=8)
+    assert "mark parallel" in sched.pretty()
+    po.verify(scop, sched)  # includes the check that the parallel loop carries nothing
+
+
+def test_parallel_mark_is_checked_by_the_verifier():
+    scop = po.suite.get("jacobi-1d").kernel.scop
+    tree = po.schedule(scop, "pluto", parallel=False).tree
+    band = tree.get_root().child(0)
+    assert band.get_type() == isl.schedule_node_type.band
+    racy = band.insert_mark(isl.Id("parallel")).get_schedule()  # time loop: not parallel
+    with pytest.raises(po.IllegalScheduleError, match="marked parallel"):
+        po.verify(scop, racy)
+
+
+def test_options_are_checked():
+    scop = po.suite.get("gemm").kernel.scop
+    with pytest.raises(po.ScheduleError, match="unknown option"):
+        po.schedule(scop, "pluto", tiles=32)
+    with pytest.raises(po.ScheduleError, match="fusion policy"):
+        po.schedule(scop, "pluto", fuse="sometimes")
+
+
+def test_vectorize_puts_stride_one_parallel_loop_innermost():
+    ck = po.compile(po.suite.get("gemm").kernel, algorithm="pluto", tile=16)
+    inner = [line for line in ck.c_source.splitlines() if "/* S1 */" in line][0]
+    loops = [line for line in ck.c_source.splitlines() if line.strip().startswith("for")]
+    innermost = loops[-1].split("long ")[1].split(" ")[0]
+    assert f"[{innermost}]" in inner.split("=")[0]  # C[..][innermost]: stride-1 store
+
+
+VARIANTS = [dict(fuse="smart"), dict(fuse="max"), dict(fuse="no"),
+            dict(fuse="smart", tile=8), dict(fuse="max", tile=8, tile2=2), dict(fuse="no", tile=4, parallel=False)]
+
+
+@pytest.mark.parametrize("options", VARIANTS, ids=lambda o: "-".join(f"{k}{v}" for k, v in o.items()))
+@pytest.mark.parametrize("name", po.suite.names())
+def test_suite_kernel(name, options):
+    entry = po.suite.get(name)
+    compiled = po.compile(entry.kernel, algorithm="pluto", **options)
+    po.verify(entry.kernel.scop, compiled.schedule)
+    run_and_compare(entry, compiled)
