@@ -53,8 +53,11 @@ def _integral(rational: isl.BasicSet) -> isl.BasicSet:
 
 @lru_cache(maxsize=4096)
 def _dual_cone(relation_text: str) -> isl.BasicSet:
-    """Flattened coefficient set { [cst, params..., in..., out...] : form >= 0 on P } of P."""
-    return _integral(isl.BasicMap(relation_text).wrap().coefficients().flatten())
+    """Flattened coefficient set { [cst, params..., in..., out...] : form >= 0 on P } of P.
+
+    Existentially quantified variables (strides, modulo conditions) are projected out
+    rationally first: the result may be stricter than needed, never unsound."""
+    return _integral(isl.BasicMap(relation_text).remove_divs().wrap().coefficients().flatten())
 
 
 def nonnegative_on(relation: isl.BasicMap, unknowns: Unknowns, constant: str, params: dict[str, str],

@@ -88,7 +88,9 @@ class PlutoScheduler:
         self.edges = [Edge(m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out), m)
                       for m in basic_maps(deps.all.intersect_params(scop.context))]
         self.levels: list[Level] = []
-        self.original_rows = {s.name: _affine_rows(scop.schedule.get_map(), s.name, len(s.iterators))
+        self._box_cache: dict = {}
+        schedule_maps = {m.get_tuple_name(isl.dim_type.in_): m for m in maps_of(scop.schedule.get_map())}
+        self.original_rows = {s.name: _affine_rows(schedule_maps[s.name], len(s.iterators))
                               for s in scop.statements}
 
     # ----- unknowns and coefficient expressions ----------------------------------------------
@@ -106,6 +108,13 @@ class PlutoScheduler:
         return f"({stmt}_p{k} - {stmt}_n{k})" if negative else f"{stmt}_c{k}"
 
     def _bounds(self, unknowns: Unknowns, stmts: tuple[str, ...], negative: bool) -> isl.BasicSet:
+        """The box of every unknown (cached: the same for every band of a component)."""
+        key = (stmts, negative)
+        if key not in self._box_cache:
+            self._box_cache[key] = self._box(unknowns, stmts, negative)
+        return self._box_cache[key]
+
+    def _box(self, unknowns: Unknowns, stmts: tuple[str, ...], negative: bool) -> isl.BasicSet:
         cons = [f"0 <= u_{p} <= {self.U_BOUND}" for p in self.scop.params]
         cons.append(f"0 <= w <= {self.W_BOUND}")
         for s in stmts:
@@ -317,20 +326,15 @@ class PlutoScheduler:
         raise ScheduleError(f"pluto: no complete schedule for {self.scop.name} after {max_levels} levels")
 
 
-def _affine_rows(schedule: isl.UnionMap, stmt: str, dim: int) -> list[tuple[int, ...]]:
-    """Iterator coefficients of each (affine) output of a statement's flat schedule."""
-    rows: list[tuple[int, ...]] = []
-    for m in maps_of(schedule):
-        if m.get_tuple_name(isl.dim_type.in_) != stmt:
-            continue
-        pieces: list[isl.MultiAff] = []
-        isl.PwMultiAff.from_map(m).foreach_piece(lambda _, multi: pieces.append(multi))
-        if len(pieces) != 1:
-            return rows
-        multi = pieces[0]
-        for k in range(multi.dim(isl.dim_type.out)):
-            aff = multi.get_at(k)
-            rows.append(tuple(aff.get_coefficient_val(isl.dim_type.in_, d).to_python() for d in range(dim)))
+def _affine_rows(schedule: isl.Map, dim: int) -> list[tuple[int, ...]]:
+    """Iterator coefficients of each (affine) output of one statement's flat schedule."""
+    pieces: list[isl.MultiAff] = []
+    isl.PwMultiAff.from_map(schedule).foreach_piece(lambda _, multi: pieces.append(multi))
+    if len(pieces) != 1:
+        return []
+    multi = pieces[0]
+    rows = [tuple(multi.get_at(k).get_coefficient_val(isl.dim_type.in_, d).to_python() for d in range(dim))
+            for k in range(multi.dim(isl.dim_type.out))]
     return [r for r in rows if any(r)]
 
 
