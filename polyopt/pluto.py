@@ -267,27 +267,37 @@ class PlutoScheduler:
         self.levels.append(Level("scalar", [row]))
         return [e for e in edges if position[e.source] == position[e.sink]]
 
-    def _initial_groups(self, edges: list[Edge]) -> list[list[str]] | None:
-        components = self._components(edges)
-        if self.fuse == "no":
-            return components if len(components) > 1 else None
-        if self.fuse == "smart":  # fuse neighbouring SCCs of the same loop depth only
-            groups: list[list[str]] = []
-            for comp in components:
-                depth = max(self.dims[s] for s in comp)
-                if groups and max(self.dims[s] for s in groups[-1]) == depth:
-                    groups[-1] = groups[-1] + comp
-                else:
-                    groups.append(comp)
-            return groups if len(groups) > 1 else None
+    def _by_depth(self, components: list[list[str]]) -> list[list[str]]:
+        """Neighbouring SCCs (in topological order) of the same loop depth, merged."""
+        groups: list[list[str]] = []
+        for comp in components:
+            depth = max(self.dims[s] for s in comp)
+            if groups and max(self.dims[s] for s in groups[-1]) == depth:
+                groups[-1] = groups[-1] + comp
+            else:
+                groups.append(comp)
+        return groups
+
+    def _stuck_cut(self, active: list[Edge]) -> list[Edge] | None:
+        """When no hyperplane exists: cut between the SCCs of the remaining dependences; None
+        when no cut separates any dependence."""
+        components = self._components(active)
+        if len(components) < 2:
+            return None
+        remaining = self._cut(components, active)
+        if len(remaining) < len(active):
+            return remaining
+        self.levels.pop()  # this cut separated no dependence
         return None
 
     # ----- main loop -----------------------------------------------------------------------------
     def run(self) -> list[Level]:
         active = list(self.edges)
-        groups = self._initial_groups(active)
-        if groups:
-            active = self._cut(groups, active)
+        if self.fuse != "max":  # "no": distribute every SCC; "smart": SCCs of different depth
+            components = self._components(active)
+            groups = components if self.fuse == "no" else self._by_depth(components)
+            if len(groups) > 1:
+                active = self._cut(groups, active)
         max_levels = 4 * (max(self.dims.values(), default=0) + 2) + len(self.statements)
         while len(self.levels) < max_levels:
             if all(self._is_full_rank(s) for s in self.statements) and not active:
@@ -313,13 +323,10 @@ class PlutoScheduler:
                 self.levels.append(Level("band", band, permutable=True, edges=active))
                 active = remaining_after(band, active)
                 continue
-            components = self._components(active)
-            if len(components) > 1:
-                remaining = self._cut(components, active)
-                if len(remaining) < len(active):
-                    active = remaining
-                    continue
-                self.levels.pop()  # the cut separated no dependence: we are stuck
+            remaining = self._stuck_cut(active)
+            if remaining is not None:
+                active = remaining
+                continue
             hint = " (try negative_coeffs=True)" if self.negative is False else ""
             raise ScheduleError(f"pluto: no legal hyperplane for {self.scop.name} and its dependences "
                                 f"form one strongly connected component{hint}")
