@@ -37,68 +37,77 @@ def _math_name(func: str, dtype: DType) -> str:
     return name + "f" if dtype.name == "f32" else name
 
 
+_PRIMARY, _UNARY, _MUL, _ADD, _REL, _EQ, _AND, _OR, _COND = 16, 15, 13, 12, 10, 9, 5, 4, 3
+_C_PRECEDENCE = {"*": _MUL, "/": _MUL, "tdiv": _MUL, "tmod": _MUL, "+": _ADD, "-": _ADD,
+                 "<": _REL, "<=": _REL, ">": _REL, ">=": _REL, "==": _EQ, "!=": _EQ,
+                 "and": _AND, "or": _OR}
+_C_SPELLING = {"tdiv": "/", "tmod": "%", "and": "&&", "or": "||"}
+
+
 class _CExpr:
-    """Fully parenthesized C for an expression tree (clarity over minimal parentheses)."""
+    """C for an expression tree, parenthesized only where C's precedence needs it."""
 
     def __init__(self, scop: Scop):
         self.scop = scop
 
     def __call__(self, e: E.Expr) -> str:
+        return self.emit(e)[0]
+
+    def at(self, e: E.Expr, precedence: int) -> str:
+        """``e`` as an operand of an operator binding with ``precedence``."""
+        text, own = self.emit(e)
+        return text if own >= precedence else f"({text})"
+
+    def emit(self, e: E.Expr) -> tuple[str, int]:
         if isinstance(e, E.Const):
             if e.dtype.is_float:
-                text = repr(float(e.value))
-                return text + "f" if e.dtype.name == "f32" else text
-            return f"{int(e.value)}" if -2**31 <= e.value < 2**31 else f"{int(e.value)}L"
+                text = repr(float(e.value)) + ("f" if e.dtype.name == "f32" else "")
+            else:
+                text = f"{int(e.value)}" if -2**31 <= e.value < 2**31 else f"{int(e.value)}L"
+            return text, (_PRIMARY if e.value >= 0 else _UNARY)
         if isinstance(e, E.Var):
-            return e.name
+            return e.name, _PRIMARY
         if isinstance(e, E.Access):
-            return e.array + "".join(f"[{self(i)}]" for i in e.indices) if e.indices else e.array
+            return e.array + "".join(f"[{self(i)}]" for i in e.indices), _PRIMARY
         if isinstance(e, E.Unary):
-            return f"(-{self(e.operand)})" if e.op == "neg" else f"(!{self(e.operand)})"
+            return ("-" if e.op == "neg" else "!") + self.at(e.operand, _UNARY), _UNARY
         if isinstance(e, E.Cast):
-            return f"(({_ctype(e.dtype)}){self(e.operand)})"
+            return f"({_ctype(e.dtype)}){self.at(e.operand, _UNARY)}", _UNARY
         if isinstance(e, E.Select):
-            return f"({self(e.cond)} ? {self(e.then)} : {self(e.otherwise)})"
+            return (f"{self.at(e.cond, _OR)} ? {self.at(e.then, _COND + 1)} : "
+                    f"{self.at(e.otherwise, _COND)}"), _COND
         if isinstance(e, E.Call):
             if e.func == "abs" and not e.dtype.is_float:
-                return f"({self(e.args[0])} < 0 ? -{self(e.args[0])} : {self(e.args[0])})"
-            return f"{_math_name(e.func, e.dtype)}({', '.join(self(a) for a in e.args)})"
+                x = self.at(e.args[0], _UNARY)
+                return f"{x} < 0 ? -{x} : {x}", _COND
+            return f"{_math_name(e.func, e.dtype)}({', '.join(self(a) for a in e.args)})", _PRIMARY
         if isinstance(e, E.Binary):
             return self.binary(e)
         raise TypeError(f"cannot emit {e!r}")
 
-    def binary(self, e: E.Binary) -> str:
-        a, b, op, t = self(e.lhs), self(e.rhs), e.op, e.lhs.dtype
-        if op == "min":
-            return f"({b} < {a} ? {b} : {a})"
-        if op == "max":
-            return f"({b} > {a} ? {b} : {a})"
-        if op == "and":
-            return f"({a} && {b})"
-        if op == "or":
-            return f"({a} || {b})"
-        if op == "tdiv":
-            return f"({a} / {b})"
-        if op == "tmod":
-            return f"({a} % {b})"
+    def binary(self, e: E.Binary) -> tuple[str, int]:
+        op, t = e.op, e.lhs.dtype
+        if op in ("min", "max"):  # Python: min(a, b) is b only when b < a
+            a, b = self.at(e.lhs, _REL + 1), self.at(e.rhs, _REL + 1)
+            return f"{b} {'<' if op == 'min' else '>'} {a} ? {b} : {a}", _COND
         if op == "//":  # Python's float floor division, like its % (1.0 // 0.1 == 9.0)
-            if t.is_float:
-                return f"{'pl_ffloordivf' if t.name == 'f32' else 'pl_ffloordiv'}({a}, {b})"
-            return f"pl_floordiv({a}, {b})"
+            helper = ("pl_ffloordivf" if t.name == "f32" else "pl_ffloordiv") if t.is_float else "pl_floordiv"
+            return f"{helper}({self(e.lhs)}, {self(e.rhs)})", _PRIMARY
         if op == "%":
-            if t.is_float:
-                return f"{'pl_fmodf' if t.name == 'f32' else 'pl_fmod'}({a}, {b})"
-            return f"pl_mod({a}, {b})"
+            helper = ("pl_fmodf" if t.name == "f32" else "pl_fmod") if t.is_float else "pl_mod"
+            return f"{helper}({self(e.lhs)}, {self(e.rhs)})", _PRIMARY
         if op == "**":
-            return _power(e, self)
-        return f"({a} {op} {b})"
+            return _power(e, self), _PRIMARY
+        prec = _C_PRECEDENCE[op]
+        text = f"{self.at(e.lhs, prec)} {_C_SPELLING.get(op, op)} {self.at(e.rhs, prec + 1)}"
+        return text, prec
 
 
 def _power(e: E.Binary, emit) -> str:
     """``x ** n`` as repeated multiplication for small literal n, else pow()."""
     exponent = e.rhs.value if isinstance(e.rhs, E.Const) else None
     if exponent is not None and float(exponent).is_integer() and 0 <= exponent <= 4:
-        base = emit(e.lhs)
+        base = emit.at(e.lhs, _MUL + 1)
         return "(" + " * ".join([base] * int(exponent)) + ")" if exponent else "1"
     return f"{_math_name('pow', e.dtype)}({emit(e.lhs)}, {emit(e.rhs)})"
 
@@ -118,13 +127,26 @@ def c_function(scop: Scop, loops: Node, function_name: str, *, openmp: bool = Fa
                              f"({_ctype(arg.dtype)} (*){inner}){arg.name}_;")
         else:
             params.append(f"{_ctype(arg.dtype)} {arg.name}")
-    body: list[str] = []
-    for array in scop.arrays.values():
-        if array.local:
-            body.append(f"  {_ctype(array.dtype)} {array.name} = 0;")
-    _emit_node(loops, scop, emit, body, 1, openmp)
+    locals_ = [a.name for a in scop.arrays.values() if a.local]
+    body = c_loop_nest(scop, loops, openmp=openmp, declare=locals_)
     signature = f"void {function_name}({', '.join(params) or 'void'})"
     return _PRELUDE + "\n" + signature + "\n{\n" + "\n".join(views + body) + "\n}\n"
+
+
+def c_prelude() -> str:
+    """The includes and inline helpers (floor division, modulo) the emitted statements use."""
+    return _PRELUDE
+
+
+def c_loop_nest(scop: Scop, loops: Node, *, openmp: bool = False, depth: int = 1,
+                declare=()) -> list[str]:
+    """The lines of the loop nest alone, indented ``depth`` levels: the kernel-local scalars
+    named in ``declare`` (zero-initialized), then the loops (for a function body, or for
+    substitution into existing C code, where the arrays and parameters are already in scope)."""
+    pad = "  " * depth
+    out = [f"{pad}{_ctype(scop.arrays[name].dtype)} {name} = 0;" for name in declare]
+    _emit_node(loops, scop, _CExpr(scop), out, depth, openmp)
+    return out
 
 
 def _emit_node(node: Node, scop: Scop, emit, out: list[str], depth: int, openmp: bool) -> None:

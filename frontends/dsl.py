@@ -23,17 +23,17 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from polyopt import expr as E
-from polyopt.affine import NotAffine, extent_isl, isl_text
+from polyopt.affine import ISL_COMPARE, NotAffine, isl_text
 from polyopt.errors import FrontendError
-from polyopt.scop import AccessRef, Argument, Array, Scop, Statement
+from polyopt.scop import Argument, Array, Scop, Statement
 from polyopt.types import ELEMENT_TYPES, DType, as_dtype, boolean, f64, i64
-from polyopt.frontends.schedule_tree import Leaf, Loop, original_schedule
+from polyopt.frontends.common import assemble_scop, build_statement, domain_set
+from polyopt.frontends.schedule_tree import Leaf, Loop
 
 _MODULE_PREFIXES = ("math", "np", "numpy", "po", "polyopt")
 _AUGMENTED = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
               ast.Mod: "%", ast.Pow: "**"}
 _COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
-_ISL_COMPARE = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "=", "!=": "!="}
 
 
 class Kernel:
@@ -93,7 +93,12 @@ def kernel(function=None, *, dtype=None):
 def kernel_from_source(source: str, *, dtype=None) -> Kernel:
     """A kernel from DSL source text holding one ``def`` (for tools and generated tests)."""
     namespace: dict = {}
-    tree = ast.parse(textwrap.dedent(source))
+    text = textwrap.dedent(source)
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:  # the parser reports it as a FrontendError at its position
+        parse(text, filename="<string>", first_column=_indentation(source) - _indentation(text))
+        raise
     func_def = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
     if func_def is None:
         raise FrontendError("no function definition in the kernel source")
@@ -135,8 +140,8 @@ class _Parser:
     def error(self, node: ast.AST | None, message: str) -> FrontendError:
         line = getattr(node, "lineno", None)
         col = getattr(node, "col_offset", None)
-        construct = ast.unparse(node) if isinstance(node, ast.AST) and not isinstance(
-            node, (ast.For, ast.If, ast.FunctionDef)) else None
+        construct = ast.unparse(node).splitlines()[0] if isinstance(node, ast.AST) and not isinstance(
+            node, (ast.For, ast.If, ast.FunctionDef)) else None  # first line only (while, with...)
         return FrontendError(message, source_name=self.filename,
                              line=None if line is None else line + self.line_offset,
                              column=None if col is None else col + 1 + self.column_offset,
@@ -160,17 +165,8 @@ class _Parser:
         tree_nodes = self._block(body, [])
         if not self.statements:
             raise self.error(func, f"kernel '{func.name}' has no statements")
-        params = tuple(sorted(scope.params))
-        context = self._context(params, scope.arrays.values())
-        arrays = dict(scope.arrays)
-        for name, dtype in scope.locals.items():
-            arrays[name] = Array(name, dtype, (), local=True)
-        domain = isl.UnionSet.empty(context.get_space())
-        for stmt in self.statements:
-            domain = domain.union(isl.UnionSet.from_set(stmt.domain))
-        schedule = original_schedule(domain, tree_nodes, params)
-        return Scop(func.name, params, context, arrays, tuple(self.statements), schedule,
-                    tuple(arguments), self.source)
+        return assemble_scop(func.name, tuple(sorted(scope.params)), dict(scope.arrays), scope.locals,
+                             self.statements, tree_nodes, arguments, self.source)
 
     def _signature(self, func: ast.FunctionDef):
         params: set[str] = set()
@@ -249,12 +245,6 @@ class _Parser:
                 except (SyntaxError, FrontendError, NotAffine, isl.Error):
                     raise self.error(func, f"extent '{extent}' of array '{array.name}' is not an "
                                            "affine expression of size parameters") from None
-
-    @staticmethod
-    def _context(params, arrays) -> isl.Set:
-        cons = [f"{p} >= 0" for p in params]
-        cons += [f"{extent_isl(e, params)} >= 0" for a in arrays for e in a.shape]
-        return isl.Set(f"[{', '.join(params)}] -> {{ : {' and '.join(cons) or 'true'} }}")
 
     # ----- statements --------------------------------------------------------------------------
     def _block(self, body: list[ast.stmt], conditions: list[str]) -> list:
@@ -345,7 +335,7 @@ class _Parser:
                     self.scope = saved
         value = self._expr(node)
         if value.dtype.is_float or value.dtype == boolean:
-            raise self.error(node, "an integer expression is needed here")
+            raise self.error(node, f"an integer expression is needed here, not a {value.dtype} value")
         return value
 
     def _condition(self, node: ast.expr) -> str:
@@ -362,7 +352,7 @@ class _Parser:
             for k, op in enumerate(node.ops):
                 if type(op) not in _COMPARE:
                     raise self.error(node, "only <, <=, >, >=, ==, != comparisons are allowed")
-                parts.append(f"{terms[k]} {_ISL_COMPARE[_COMPARE[type(op)]]} {terms[k + 1]}")
+                parts.append(f"{terms[k]} {ISL_COMPARE[_COMPARE[type(op)]]} {terms[k + 1]}")
             return "(" + " and ".join(parts) + ")"
         if isinstance(node, ast.Constant) and isinstance(node.value, bool):
             return "true" if node.value else "false"
@@ -395,6 +385,10 @@ class _Parser:
             if op is None:
                 raise self.error(node, "unsupported augmented assignment operator")
             value = E.binary(op, target, self._expr(node.value))
+        if target.array in self.scope.locals and value.dtype.is_float and not target.dtype.is_float:
+            raise self.error(node, f"local scalar '{target.array}' holds integers (from its first "
+                                   "assignment) and would truncate this floating-point value; "
+                                   "initialize it with a float such as 0.0")
         return target, E.cast(value, target.dtype)
 
     def _local_target(self, target: ast.Name, node, value: E.Expr | None) -> E.Access:
@@ -420,26 +414,15 @@ class _Parser:
     def _add_statement(self, target: E.Access, value: E.Expr, conditions, node) -> Leaf:
         name = f"S{len(self.statements)}"
         iters = tuple(self.scope.iterators)
-        params = ", ".join(sorted(self.scope.params))
-        space = f"{name}[{', '.join(iters)}]"
-        domain = isl.Set(f"[{params}] -> {{ {space} : {' and '.join(conditions) or 'true'} }}")
+        domain = domain_set(name, iters, self.scope.params, conditions)
         self.statements.append(self.statement(name, domain, target, value, node))
         return Leaf(name, iters)
 
     def statement(self, name: str, domain: isl.Set, target: E.Access, value: E.Expr,
                   node: ast.stmt) -> Statement:
         """The Statement ``name`` over ``domain``, with its access relations."""
-        iters = tuple(self.scope.iterators)
-        params = ", ".join(sorted(self.scope.params))
-        space = f"{name}[{', '.join(iters)}]"
-        accesses = []
-        reads = [n for n in E.walk(value) if isinstance(n, E.Access)]
-        for k, (ref, is_write) in enumerate([(r, False) for r in reads] + [(target, True)]):
-            idx = ", ".join(isl_text(i) for i in ref.indices)
-            relation = isl.Map(f"[{params}] -> {{ {space} -> {ref.array}[{idx}] }}").intersect_domain(domain)
-            accesses.append(AccessRef(f"{name}_R{k}", ref.array, relation, is_write))
-        line = node.lineno + self.line_offset
-        return Statement(name, iters, domain, target, value, tuple(accesses), line, ast.unparse(node))
+        return build_statement(name, tuple(self.scope.iterators), self.scope.params, domain, target,
+                               value, node.lineno + self.line_offset, ast.unparse(node))
 
     # ----- expressions --------------------------------------------------------------------------
     def _expr(self, node: ast.expr) -> E.Expr:

@@ -50,7 +50,7 @@ def _node(nodes, depth: int, params: str) -> str | None:
         sign = "-" if node.step < 0 else ""
         pieces = "; ".join(f"{l.name}[{', '.join(l.iterators)}] -> [({sign}{l.iterators[depth]})]"
                            for l in _leaves([node]))
-        band = f'schedule: "{params} -> [{{ {pieces} }}]"'
+        band = f'schedule: "{params}[{{ {pieces} }}]"'
         child = _node(node.body, depth + 1, params)
         return band + (f", child: {{ {child} }}" if child else "")
     items = []
@@ -62,6 +62,7 @@ def _node(nodes, depth: int, params: str) -> str | None:
 
 def original_schedule(domain: isl.UnionSet, nodes: list, params: tuple[str, ...]) -> isl.Schedule:
     """The schedule tree executing ``nodes`` in their textual order over ``domain``."""
-    body = _node(nodes, 0, f"[{', '.join(params)}]")
+    # isl reads "[] -> [{ ... }]" as an empty band: a scop without parameters has no prefix
+    body = _node(nodes, 0, f"[{', '.join(params)}] -> " if params else "")
     text = f'{{ domain: "{domain}"' + (f", child: {{ {body} }}" if body else "") + " }"
     return isl.Schedule(text)

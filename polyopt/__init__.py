@@ -31,6 +31,8 @@ from polyopt.interpreter import interpret  # noqa: E402
 from polyopt.runtime import CompiledKernel, compile  # noqa: E402
 from polyopt.frontends.dsl import Kernel, kernel, kernel_from_source  # noqa: E402
 from polyopt.frontends.isl_text import scop_from_isl  # noqa: E402
+from polyopt.frontends.c_scop import from_c  # noqa: E402
+from polyopt.einsum import TargetUnavailableError, einsum, einsum_kernel  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -47,5 +49,6 @@ __all__ = [
     "PolyoptError", "FrontendError", "IllegalScheduleError", "IncompleteScheduleError", "ScheduleError", "CodegenError",
     "Array", "Argument", "Scop", "Statement", "Dependences", "dependences",
     "Schedule", "algorithms", "schedule", "verify", "is_legal", "interpret",
-    "CompiledKernel", "compile", "Kernel", "kernel", "kernel_from_source", "scop_from_isl", "suite",
+    "CompiledKernel", "compile", "Kernel", "kernel", "kernel_from_source", "scop_from_isl", "from_c", "suite",
+    "einsum", "einsum_kernel", "TargetUnavailableError",
 ]

@@ -1,12 +1,15 @@
 """Integer expressions (subscripts, bounds) as isl affine text, or a refusal saying why not.
 
 An expression is affine when it is built from loop iterators, size parameters and integer
-literals with ``+``, ``-``, multiplication by a literal, and ``//`` or ``%`` by a positive literal;
-``min``/``max`` are allowed where isl accepts piecewise expressions (bounds).
+literals with ``+``, ``-``, multiplication by a literal, and ``//`` or ``%`` (or C's truncating
+``tdiv``/``tmod``) by a positive literal; ``min``/``max`` are allowed where isl accepts piecewise
+expressions (bounds). :func:`isl_constraint` translates conditions, where ``a if c else b`` is
+also allowed (split into cases, as isl's text has no conditional expression).
 """
 from __future__ import annotations
 
-from polyopt.expr import Access, Binary, Const, Expr, Unary, Var, to_source
+from polyopt.expr import (COMPARISON_OPS, Access, Binary, Const, Expr, Select, Unary, Var, logical_not,
+                          substitute, to_source, walk)
 
 
 class NotAffine(ValueError):
@@ -58,19 +61,65 @@ def isl_text(expr: Expr, *, allow_min_max: bool = False) -> str:
             if left is None and right is None:
                 raise NotAffine(expr, "product of two non-constant terms")
             return f"({left} * {sub(expr.rhs)})" if left is not None else f"({sub(expr.lhs)} * {right})"
-        if op in ("//", "%"):
+        if op in ("//", "%", "tdiv", "tmod"):
             divisor = _literal(expr.rhs)
             if divisor is None or divisor <= 0:
-                raise NotAffine(expr, f"'{op}' by something other than a positive integer constant")
-            if op == "//":
-                return f"floor({sub(expr.lhs)} / {divisor})"
-            return f"(({sub(expr.lhs)}) mod {divisor})"
+                shown = {"tdiv": "/", "tmod": "%"}.get(op, op)
+                raise NotAffine(expr, f"'{shown}' by something other than a positive integer constant")
+            return _division(op, sub(expr.lhs), divisor)
         if op in ("min", "max") and allow_min_max:
             return f"{op}({sub(expr.lhs)}, {sub(expr.rhs)})"
         if op in ("min", "max"):
             raise NotAffine(expr, f"{op}() is only allowed in loop bounds")
         raise NotAffine(expr, f"operator '{op}' is not affine")
     raise NotAffine(expr, f"{type(expr).__name__.lower()} is not affine")
+
+
+def _division(op: str, dividend: str, divisor: int) -> str:
+    """isl text of floor (``//``, ``%``) or truncating (``tdiv``, ``tmod``) division by a constant."""
+    if op == "//":
+        return f"floor({dividend} / {divisor})"
+    if op == "%":
+        return f"(({dividend}) mod {divisor})"
+    # truncation: floor for a non-negative dividend, ceil for a negative one
+    quotient = f"(floor(max({dividend}, 0) / {divisor}) + ceil(min({dividend}, 0) / {divisor}))"
+    return quotient if op == "tdiv" else f"({dividend} - {divisor} * {quotient})"
+
+
+#: C/Python comparison operators in isl syntax.
+ISL_COMPARE = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "=", "!=": "!="}
+
+
+def isl_constraint(cond: Expr) -> str:
+    """isl constraint text of the boolean expression ``cond``: affine comparisons combined with
+    and/or/not; conditional expressions inside a comparison are split into cases. Raises
+    :class:`NotAffine`."""
+    if isinstance(cond, Const):
+        return "true" if cond.value else "false"
+    if isinstance(cond, Unary) and cond.op == "not":
+        return f"not ({isl_constraint(cond.operand)})"
+    if isinstance(cond, Binary) and cond.op in ("and", "or"):
+        return f"({isl_constraint(cond.lhs)} {cond.op} {isl_constraint(cond.rhs)})"
+    if isinstance(cond, Binary) and cond.op in COMPARISON_OPS:
+        cases = []
+        for guards, case in _cases(cond):
+            text = f"{isl_text(case.lhs, allow_min_max=True)} {ISL_COMPARE[case.op]} " \
+                   f"{isl_text(case.rhs, allow_min_max=True)}"
+            cases.append(" and ".join([f"({isl_constraint(g)})" for g in guards] + [text]))
+        return "(" + " or ".join(f"({c})" for c in cases) + ")"
+    raise NotAffine(cond, "a condition must compare loop iterators and size parameters")
+
+
+def _cases(expr: Expr) -> list[tuple[tuple[Expr, ...], Expr]]:
+    """``expr`` without conditional expressions: (guards, expression) for each case."""
+    select = next((n for n in walk(expr) if isinstance(n, Select)), None)
+    if select is None:
+        return [((), expr)]
+    out = []
+    for guard, branch in ((select.cond, select.then), (logical_not(select.cond), select.otherwise)):
+        rest = substitute(expr, lambda n, b=branch: b if n is select else None)
+        out += [((guard,) + guards, case) for guards, case in _cases(rest)]
+    return out
 
 
 def extent_expr(text: str, params) -> Expr:

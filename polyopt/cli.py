@@ -1,4 +1,4 @@
-"""The ``polyopt`` command line: ``demo``, ``list`` and ``show``."""
+"""The ``polyopt`` command line: ``demo``, ``list``, ``show`` and ``cc``."""
 from __future__ import annotations
 
 import argparse
@@ -26,6 +26,30 @@ def _show(args) -> None:
         print(parts[part]())
 
 
+def _add_cc(commands) -> None:
+    cc = commands.add_parser("cc", help="source to source: each '#pragma scop' region of a C file, "
+                                        "optimized (OpenMP pragmas on parallel loops)")
+    cc.add_argument("file")
+    cc.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
+    cc.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR")
+    cc.add_argument("--algorithm", default="pluto", choices=po.algorithms())
+    cc.add_argument("--tile", type=int, default=None, help="tile size (pluto)")
+    cc.add_argument("-o", dest="output", default="-", help="output file (default: stdout)")
+
+
+def _cc(args) -> None:
+    from polyopt.frontends.c_scop import optimize_c_file
+    defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.defines)
+    options = {"tile": args.tile} if args.tile else {}
+    text = optimize_c_file(args.file, defines=defines, include_dirs=args.include_dirs,
+                           algorithm=args.algorithm, **options)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        with open(args.output, "w") as out:
+            out.write(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="polyopt", description=po.__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -40,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--algorithm", default=po.runtime.DEFAULT_ALGORITHM, choices=po.algorithms())
     show.add_argument("--what", default="scop,deps,schedule,c",
                       help="comma-separated: scop, deps, schedule, ast, c, ir, asm-ir")
+    _add_cc(commands)
     args = parser.parse_args(argv)
-    if args.command == "demo":
+    if args.command == "cc":
+        _cc(args)
+    elif args.command == "demo":
         from polyopt.demo import run_demo
         run_demo(args.size, args.algorithm, args.kernel, args.repeats)
     elif args.command == "list":

@@ -98,7 +98,8 @@ def _trivial(row: Row, stmts: list[str]) -> bool:
 def tree_from_levels(scop: Scop, levels: list[Level]) -> isl.Schedule:
     """The isl schedule tree of a level list (sequence nodes for cuts, bands with flags)."""
     iterators = {s.name: list(s.iterators) for s in scop.statements}
-    params = f"[{', '.join(scop.params)}]"
+    # isl reads "[] -> [{ ... }]" as an empty band: a scop without parameters has no prefix
+    params = f"[{', '.join(scop.params)}] -> " if scop.params else ""
 
     def node(depth: int, stmts: list[str]) -> str | None:
         if depth == len(levels):
@@ -123,7 +124,7 @@ def tree_from_levels(scop: Scop, levels: list[Level]) -> isl.Schedule:
         pieces = ", ".join(
             "{ " + "; ".join(f"{s}[{', '.join(iterators[s])}] -> [({_phi(row, s, iterators[s])})]"
                              for s in stmts) + " }" for row in members)
-        text = (f'schedule: "{params} -> [{pieces}]", permutable: {int(level.permutable)}, '
+        text = (f'schedule: "{params}[{pieces}]", permutable: {int(level.permutable)}, '
                 f"coincident: [ {', '.join(str(int(f)) for f in flags)} ]")
         child = node(depth + 1, stmts)
         return text + (f", child: {{ {child} }}" if child else "")

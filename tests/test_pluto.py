@@ -144,8 +144,9 @@ def test_vectorize_puts_stride_one_parallel_loop_innermost():
     assert innermost in target[target.rindex("["):]  # C[..][.. innermost]: stride-1 store
 
 
-VARIANTS = [dict(fuse="smart"), dict(fuse="max"), dict(fuse="no"),
-            dict(fuse="smart", tile=8), dict(fuse="max", tile=8, tile2=2), dict(fuse="no", tile=4, parallel=False)]
+# every fusion policy, with and without tiling and parallel marks (kept to 4 variants for CI time)
+VARIANTS = [dict(fuse="smart"), dict(fuse="max", tile=8, tile2=2), dict(fuse="no", tile=4, parallel=False),
+            dict(fuse="smart", tile=8, vectorize=False)]
 
 
 @pytest.mark.parametrize("options", VARIANTS, ids=lambda o: "-".join(f"{k}{v}" for k, v in o.items()))

@@ -1,0 +1,377 @@
+"""The einsum frontend: numpy's subscript grammar -> label lists -> one Scop.
+
+::
+
+    spec = parse_subscripts("ij,jk->ik", [2, 2])         # EinsumSpec(inputs, output)
+    sizes, broadcast = label_sizes(spec, [(3, 4), (4, 5)])
+    path = contraction_path(spec, sizes, "greedy")        # numpy's path format
+    scop, temporaries = einsum_scop(spec, broadcast, path, f64)
+
+Every label becomes a loop iterator ``i_<label>`` with a size parameter ``N_<label>``; the dims
+hidden by ``...`` get the generated labels ``"0"``, ``"1"``, ... (right-aligned across operands,
+as numpy broadcasts them). A dimension of size 1 facing a larger label size is *broadcast*: its
+subscript is the constant 0 (the kernel is specialized on that pattern). Each contraction step
+is two statements, ``T[o] = 0`` over its result labels and ``T[o] += A[..] * B[..]`` over all its
+labels; intermediate results ``t0, t1, ...`` are array arguments the caller allocates.
+"""
+from __future__ import annotations
+
+import itertools
+import string
+from dataclasses import dataclass
+from math import prod
+from typing import Sequence
+
+import islpy as isl
+
+from polyopt import expr as E
+from polyopt.affine import isl_text
+from polyopt.frontends.schedule_tree import Leaf, Loop, original_schedule
+from polyopt.scop import AccessRef, Argument, Array, Scop, Statement
+from polyopt.types import DType, f32, f64, i64
+
+#: numpy's sublist integers 0..51 name the labels A..Z, a..z.
+SUBLIST_LETTERS = string.ascii_uppercase + string.ascii_lowercase
+#: The name of the result array in the Scop; operands are ``op0, op1, ...``.
+OUTPUT = "out"
+
+
+@dataclass(frozen=True)
+class EinsumSpec:
+    """Parsed subscripts: the labels of every operand dimension and of the output."""
+
+    inputs: tuple[tuple[str, ...], ...]
+    output: tuple[str, ...]
+
+    def __str__(self) -> str:
+        def text(labels):
+            return "".join(label if label.isalpha() else f"<{label}>" for label in labels)
+        return ",".join(text(labels) for labels in self.inputs) + "->" + text(self.output)
+
+
+def describe(label: str) -> str:
+    """A label as error messages name it."""
+    return f"'{label}'" if label.isalpha() else f"dimension {label} of the ellipsis ('...')"
+
+
+def sublists_to_subscripts(args: Sequence) -> tuple[str, list]:
+    """The interleaved form ``op0, sublist0, op1, sublist1, ..., [sublistout]`` as a subscripts
+    string and the operand list (numpy's rules: integers 0..51 or ``Ellipsis``)."""
+    args = list(args)
+    output = _sublist(args.pop()) if len(args) % 2 else None
+    operands, parts = args[0::2], [_sublist(s) for s in args[1::2]]
+    return ",".join(parts) + ("" if output is None else "->" + output), operands
+
+
+def _sublist(sublist) -> str:
+    text = []
+    for item in sublist:
+        if item is Ellipsis:
+            text.append("...")
+            continue
+        try:
+            index = int(item.__index__())
+        except (AttributeError, TypeError):
+            raise TypeError("each subscript must be either an integer or an ellipsis") from None
+        if not 0 <= index < len(SUBLIST_LETTERS):
+            raise ValueError(f"subscript {index} is not within the valid range [0, 52)")
+        text.append(SUBLIST_LETTERS[index])
+    return "".join(text)
+
+
+def _labels(part: str, where: str) -> tuple[list[str], int | None]:
+    """Letters of one operand's subscripts and the position of its ellipsis (or None)."""
+    labels: list[str] = []
+    ellipsis = None
+    k = 0
+    while k < len(part):
+        char = part[k]
+        if char == " ":  # numpy ignores spaces
+            k += 1
+            continue
+        if char == ".":
+            if part[k:k + 3] != "...":
+                raise ValueError(f"einstein sum subscripts string contains a '.' that is not part "
+                                 f"of an ellipsis ('...') in {where}")
+            if ellipsis is not None:
+                raise ValueError(f"einstein sum subscripts string contains more than one ellipsis "
+                                 f"('...') in {where}")
+            ellipsis, k = len(labels), k + 3
+            continue
+        if char not in SUBLIST_LETTERS:
+            raise ValueError(f"invalid subscript '{char}' in einstein sum subscripts string, "
+                             "subscripts must be letters")
+        labels.append(char)
+        k += 1
+    return labels, ellipsis
+
+
+def parse_subscripts(subscripts: str, ndims: Sequence[int]) -> EinsumSpec:
+    """Check ``subscripts`` against operands of ranks ``ndims``; expand ``...`` and the implicit
+    output (the labels used once, sorted, after the broadcast dimensions). Raises ValueError
+    with numpy's messages."""
+    if not isinstance(subscripts, str):
+        raise TypeError(f"einsum subscripts must be a string, got {type(subscripts).__name__}")
+    inputs_text, arrow, output_text = subscripts.partition("->")
+    parts = inputs_text.split(",")
+    if len(parts) > len(ndims):
+        raise ValueError("fewer operands provided to einstein sum function than specified in the "
+                         "subscripts string")
+    if len(parts) < len(ndims):
+        raise ValueError("more operands provided to einstein sum function than specified in the "
+                         "subscripts string")
+    parsed = [_labels(part, f"operand {k}") for k, part in enumerate(parts)]
+    n_broadcast = 0
+    for k, ((labels, ellipsis), ndim) in enumerate(zip(parsed, ndims)):
+        if len(labels) > ndim:
+            raise ValueError(f"einstein sum subscripts string contains too many subscripts for operand {k}")
+        if ellipsis is None and len(labels) < ndim:
+            raise ValueError("operand has more dimensions than subscripts given in einstein sum, "
+                             "but no '...' ellipsis provided to broadcast the extra dimensions.")
+        n_broadcast = max(n_broadcast, ndim - len(labels))
+    broadcast_labels = tuple(str(d) for d in range(n_broadcast))
+    inputs = []
+    for (labels, ellipsis), ndim in zip(parsed, ndims):
+        if ellipsis is None:
+            inputs.append(tuple(labels))
+        else:
+            hidden = broadcast_labels[n_broadcast - (ndim - len(labels)):]
+            inputs.append(tuple(labels[:ellipsis]) + hidden + tuple(labels[ellipsis:]))
+    used = [label for labels, _ in parsed for label in labels]
+    if arrow:
+        labels, ellipsis = _labels(output_text, "the output")
+        for label in labels:
+            if label not in used:
+                raise ValueError(f"einstein sum subscripts string included output subscript "
+                                 f"'{label}' which never appeared in an input")
+            if labels.count(label) > 1:
+                raise ValueError(f"einstein sum subscripts string includes output subscript "
+                                 f"'{label}' multiple times")
+        if ellipsis is None and n_broadcast:
+            raise ValueError("output has more dimensions than subscripts given in einstein sum, "
+                             "but no '...' ellipsis provided to broadcast the extra dimensions.")
+        at = len(labels) if ellipsis is None else ellipsis
+        output = tuple(labels[:at]) + broadcast_labels + tuple(labels[at:])
+    else:
+        output = broadcast_labels + tuple(sorted(label for label in set(used) if used.count(label) == 1))
+    return EinsumSpec(tuple(inputs), output)
+
+
+def label_sizes(spec: EinsumSpec, shapes: Sequence[tuple[int, ...]]
+                ) -> tuple[dict[str, int], tuple[tuple[bool, ...], ...]]:
+    """The size of every label and, per operand dimension, whether it is size-1 broadcast.
+
+    A label repeated inside one operand needs equal extents there; across operands, extents must
+    agree or be 1 (numpy's broadcasting). Raises ValueError naming the label and the sizes.
+    """
+    seen: dict[str, tuple[int, int]] = {}  # label -> (size other than 1, operand that has it)
+    for k, (labels, shape) in enumerate(zip(spec.inputs, shapes)):
+        mine: dict[str, int] = {}
+        for label, extent in zip(labels, shape):
+            if mine.setdefault(label, extent) != extent:
+                raise ValueError(f"dimensions in operand {k} for collapsing index {describe(label)} "
+                                 f"don't match ({mine[label]} != {extent})")
+            if extent == 1:
+                continue
+            size, where = seen.setdefault(label, (extent, k))
+            if size != extent:
+                raise ValueError(f"operands could not be broadcast together: label {describe(label)} "
+                                 f"has size {size} in operand {where} but {extent} in operand {k} "
+                                 f"(shapes {', '.join(str(tuple(s)) for s in shapes)})")
+    sizes = {label: seen.get(label, (1,))[0] for labels in spec.inputs for label in labels}
+    broadcast = tuple(tuple(extent == 1 and sizes[label] != 1 for label, extent in zip(labels, shape))
+                      for labels, shape in zip(spec.inputs, shapes))
+    return sizes, broadcast
+
+
+# --- contraction order ---------------------------------------------------------------------------
+
+def contraction_path(spec: EinsumSpec, sizes: dict[str, int], optimize) -> tuple[tuple[int, ...], ...]:
+    """A contraction order in numpy's format: each step names positions in the current operand
+    list, which are removed and their result appended; the last step takes all that is left.
+
+    ``optimize``: False (one step: everything at once), True or "greedy" (repeatedly the pair with
+    the smallest result, then fewest operations), "optimal" (fewest operations over every pairwise
+    order; greedy beyond 4 operands), or an explicit ``["einsum_path", (i, j), ...]``.
+    """
+    n = len(spec.inputs)
+    if optimize is False or n <= 2:
+        return (tuple(range(n)),)
+    if isinstance(optimize, (list, tuple)) and optimize and optimize[0] == "einsum_path":
+        return _checked_path(optimize[1:], n)
+    if optimize is True or optimize == "greedy" or (optimize == "optimal" and n > 4):
+        return _greedy(list(map(frozenset, spec.inputs)), frozenset(spec.output), sizes)
+    if optimize == "optimal":
+        return _optimal(list(map(frozenset, spec.inputs)), frozenset(spec.output), sizes)[1]
+    raise TypeError(f"Did not understand the path: {optimize!r} (use False, True, 'greedy', "
+                    "'optimal' or ['einsum_path', (i, j), ...])")
+
+
+def _checked_path(steps, n: int) -> tuple[tuple[int, ...], ...]:
+    path, count = [], n
+    for step in steps:
+        step = tuple(int(k) for k in step)
+        if not step or len(set(step)) != len(step) or not all(0 <= k < count for k in step):
+            raise ValueError(f"einsum_path step {step} is invalid for {count} operands")
+        path.append(step)
+        count -= len(step) - 1
+    if count != 1:
+        path.append(tuple(range(count)))
+    return tuple(path)
+
+
+def _step(operands: list[frozenset], picked: tuple[int, ...], output: frozenset, sizes):
+    """Result labels and operation count of contracting ``picked`` (positions in ``operands``)."""
+    rest = set(output).union(*(ops for k, ops in enumerate(operands) if k not in picked))
+    labels = frozenset().union(*(operands[k] for k in picked))
+    return labels & rest, prod(sizes[label] for label in labels)
+
+
+def _greedy(operands: list[frozenset], output: frozenset, sizes) -> tuple[tuple[int, ...], ...]:
+    path = []
+    while len(operands) > 2:
+        def cost(pair):
+            result, flops = _step(operands, pair, output, sizes)
+            removed = sum(prod(sizes[label] for label in operands[k]) for k in pair)
+            return prod(sizes[label] for label in result) - removed, flops
+        pair = min(itertools.combinations(range(len(operands)), 2), key=cost)
+        result, _ = _step(operands, pair, output, sizes)
+        operands = [ops for k, ops in enumerate(operands) if k not in pair] + [result]
+        path.append(pair)
+    return tuple(path) + (tuple(range(len(operands))),)
+
+
+def _optimal(operands: list[frozenset], output: frozenset, sizes) -> tuple[int, tuple]:
+    """(operation count, path) of the cheapest pairwise order (exhaustive)."""
+    if len(operands) <= 2:
+        return _step(operands, tuple(range(len(operands))), output, sizes)[1], (tuple(range(len(operands))),)
+    best = None
+    for pair in itertools.combinations(range(len(operands)), 2):
+        result, flops = _step(operands, pair, output, sizes)
+        rest = [ops for k, ops in enumerate(operands) if k not in pair] + [result]
+        cost, path = _optimal(rest, output, sizes)
+        if best is None or flops + cost < best[0]:
+            best = (flops + cost, (pair,) + path)
+    return best
+
+
+# --- lowering ------------------------------------------------------------------------------------
+
+def iterator(label: str) -> str:
+    """The loop iterator of ``label``."""
+    return f"i_{label}"
+
+
+def size_parameter(label: str) -> str:
+    """The size parameter of ``label``."""
+    return f"N_{label}"
+
+
+@dataclass(frozen=True)
+class _Term:
+    """An array referenced in a step: its labels and which of its dims are size-1 broadcast."""
+
+    array: str
+    labels: tuple[str, ...]
+    broadcast: tuple[bool, ...]
+
+    def access(self, dtype: DType) -> E.Access:
+        indices = tuple(E.Const(0, i64) if bc else E.Var(iterator(label), "iter")
+                        for label, bc in zip(self.labels, self.broadcast))
+        return E.Access(self.array, indices, dtype)
+
+    def shape(self) -> tuple[str, ...]:
+        return tuple("1" if bc else size_parameter(label) for label, bc in zip(self.labels, self.broadcast))
+
+
+def einsum_scop(spec: EinsumSpec, broadcast: Sequence[tuple[bool, ...]], path: Sequence[tuple[int, ...]],
+                dtype: DType) -> tuple[Scop, tuple[tuple[str, tuple[str, ...]], ...]]:
+    """The Scop computing ``spec`` along ``path`` in element type ``dtype``, and its temporaries
+    as (array name, labels) pairs (array arguments the caller allocates, in label sizes).
+
+    Arrays: ``op0, op1, ...`` (with extent 1 where broadcast), the temporaries ``t0, t1, ...``
+    and ``out``; parameters ``N_<label>``.
+    """
+    terms = [_Term(f"op{k}", labels, tuple(bc)) for k, (labels, bc) in enumerate(zip(spec.inputs, broadcast))]
+    arrays = {t.array: Array(t.array, dtype, t.shape()) for t in terms}
+    params = tuple(sorted({size_parameter(label) for labels in spec.inputs for label in labels}))
+    builder = _Builder(params, dtype)
+    current, temporaries, tree = list(terms), [], []
+    for step in path:
+        picked = [current[k] for k in step]
+        current = [t for k, t in enumerate(current) if k not in step]
+        if current:
+            rest = set(spec.output).union(*(t.labels for t in current))
+            labels = tuple(dict.fromkeys(l for t in picked for l in t.labels if l in rest))
+            target = _Term(f"t{len(temporaries)}", labels, (False,) * len(labels))
+            temporaries.append((target.array, labels))
+        else:
+            target = _Term(OUTPUT, spec.output, (False,) * len(spec.output))
+        current.append(target)
+        arrays[target.array] = Array(target.array, dtype, target.shape())
+        tree += builder.contraction(target, picked)
+    if len(current) != 1 or current[0].array != OUTPUT:
+        raise ValueError(f"einsum: the contraction path {tuple(path)} does not end in one result")
+    context = isl.Set(f"[{', '.join(params)}] -> {{ : {' and '.join(f'{p} >= 0' for p in params) or 'true'} }}")
+    domain = isl.UnionSet.empty(context.get_space())
+    for stmt in builder.statements:
+        domain = domain.union(isl.UnionSet.from_set(stmt.domain))
+    order = [a for a in arrays if a != OUTPUT] + [OUTPUT]
+    arguments = tuple(Argument(name, "array", dtype) for name in order)
+    scop = Scop("einsum", params, context, {n: arrays[n] for n in order}, tuple(builder.statements),
+                original_schedule(domain, tree, params), arguments, source=str(spec))
+    return scop, tuple(temporaries)
+
+
+class _Builder:
+    """Creates the statements of the contraction steps (with their access relations)."""
+
+    def __init__(self, params: tuple[str, ...], dtype: DType):
+        self.params = f"[{', '.join(params)}]"
+        self.dtype = dtype
+        self.statements: list[Statement] = []
+
+    def contraction(self, target: _Term, inputs: list[_Term]) -> list[Loop]:
+        """``target = 0`` over its labels, then ``target += prod(inputs)`` over all labels (the
+        output's, then the summed ones; innermost the label that most arrays have as their last,
+        contiguous, dimension)."""
+        labels = list(dict.fromkeys(target.labels + tuple(l for t in inputs for l in t.labels)))
+        if labels:
+            last = [t.labels[-1] for t in [target, *inputs] if t.labels]
+            labels.append(labels.pop(labels.index(max(reversed(labels), key=last.count))))
+        labels = tuple(labels)
+        lhs = target.access(self.dtype)
+        zero = E.Const(0.0 if self.dtype in (f32, f64) else 0, self.dtype)
+        product = inputs[0].access(self.dtype)
+        for term in inputs[1:]:
+            product = E.binary("*", product, term.access(self.dtype))
+        init = self._statement(target.labels, lhs, zero)
+        update = self._statement(labels, lhs, E.binary("+", lhs, product))
+        return [_nest(target.labels, init), _nest(labels, update)]
+
+    def _statement(self, labels: tuple[str, ...], target: E.Access, value: E.Expr) -> Leaf:
+        name = f"S{len(self.statements)}"
+        iters = tuple(iterator(label) for label in labels)
+        space = f"{name}[{', '.join(iters)}]"
+        bounds = " and ".join(f"0 <= {iterator(l)} < {size_parameter(l)}" for l in labels) or "true"
+        domain = isl.Set(f"{self.params} -> {{ {space} : {bounds} }}")
+        refs = [(r, False) for r in E.walk(value) if isinstance(r, E.Access)] + [(target, True)]
+        accesses = []
+        for k, (ref, is_write) in enumerate(refs):
+            index = ", ".join(isl_text(i) for i in ref.indices)
+            relation = isl.Map(f"{self.params} -> {{ {space} -> {ref.array}[{index}] }}").intersect_domain(domain)
+            accesses.append(AccessRef(f"{name}_R{k}", ref.array, relation, is_write))
+        text = f"{E.to_source(target)} = {E.to_source(value)}"
+        self.statements.append(Statement(name, iters, domain, target, value, tuple(accesses), None, text))
+        return Leaf(name, iters)
+
+
+def _nest(labels: tuple[str, ...], leaf: Leaf) -> Loop | Leaf:
+    node: Loop | Leaf = leaf
+    for label in reversed(labels):
+        node = Loop(iterator(label), 1, [node])
+    return node
+
+
+__all__ = ["EinsumSpec", "OUTPUT", "contraction_path", "describe", "einsum_scop", "iterator",
+           "label_sizes", "parse_subscripts", "size_parameter", "sublists_to_subscripts"]

@@ -1,0 +1,211 @@
+"""``polyopt.einsum``: numpy.einsum's behaviour, computed by polyopt-generated code.
+
+::
+
+    C = po.einsum("ij,jk->ik", A, B)                 # compiled once per pattern, sizes are parameters
+    ck = po.einsum_kernel("ij,jk->ik", A, B)         # the CompiledKernel: ck.scop, ck.schedule, ck.c_source
+
+The subscripts are lowered by :mod:`polyopt.frontends.einsum` to one Scop (one pair of statements
+per contraction step); dtypes follow numpy's promotion and casting rules. How each dtype runs:
+
+- float32, float64, int32, int64: natively compiled in that type.
+- bool, int8, int16, uint8, uint16, uint32: compiled in int64, then cast back (exact: integer
+  sums of products wrap identically modulo 2**bits; bool's nonzero is numpy's logical or/and).
+- uint64: compiled in int64 on the same bits (two's complement arithmetic is exact mod 2**64).
+- float16: compiled in float32, then rounded to float16 (numpy also accumulates half in float).
+- longdouble, complex64, complex128, clongdouble, object: polyopt's reference interpreter runs
+  the same Scop on Python/numpy scalars of that type (slow, exact in that type).
+
+numpy is used only to allocate, copy and cast arrays; every sum of products is polyopt's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from polyopt.errors import PolyoptError
+from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, contraction_path, einsum_scop, label_sizes,
+                                      parse_subscripts, size_parameter, sublists_to_subscripts)
+from polyopt.interpreter import run as interpret_scop
+from polyopt.runtime import DEFAULT_ALGORITHM, CompiledKernel, compile
+from polyopt.scop import Scop
+from polyopt.types import ELEMENT_TYPES, DType, as_dtype
+
+_ORDERS = ("C", "F", "A", "K")
+_CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+#: dtypes compiled in a wider polyopt type (the result is cast back exactly, see the module doc)
+_WIDENED = {np.dtype(t): np.dtype(np.int64) for t in (np.bool_, np.int8, np.int16, np.uint8, np.uint16, np.uint32)}
+_WIDENED[np.dtype(np.float16)] = np.dtype(np.float32)
+#: dtypes whose bits are reinterpreted as a polyopt type of the same width
+_REINTERPRETED = {np.dtype(np.uint64): np.dtype(np.int64)}
+#: dtypes run by the reference interpreter
+_INTERPRETED = ({np.dtype(t) for t in (np.longdouble, np.complex64, np.complex128, np.clongdouble, object)}
+                - {t.numpy for t in ELEMENT_TYPES.values()})  # longdouble is float64 on some platforms
+
+
+class TargetUnavailableError(PolyoptError, ValueError):
+    """The requested target (CUDA) has no backend in this build of polyopt."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What runs one einsum pattern: the Scop, its temporaries, and the compiled kernel (None for
+    dtypes that the reference interpreter runs)."""
+
+    scop: Scop
+    temporaries: tuple[tuple[str, tuple[str, ...]], ...]
+    kernel: CompiledKernel | None
+
+
+def _storage_dtype(dtype: np.dtype) -> np.dtype:
+    """The element type of the arrays the kernel works on for results of type ``dtype``."""
+    dtype = dtype.newbyteorder("=")
+    if dtype in _WIDENED:
+        return _WIDENED[dtype]
+    return _REINTERPRETED.get(dtype, dtype)
+
+
+def _element_type(storage: np.dtype) -> DType:
+    """The Scop's element type: a polyopt type, or (interpreter path) one that carries numpy's
+    dtype so the interpreter keeps values in it (``is_float`` makes it convert with that type)."""
+    if storage in _INTERPRETED:
+        return DType(str(storage), storage, "", storage.itemsize * 8, True)
+    try:
+        return as_dtype(storage)
+    except TypeError:
+        raise TypeError(f"einsum: invalid data type {storage} for einsum") from None
+
+
+@lru_cache(maxsize=256)
+def _plan(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, algorithm: str) -> _Plan:
+    """The (cached) plan of one pattern; sizes are parameters, so new shapes reuse it."""
+    element = _element_type(storage)
+    scop, temporaries = einsum_scop(spec, broadcast, path, element)
+    kernel = None if storage in _INTERPRETED else compile(scop, algorithm=algorithm)
+    return _Plan(scop, temporaries, kernel)
+
+
+def _check_target(target: str | None, arrays: list) -> None:
+    on_gpu = any(type(a).__module__.split(".")[0] == "cupy" for a in arrays)
+    if target == "cuda" or on_gpu:
+        raise TargetUnavailableError("einsum: the CUDA target is not available yet in polyopt "
+                                     "(CPU only); pass numpy arrays and target=None or 'cpu'")
+    if target not in (None, "cpu"):
+        raise ValueError(f"einsum: unknown target {target!r}; available: 'cpu'")
+
+
+def _prepare(subscripts, operands, dtype, casting: str, out, optimize):
+    """Parse and check everything numpy checks; returns (spec, arrays, sizes, broadcast, path,
+    result dtype)."""
+    arrays = [np.asarray(op) for op in operands]
+    if out is not None and not isinstance(out, np.ndarray):
+        raise TypeError("keyword parameter out must be an array for einsum")
+    spec = parse_subscripts(subscripts, [a.ndim for a in arrays])
+    sizes, broadcast = label_sizes(spec, [a.shape for a in arrays])
+    if dtype is not None:
+        result = np.dtype(dtype)
+    else:
+        result = np.result_type(*arrays, *([] if out is None else [out]))
+    for k, a in enumerate(arrays):
+        if not np.can_cast(a.dtype, result, casting):
+            raise TypeError(f"Iterator operand {k} dtype could not be cast from {a.dtype!r} to "
+                            f"{result!r} according to the rule '{casting}'")
+    if out is not None:
+        if out.ndim != len(spec.output):
+            raise ValueError(f"out parameter does not have the correct number of dimensions, has "
+                             f"{out.ndim} but should have {len(spec.output)}")
+        expected = tuple(sizes[label] for label in spec.output)
+        if out.shape != expected:
+            raise ValueError(f"out parameter has shape {out.shape}, but the result of "
+                             f"'{subscripts}' has shape {expected}")
+        if not np.can_cast(result, out.dtype, casting):
+            raise TypeError(f"Iterator requested dtype could not be cast from {result!r} to "
+                            f"{out.dtype!r}, the operand {len(arrays)} dtype, according to the rule '{casting}'")
+    path = contraction_path(spec, sizes, optimize)
+    return spec, arrays, sizes, broadcast, path, result
+
+
+def _as_storage(array: np.ndarray, storage: np.dtype, out) -> np.ndarray:
+    """A C-contiguous array of the kernel's element type (never sharing memory with ``out``)."""
+    if array.dtype in _REINTERPRETED and _REINTERPRETED[array.dtype] == storage:
+        array = np.asarray(array, order="C").view(storage)
+    if out is not None and np.may_share_memory(array, out):
+        return np.array(array, dtype=storage, order="C")
+    return np.asarray(array, dtype=storage, order="C")
+
+
+def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str = "K",
+           casting: str = "safe", optimize=False, target: str | None = None):
+    """Evaluate the Einstein summation convention on the operands, exactly as ``numpy.einsum``.
+
+    ``einsum("ij,jk->ik", A, B)`` or the interleaved form ``einsum(A, [0, 1], B, [1, 2], [0, 2])``;
+    ``out``, ``dtype``, ``order``, ``casting`` and ``optimize`` (False, True, "greedy", "optimal"
+    or an ``["einsum_path", ...]`` list) as numpy's. The arithmetic is polyopt-compiled code (or
+    its reference interpreter for complex, longdouble and object data). ``target="cuda"`` and
+    CuPy operands raise :class:`TargetUnavailableError` (no CUDA backend yet). With ``order``
+    "K" or "A" the result is C-contiguous.
+    """
+    if order not in _ORDERS:
+        raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+    if casting not in _CASTINGS:
+        raise ValueError(f"casting must be one of 'no', 'equiv', 'safe', 'same_kind', 'unsafe' (got {casting!r})")
+    if not operands or (not isinstance(operands[0], str) and len(operands) < 2):
+        raise ValueError("must specify the einstein sum subscripts string and at least one operand, "
+                         "or at least one operand and its corresponding subscripts list")
+    if isinstance(operands[0], str):
+        subscripts, ops = operands[0], list(operands[1:])
+    else:
+        subscripts, ops = sublists_to_subscripts(operands)
+    _check_target(target, ops + [out])
+    spec, arrays, sizes, broadcast, path, result = _prepare(subscripts, ops, dtype, casting, out, optimize)
+    storage = _storage_dtype(result)
+    plan = _plan(spec, broadcast, path, storage, DEFAULT_ALGORITHM)
+    buffers = {f"op{k}": _as_storage(a, storage, out) for k, a in enumerate(arrays)}
+    for name, labels in plan.temporaries:
+        buffers[name] = np.empty(tuple(sizes[label] for label in labels), dtype=storage)
+    shape = tuple(sizes[label] for label in spec.output)
+    direct = out is not None and out.dtype == storage and out.flags.c_contiguous and out.flags.writeable
+    buffers[OUTPUT] = out if direct else np.empty(shape, dtype=storage)
+    if plan.kernel is not None:
+        plan.kernel(**buffers)
+    else:
+        params = {size_parameter(label): size for label, size in sizes.items()}
+        interpret_scop(plan.scop, params, {}, buffers)
+    value = buffers[OUTPUT]
+    if storage != result:
+        value = value.view(result) if result in _REINTERPRETED else value.astype(result)
+    if out is not None:
+        if not direct:
+            np.copyto(out, value, casting="unsafe")
+        return out
+    if order == "F":
+        value = np.asfortranarray(value)
+    return value[()] if value.ndim == 0 else value
+
+
+def einsum_kernel(subscripts: str, *shapes_or_arrays, dtype=None, optimize=False,
+                  algorithm: str = DEFAULT_ALGORITHM) -> CompiledKernel:
+    """The compiled kernel that :func:`einsum` runs for these subscripts, operand shapes (tuples)
+    or arrays, and result ``dtype`` (default: numpy's result type of the arrays, else float64).
+
+    Inspect it (``.scop``, ``.schedule``, ``.c_source``, ``.llvm_ir``) or call it with keyword
+    arrays ``op0, op1, ..., out`` (and the temporaries ``t0, ...`` of a contraction path). The
+    kernel is cached: other sizes with the same pattern return the same object.
+    """
+    arrays = [a if hasattr(a, "shape") and hasattr(a, "dtype") else np.broadcast_to(np.int8(0), tuple(a))
+              for a in shapes_or_arrays]
+    if dtype is None:
+        given = [a for a, raw in zip(arrays, shapes_or_arrays) if raw is a]
+        dtype = np.result_type(*given) if given else np.float64
+    spec, _, _, broadcast, path, result = _prepare(subscripts, arrays, dtype, "unsafe", None, optimize)
+    storage = _storage_dtype(result)
+    if storage in _INTERPRETED:
+        raise TypeError(f"einsum on {result} data runs on polyopt's reference interpreter and has no "
+                        "compiled kernel (polyopt.frontends.einsum.einsum_scop builds its Scop)")
+    return _plan(spec, broadcast, path, storage, algorithm).kernel
+
+
+__all__ = ["TargetUnavailableError", "einsum", "einsum_kernel"]

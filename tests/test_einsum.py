@@ -1,0 +1,314 @@
+"""po.einsum against numpy.einsum: every subscript form, dtypes, out=/dtype=/casting/order,
+errors, the kernel cache, and a property test on random subscripts, shapes and dtypes."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import polyopt as po
+
+RNG = np.random.default_rng(7)
+
+
+def _operand(shape, dtype=np.float64):
+    """Small integer-valued data (exact in every dtype, so integer results compare exactly)."""
+    values = RNG.integers(-3, 4, size=shape)
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return values > 0
+    if dtype.kind == "u":
+        return np.abs(values).astype(dtype)
+    if dtype.kind == "c":
+        return (values + 1j * RNG.integers(-3, 4, size=shape)).astype(dtype)
+    return values.astype(dtype)
+
+
+def _check(actual, expected):
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape
+    assert actual.dtype == expected.dtype
+    if expected.dtype.kind in "fc":
+        tol = 1e-2 if expected.dtype == np.float16 else 1e-5
+        np.testing.assert_allclose(actual.astype(np.complex128), expected.astype(np.complex128),
+                                   rtol=tol, atol=tol)
+    else:
+        np.testing.assert_array_equal(actual, expected)
+
+
+FORMS = [
+    ("ij,jk->ik", [(3, 4), (4, 5)]),             # matmul
+    ("ij,jk", [(3, 4), (4, 5)]),                 # implicit output
+    ("ba,cb", [(4, 3), (5, 4)]),                 # implicit output is sorted: 'ac'
+    ("Ba,aB", [(2, 3), (3, 2)]),                 # upper case sorts first
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("ijk,jl->ikl", [(2, 3, 4), (3, 5)]),
+    ("ij,ij->i", [(3, 4), (3, 4)]),
+    ("ii->i", [(4, 4)]),                         # diagonal
+    ("ii", [(4, 4)]),                            # trace
+    ("iii->i", [(3, 3, 3)]),
+    ("iji->j", [(3, 2, 3)]),
+    ("ijk->kji", [(2, 3, 4)]),                   # transpose
+    ("ijk->k", [(2, 3, 4)]),                     # reduction
+    ("ij->", [(2, 3)]),
+    ("i,j->ij", [(3,), (4,)]),                   # outer product
+    ("i,i", [(5,), (5,)]),                       # dot
+    ("...ij,...jk->...ik", [(2, 3, 4), (4, 5)]),  # ellipsis broadcasting
+    ("...i,...i", [(2, 3), (4, 1, 3)]),           # implicit output keeps the broadcast dims first
+    ("i...->...", [(3, 2, 2)]),
+    ("...,...", [(2, 3), (1,)]),
+    ("ij,ij->ij", [(1, 3), (2, 3)]),             # size-1 broadcasting of a label
+    ("ij,jk->ik", [(3, 1), (4, 5)]),             # broadcast reduction label
+    ("ii,i->i", [(1, 1), (3,)]),
+    (",ij->ij", [(), (2, 3)]),                    # scalar operand
+    (",", [(), ()]),
+    ("->", [()]),
+    ("ab,bc,cd,de->ae", [(2, 3), (3, 4), (4, 2), (2, 3)]),  # many operands
+    ("a,b,c,d,e->edcba", [(2,), (3,), (1,), (2,), (2,)]),
+    ("ij,jk", [(0, 3), (3, 2)]),                 # empty arrays
+    ("ij,jk", [(2, 0), (0, 2)]),
+]
+
+
+@pytest.mark.parametrize("subscripts,shapes", FORMS, ids=[f[0] or "empty" for f in FORMS])
+def test_forms_match_numpy(subscripts, shapes):
+    ops = [_operand(s) for s in shapes]
+    _check(po.einsum(subscripts, *ops), np.einsum(subscripts, *ops))
+
+
+@pytest.mark.parametrize("optimize", [True, "greedy", "optimal", ["einsum_path", (0, 1), (0, 1), (0, 1)]])
+def test_contraction_orders(optimize):
+    ops = [_operand(s) for s in [(3, 4), (4, 5), (5, 2), (2, 3)]]
+    expected = np.einsum("ab,bc,cd,da->a", *ops)
+    _check(po.einsum("ab,bc,cd,da->a", *ops, optimize=optimize), expected)
+
+
+def test_contraction_path_uses_temporaries():
+    ck = po.einsum_kernel("ab,bc,cd->ad", (2, 30), (30, 2), (2, 30), optimize="optimal")
+    assert {"t0"} <= set(ck.scop.arrays)
+    assert len(ck.scop.statements) == 4
+
+
+def test_interleaved_form():
+    a, b = _operand((2, 3)), _operand((3, 4))
+    _check(po.einsum(a, [0, 1], b, [1, 2], [0, 2]), np.einsum(a, [0, 1], b, [1, 2], [0, 2]))
+    _check(po.einsum(a, [0, 1], b, [1, 2]), np.einsum(a, [0, 1], b, [1, 2]))
+    _check(po.einsum(a, [Ellipsis, 1], b, [1, 2], [Ellipsis, 2]),
+           np.einsum(a, [Ellipsis, 1], b, [1, 2], [Ellipsis, 2]))
+    _check(po.einsum(a, [26, 1], [1, 26]), np.einsum(a, [26, 1], [1, 26]))
+
+
+def test_python_scalars_and_lists():
+    _check(po.einsum("i,", [1, 2, 3], 2.5), np.einsum("i,", [1, 2, 3], 2.5))
+    _check(po.einsum("i,", np.ones(2, np.int8), 300), np.einsum("i,", np.ones(2, np.int8), 300))
+
+
+DTYPES = [np.float32, np.float64, np.int32, np.int64, np.bool_, np.int8, np.int16, np.uint8, np.uint16,
+          np.uint32, np.uint64, np.float16, np.longdouble, np.complex64, np.complex128, np.clongdouble]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=[np.dtype(d).name for d in DTYPES])
+def test_each_dtype(dtype):
+    for subscripts, shapes in [("ij,jk->ik", [(3, 4), (4, 2)]), ("ii->i", [(3, 3)]), ("ijk->", [(2, 2, 3)])]:
+        ops = [_operand(s, dtype) for s in shapes]
+        _check(po.einsum(subscripts, *ops), np.einsum(subscripts, *ops))
+
+
+def test_integer_overflow_wraps_like_numpy():
+    a = np.full(3, 100, np.int8)
+    _check(po.einsum("i,i", a, np.full(3, 2, np.int8)), np.einsum("i,i", a, np.full(3, 2, np.int8)))
+    big = np.array([2**63 + 5, 2**64 - 1], np.uint64)
+    _check(po.einsum("i,i->i", big, np.array([3, 2], np.uint64)), np.einsum("i,i->i", big, np.array([3, 2], np.uint64)))
+
+
+def test_object_arrays_use_the_interpreter():
+    a = np.array([Fraction(1, 2), Fraction(1, 3)], dtype=object)
+    assert po.einsum("i,i", a, a) == Fraction(13, 36)
+    assert po.einsum("i,i", a[:0], a[:0]) == np.einsum("i,i", a[:0], a[:0])
+    with pytest.raises(TypeError, match="interpreter"):
+        po.einsum_kernel("i,i", a, a)
+
+
+def test_mixed_dtypes_promote():
+    a, b = _operand((3, 4), np.int32), _operand((4,), np.float32)
+    _check(po.einsum("ij,j->i", a, b), np.einsum("ij,j->i", a, b))
+
+
+def test_dtype_and_casting():
+    a, b = _operand((3, 4)), _operand((4,))
+    _check(po.einsum("ij,j->i", a, b, dtype=np.float32, casting="same_kind"),
+           np.einsum("ij,j->i", a, b, dtype=np.float32, casting="same_kind"))
+    _check(po.einsum("ij,j->i", a, b, dtype=np.int64, casting="unsafe"),
+           np.einsum("ij,j->i", a, b, dtype=np.int64, casting="unsafe"))
+    for kwargs in [dict(dtype=np.int64), dict(dtype=np.float32), dict(out=np.zeros(3, np.float32)),
+                   dict(out=np.zeros(3, np.int64), casting="same_kind")]:
+        with pytest.raises(TypeError):
+            np.einsum("ij,j->i", a, b, **kwargs)
+        with pytest.raises(TypeError, match="according to the rule"):
+            po.einsum("ij,j->i", a, b, **kwargs)
+    ia = _operand((3, 4), np.int32)
+    with pytest.raises(TypeError):
+        po.einsum("ij->i", ia, casting="no", dtype=np.int64)
+
+
+def test_out():
+    a, b = _operand((3, 4)), _operand((4, 5))
+    out = np.full((3, 5), 7.0)
+    assert po.einsum("ij,jk->ik", a, b, out=out) is out
+    _check(out, a @ b)
+    out32 = np.zeros((3, 5), np.float32)  # the result is cast into out
+    po.einsum("ij,jk->ik", a, b, out=out32, casting="same_kind")
+    _check(out32, (a @ b).astype(np.float32))
+    i8 = np.full(3, 100, np.int8)  # the computation happens in the common type with out
+    out64 = np.zeros((), np.int64)
+    po.einsum("i,i->", i8, np.full(3, 2, np.int8), out=out64)
+    assert out64 == 600
+    strided = np.zeros((5, 3)).T  # a non-contiguous out
+    po.einsum("ij,jk->ik", a, b, out=strided)
+    _check(strided, a @ b)
+    square = _operand((4, 4))  # out aliasing an operand
+    expected = np.einsum("ij,jk->ik", square, square)
+    po.einsum("ij,jk->ik", square, square, out=square)
+    _check(square, expected)
+    with pytest.raises(ValueError, match="dimensions"):
+        po.einsum("ij,jk->ik", a, b, out=np.zeros(3))
+    with pytest.raises(ValueError, match="shape"):
+        po.einsum("ij,jk->ik", a, b, out=np.zeros((3, 4)))
+    with pytest.raises(TypeError):
+        po.einsum("ij,jk->ik", a, b, out=[[0.0] * 5] * 3)
+
+
+def test_order_and_non_contiguous_operands():
+    a = _operand((6, 8))[::2, 1::2]
+    b = np.asfortranarray(_operand((4, 5)))
+    result = po.einsum("ij,jk->ik", a, b, order="F")
+    assert result.flags.f_contiguous
+    _check(result, np.einsum("ij,jk->ik", a, b))
+    assert po.einsum("ij,jk->ik", a, b, order="C").flags.c_contiguous
+    with pytest.raises(ValueError, match="order"):
+        po.einsum("ij,jk->ik", a, b, order="Q")
+    with pytest.raises(ValueError, match="casting"):
+        po.einsum("ij,jk->ik", a, b, casting="always")
+
+
+BAD = [
+    ("ij,jk", [(2, 3)]),                  # fewer operands than subscripts
+    ("ij", [(2, 3), (3,)]),               # more operands
+    ("i1", [(2, 3)]),                     # not a letter
+    ("i.j", [(2, 3)]),                    # '.' outside an ellipsis
+    ("ij->k", [(2, 3)]),                  # output label never in an input
+    ("ij->ii", [(2, 3)]),                 # output label repeated
+    ("ijk", [(2, 3)]),                    # too many subscripts
+    ("i", [(2, 3)]),                      # too few subscripts, no ellipsis
+    ("i...->i", [(2, 3)]),                # broadcast dims missing from the output
+    ("ii", [(2, 3)]),                     # diagonal of unequal extents
+    ("ij,jk", [(2, 3), (4, 2)]),          # shape mismatch
+    ("...i,...i", [(2, 3), (4, 3, 3)]),   # ellipsis shape mismatch
+]
+
+
+@pytest.mark.parametrize("subscripts,shapes", BAD, ids=[b[0] for b in BAD])
+def test_errors_match_numpy(subscripts, shapes):
+    ops = [np.ones(s) for s in shapes]
+    with pytest.raises(ValueError):
+        np.einsum(subscripts, *ops)
+    with pytest.raises(ValueError):
+        po.einsum(subscripts, *ops)
+
+
+def test_shape_error_names_label_and_sizes():
+    with pytest.raises(ValueError, match=r"label 'j' has size 3 in operand 0 but 4 in operand 1"):
+        po.einsum("ij,jk", np.ones((2, 3)), np.ones((4, 2)))
+    with pytest.raises(ValueError, match=r"'i' don't match \(2 != 3\)"):
+        po.einsum("ii", np.ones((2, 3)))
+
+
+def test_interleaved_errors():
+    with pytest.raises(ValueError, match="valid range"):
+        po.einsum(np.ones(2), [60])
+    with pytest.raises(TypeError):
+        po.einsum(np.ones(2), ["a"])
+    with pytest.raises(ValueError):
+        po.einsum()
+
+
+def test_cuda_target_is_refused():
+    with pytest.raises(po.TargetUnavailableError, match="CUDA target is not available"):
+        po.einsum("ij->i", np.ones((2, 2)), target="cuda")
+    assert issubclass(po.TargetUnavailableError, po.PolyoptError)
+
+
+def test_cache_keeps_sizes_as_parameters():
+    a = po.einsum_kernel("ij,jk->ik", (2, 3), (3, 4))
+    po.einsum("ij,jk->ik", _operand((5, 6)), _operand((6, 7)))
+    assert po.einsum_kernel("ij,jk->ik", np.ones((9, 2)), np.ones((2, 3))) is a
+    assert {"N_i", "N_j", "N_k"} == set(a.scop.params)
+    assert "polyopt_einsum" in a.c_source and a.schedule is not None
+    # a new broadcast pattern or dtype is a new kernel
+    assert po.einsum_kernel("ij,jk->ik", (2, 1), (3, 4)) is not a
+    assert po.einsum_kernel("ij,jk->ik", (2, 3), (3, 4), dtype=np.float32) is not a
+
+
+# --- property test -------------------------------------------------------------------------------
+
+_HYPOTHESIS_DTYPES = [np.float64, np.float32, np.int32, np.int64, np.bool_, np.int8, np.uint8,
+                      np.uint64, np.float16, np.complex128]
+
+
+@st.composite
+def _einsum_case(draw):
+    letters = "abcdE"
+    sizes = {l: draw(st.integers(0, 3)) for l in letters}
+    ellipsis_shape = draw(st.lists(st.integers(1, 3), max_size=2))
+    n_ops = draw(st.integers(1, 3))
+    parts, shapes = [], []
+    for _ in range(n_ops):
+        labels = draw(st.lists(st.sampled_from(letters), max_size=3))
+        ones = {l for l in labels if draw(st.booleans()) and draw(st.booleans())}  # size-1 broadcast
+        shape = [1 if l in ones else sizes[l] for l in labels]
+        text = "".join(labels)
+        if ellipsis_shape and draw(st.booleans()):
+            k = draw(st.integers(0, len(ellipsis_shape)))
+            hidden = [1 if draw(st.integers(0, 3)) == 0 else e for e in ellipsis_shape[len(ellipsis_shape) - k:]]
+            at = draw(st.integers(0, len(labels)))
+            text, shape = text[:at] + "..." + text[at:], shape[:at] + hidden + shape[at:]
+        parts.append(text)
+        shapes.append(tuple(shape))
+    subscripts = ",".join(parts)
+    used = sorted(set("".join(parts)) - {"."})
+    if draw(st.booleans()):
+        out = draw(st.permutations(used))[:draw(st.integers(0, len(used)))]
+        dots = "..." if "..." in subscripts else ""
+        at = draw(st.integers(0, len(out)))
+        subscripts += "->" + "".join(out[:at]) + dots + "".join(out[at:])
+    mutation = draw(st.sampled_from([None] * 6 + ["size", "char", "output", "operands"]))
+    if mutation == "size" and any(shapes):
+        k = draw(st.sampled_from([k for k, s in enumerate(shapes) if s]))
+        d = draw(st.integers(0, len(shapes[k]) - 1))
+        shapes[k] = shapes[k][:d] + (shapes[k][d] + 2,) + shapes[k][d + 1:]
+    elif mutation == "char":
+        at = draw(st.integers(0, len(subscripts)))
+        subscripts = subscripts[:at] + draw(st.sampled_from(["1", " ", ".", "z", "-"])) + subscripts[at:]
+    elif mutation == "output":
+        subscripts = subscripts.split("->")[0] + "->" + draw(st.sampled_from(["z", "aa", "...", ""]))
+    elif mutation == "operands":
+        shapes = shapes[:-1] if draw(st.booleans()) else shapes + [(2,)]
+    dtype = draw(st.sampled_from(_HYPOTHESIS_DTYPES))
+    optimize = draw(st.sampled_from([False, "greedy", "optimal"]))
+    return subscripts, shapes, dtype, optimize
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(_einsum_case())
+def test_random_einsums_match_numpy(case):
+    subscripts, shapes, dtype, optimize = case
+    ops = [_operand(s, dtype) for s in shapes]
+    try:
+        expected = np.einsum(subscripts, *ops)
+    except Exception as exc:  # noqa: BLE001 - numpy's exception type is the reference
+        with pytest.raises(type(exc)):
+            po.einsum(subscripts, *ops, optimize=optimize)
+        return
+    _check(po.einsum(subscripts, *ops, optimize=optimize), expected)
