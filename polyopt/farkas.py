@@ -85,4 +85,4 @@ def basic_maps(relation: isl.UnionMap) -> list[isl.BasicMap]:
     """Every basic map (convex piece) of a union map, coalesced first."""
     pieces: list[isl.BasicMap] = []
     relation.coalesce().foreach_map(lambda m: m.foreach_basic_map(pieces.append))
-    return pieces
+    return [p for p in pieces if not p.is_empty()]

@@ -4,11 +4,14 @@ Schedules are affine in the iterators and the size parameters (theta = c.i + d.p
 Dimension by dimension: every dependence not yet satisfied must be weakly satisfied
 (theta_T(t) - theta_S(s) >= x_e, Farkas-linearized, x_e in {0, 1} per dependence edge) and the
 integer lexmin first maximizes the number of strongly satisfied edges (sum x_e), then minimizes
-the coefficients (a proxy for latency). Satisfied edges leave; the rest shrink to the points where
+the coefficients (a proxy for latency); where that exact 0/1 problem is too hard for isl within
+an operation budget, edges are satisfied greedily instead. Satisfied edges leave; the rest shrink to the points where
 the new dimension does not separate them. When no edge is left, each statement is completed to
 full rank with dimensions that carry nothing: they are all parallel (innermost parallelism).
 """
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import islpy as isl
 
@@ -21,6 +24,22 @@ from polyopt.scop import Scop
 
 COEFF_BOUND = 4
 CONST_BOUND = 16
+#: isl operations allowed for the exact lexmin of one dimension before the greedy fallback
+EXACT_BUDGET = 300_000
+
+
+@contextmanager
+def operation_budget(operations: int):
+    """Make isl give up (raise) after ``operations`` elementary steps inside the block."""
+    ctx = isl.DEFAULT_CONTEXT
+    previous = ctx.get_max_operations()
+    ctx.set_max_operations(operations)
+    ctx.reset_operations()
+    try:
+        yield
+    finally:
+        ctx.set_max_operations(previous)
+        ctx.reset_operations()
 
 
 class FeautrierScheduler:
@@ -70,7 +89,16 @@ class FeautrierScheduler:
 
     def _dimension(self, stmts: tuple[str, ...], edges: list[Edge]) -> Row:
         unknowns, feasible = self._problem(stmts, edges)
-        values = unknowns.lexmin(feasible)
+        try:
+            with operation_budget(EXACT_BUDGET):
+                values = unknowns.lexmin(feasible)
+        except isl.Error:  # the exact 0/1 problem is too hard: satisfy edges greedily
+            try:
+                with operation_budget(4 * EXACT_BUDGET):
+                    values = self._greedy(unknowns, feasible, len(edges))
+            except isl.Error:
+                raise ScheduleError(f"feautrier: the scheduling problem of {', '.join(stmts)} is too "
+                                    "hard for isl within the operation budget") from None
         if values is None:
             raise ScheduleError(f"feautrier: no legal schedule dimension for {', '.join(stmts)} "
                                 f"with coefficients bounded by {COEFF_BOUND}")
@@ -79,6 +107,15 @@ class FeautrierScheduler:
         return {s: (tuple(values[f"{s}_p{k}"] - values[f"{s}_n{k}"] for k in range(self.dims[s])),
                     values[f"{s}_cst"], tuple((p, values[f"{s}_d{p}"]) for p in self.scop.params))
                 for s in stmts}
+
+    @staticmethod
+    def _greedy(unknowns: Unknowns, feasible: isl.BasicSet, n_edges: int) -> dict[str, int] | None:
+        """A maximal (not maximum) set of strongly satisfied edges, one edge at a time in order,
+        then the smallest coefficients for it: no 0/1 search left for the ILP."""
+        for k in range(n_edges):
+            strong = feasible.intersect(unknowns.set(f"x{k} = 1"))
+            feasible = strong if not strong.is_empty() else feasible.intersect(unknowns.set(f"x{k} = 0"))
+        return unknowns.lexmin(feasible)
 
     def _record(self, row: Row) -> None:
         for s, (coeffs, *_) in row.items():
@@ -113,7 +150,11 @@ class FeautrierScheduler:
             levels.append(Level("scalar", [row]) if constant_only
                           else Level("band", [row], permutable=False, edges=active))
             self._record(row)
-            active = remaining_after([row], active)
+            remaining = remaining_after([row], active)
+            if len(remaining) == len(active) and all(
+                    a.relation.is_equal(b.relation) for a, b in zip(remaining, active)):
+                raise ScheduleError(f"feautrier: a dimension of {self.scop.name} satisfied no dependence")
+            active = remaining
         completion = self._completion()
         if completion:
             levels.append(Level("band", completion, permutable=True, edges=[]))

@@ -60,7 +60,7 @@ def remaining_after(rows: list[Row], edges: list[Edge]) -> list[Edge]:
     result = edges
     for row in rows:
         result = [Edge(e.source, e.sink, piece) for e in result
-                  for piece in delta_set(e, row, "= 0").get_basic_maps()]
+                  for piece in delta_set(e, row, "= 0").get_basic_maps() if not piece.is_empty()]
     return result
 
 
