@@ -202,14 +202,16 @@ class _FunctionEmitter:
         b, op, t = self.builder, e.op, e.lhs.dtype
         if op == "**":
             exponent = e.rhs.value if isinstance(e.rhs, E.Const) else None
+            if not e.dtype.is_float:  # the exponent is a literal >= 0 (see expr.binary)
+                if exponent is None or exponent < 0:
+                    raise CodegenError("integer ** needs a non-negative literal exponent")
+                return self._int_power(self.expr(e.lhs), int(exponent))
             if exponent is not None and float(exponent).is_integer() and 0 <= exponent <= 4:
                 base = self.expr(e.lhs)
-                result = ir.Constant(llvm_type(e.dtype), 1.0 if e.dtype.is_float else 1)
+                result = ir.Constant(llvm_type(e.dtype), 1.0)
                 for _ in range(int(exponent)):
-                    result = b.fmul(result, base, flags=_FLOAT_FLAGS) if e.dtype.is_float else b.mul(result, base)
+                    result = b.fmul(result, base, flags=_FLOAT_FLAGS)
                 return result
-            if not e.dtype.is_float:
-                raise CodegenError("integer ** needs a literal exponent between 0 and 4")
             return b.call(self.math_function("pow", e.dtype), [self.expr(e.lhs), self.expr(e.rhs)])
         if op in ("and", "or"):  # short-circuit, as in Python
             false, true = E.Const(0, e.dtype), E.Const(1, e.dtype)
@@ -223,6 +225,17 @@ class _FunctionEmitter:
             better = (b.fcmp_ordered if t.is_float else b.icmp_signed)("<" if op == "min" else ">", y, x)
             return b.select(better, y, x)
         return self._float_arith(op, x, y, t) if t.is_float else self._int_arith(op, x, y)
+
+    def _int_power(self, base: ir.Value, exponent: int) -> ir.Value:
+        """``base ** exponent`` by squaring and multiplying (wrapping like C on overflow)."""
+        b, result = self.builder, ir.Constant(base.type, 1)
+        while exponent:
+            if exponent & 1:
+                result = b.mul(result, base)
+            exponent >>= 1
+            if exponent:
+                base = b.mul(base, base)
+        return result
 
     def _float_arith(self, op: str, x, y, t: DType) -> ir.Value:
         b, f = self.builder, _FLOAT_FLAGS
@@ -287,8 +300,7 @@ class _FunctionEmitter:
 def llvm_ir(scop: Scop, loops: Node, function_name: str) -> str:
     """Unoptimized LLVM IR text of the kernel function."""
     module = ir.Module(name=function_name)
-    module.triple = _target_machine().triple
-    module.data_layout = str(_target_machine().target_data)
+    module.triple, module.data_layout = _host_layout()
     emitter = _FunctionEmitter(module, scop, function_name)
     emitter.emit(loops)
     emitter.builder.ret_void()
@@ -296,16 +308,28 @@ def llvm_ir(scop: Scop, loops: Node, function_name: str) -> str:
 
 
 @lru_cache(maxsize=None)
-def _target_machine() -> llvm.TargetMachine:
+def _initialize() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     libm = ctypes.util.find_library("m")
     if libm:
         llvm.load_library_permanently(libm)
+
+
+def _new_target_machine() -> llvm.TargetMachine:
+    """A target machine for the host CPU (an execution engine takes ownership of its own)."""
+    _initialize()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
                                         features=llvm.get_host_cpu_features().flatten(),
                                         opt=3, jit=True)
+
+
+@lru_cache(maxsize=None)
+def _host_layout() -> tuple[str, str]:
+    """(triple, data layout) of the host, for the IR module header."""
+    tm = _new_target_machine()
+    return tm.triple, str(tm.target_data)
 
 
 @dataclass
@@ -319,7 +343,7 @@ class NativeFunction:
 
 def jit_compile(ir_text: str, function_name: str) -> NativeFunction:
     """Verify, optimize (-O3 pipeline with vectorizers on) and JIT-compile ``ir_text``."""
-    tm = _target_machine()
+    tm = _new_target_machine()
     module = llvm.parse_assembly(ir_text)
     module.verify()
     options = llvm.create_pipeline_tuning_options(speed_level=3)

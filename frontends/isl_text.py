@@ -95,7 +95,10 @@ def scop_from_isl(*, name: str, arrays: dict, statements: list[tuple[str, str]],
     domain = isl.UnionSet.empty(ctx.get_space())
     for stmt in built:
         domain = domain.union(isl.UnionSet.from_set(stmt.domain))
-    tree = _schedule(domain, built, schedule)
+    try:
+        tree = _schedule(domain, built, schedule)
+    except isl.Error as exc:
+        raise FrontendError(f"cannot use the schedule {schedule!r}: {exc}", source_name="<isl>") from None
     arguments = [Argument(p, "param", i64) for p in (params or [])]
     arguments += [Argument(n, "scalar", t) for n, t in scalar_types.items()]
     arguments += [Argument(n, "array", a.dtype) for n, a in array_specs.items()]

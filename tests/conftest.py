@@ -1,0 +1,53 @@
+"""Shared helpers for the polyopt tests: the algorithm list, a compiled-vs-interpreter runner and
+a seeded random generator fixture. (Test modules import the helpers: ``from conftest import ...``.)"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import polyopt as po
+
+#: The scheduling algorithms the semantic tests run (isl's two schedulers and the textual order).
+ALGORITHMS = ("original", "isl", "isl-feautrier")
+
+
+def _copy(values):
+    return [v.copy() if isinstance(v, np.ndarray) else v for v in values]
+
+
+def _arrays(values):
+    return [v for v in values if isinstance(v, np.ndarray)]
+
+
+def _assert_close(actual, expected, rtol, label):
+    if np.issubdtype(expected.dtype, np.floating) and rtol:
+        np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol, err_msg=label)
+    else:
+        np.testing.assert_array_equal(actual, expected, err_msg=label)
+
+
+def run_everywhere(kernel, *args, algorithms=ALGORITHMS, rtol=1e-12, **kwargs):
+    """Run ``kernel`` with the interpreter and compiled with each algorithm, each on fresh copies
+    of the arguments; assert every compiled result equals the interpreter's (up to ``rtol``; 0
+    means bitwise), and return the interpreter's arrays (positional ones, then keyword ones)."""
+    def fresh():
+        return _copy(args), dict(zip(kwargs, _copy(kwargs.values())))
+
+    def arrays(call):
+        return _arrays(call[0]) + _arrays(call[1].values())
+
+    reference = fresh()
+    po.interpret(kernel, *reference[0], **reference[1])
+    for algorithm in algorithms:
+        ck = po.compile(kernel, algorithm=algorithm)
+        mine = fresh()
+        ck(*mine[0], **mine[1])
+        for k, (got, want) in enumerate(zip(arrays(mine), arrays(reference))):
+            assert got.dtype == want.dtype
+            _assert_close(got, want, rtol, f"{kernel!r}, algorithm {algorithm}, array #{k}")
+    return arrays(reference)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
