@@ -23,7 +23,7 @@ from polyopt.scop import Scop
 from polyopt.verify import verify
 
 #: The algorithm used when none is named.
-DEFAULT_ALGORITHM = "isl"
+DEFAULT_ALGORITHM = "pluto"
 TARGETS = ("cpu",)
 
 _CTYPES = {"f32": ctypes.c_float, "f64": ctypes.c_double, "i32": ctypes.c_int32,
