@@ -1,10 +1,11 @@
-"""The ``polyopt`` command line: ``demo``, ``list``, ``show`` and ``cc``."""
+"""The ``polyopt`` command line: ``demo``, ``list``, ``show``, ``cc`` and ``bench``."""
 from __future__ import annotations
 
 import argparse
 import sys
 
 import polyopt as po
+from polyopt.bench.cli import add_parser as add_bench_parser, run as run_bench
 
 
 def _show(args) -> None:
@@ -65,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--what", default="scop,deps,schedule,c",
                       help="comma-separated: scop, deps, schedule, ast, c, ir, asm-ir")
     _add_cc(commands)
+    add_bench_parser(commands)
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        return run_bench(args, argv)
     if args.command == "cc":
         _cc(args)
     elif args.command == "demo":

@@ -88,3 +88,7 @@ class ScheduleError(PolyoptError):
 
 class CodegenError(PolyoptError):
     """Code generation met a construct it cannot translate."""
+
+
+class BenchmarkError(PolyoptError):
+    """A benchmark that cannot run as asked (unknown target, a bad external C file, bad option)."""

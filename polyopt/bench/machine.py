@@ -1,0 +1,64 @@
+"""The facts a benchmark number is worthless without: machine, load, software versions, date."""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+import llvmlite
+import llvmlite.binding as llvm
+import numpy as np
+
+from polyopt.cbuild import find_compiler
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _compiler_version() -> str | None:
+    compiler = find_compiler()
+    if compiler is None:
+        return None
+    result = subprocess.run([compiler, "--version"], capture_output=True, text=True)
+    return result.stdout.splitlines()[0] if result.returncode == 0 and result.stdout else compiler
+
+
+def machine_info() -> dict[str, object]:
+    """CPU model, cores, memory, load average now, and the versions of what generates code."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_gib": _memory_gib(),
+        "load_average": [round(x, 2) for x in load] if load else None,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "llvmlite": llvmlite.__version__,
+        "llvm": ".".join(map(str, llvm.llvm_version_info)),
+        "c_compiler": _compiler_version(),
+    }
+
+
+def now_utc() -> str:
+    """The current time, UTC, to the second (ISO 8601)."""
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()

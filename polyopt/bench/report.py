@@ -1,0 +1,221 @@
+"""A benchmark report as a console table, JSON, and the generated sections of
+docs/performance.md (a markdown table and a bar chart of speedups).
+
+Both report kinds (``kernels``: suite kernels vs gcc/numpy; ``einsum``: po.einsum vs numpy) are
+first turned into one header and rows of text cells, which the console and markdown writers
+share. A docs section lives between two HTML comments naming its kind; regenerating it replaces
+only that text, so the hand-written rest of the file stays as it is.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from polyopt.bench.kernels import SLOW_GCC_SECONDS
+from polyopt.bench.runners import BASELINE
+from polyopt.errors import BenchmarkError
+
+Table = tuple[list[str], list[list[str]]]
+
+
+def _seconds(result: dict) -> str:
+    if not result.get("correct", False):
+        return "WRONG"
+    return f"{result['median_s']:.4g} ({result['min_s']:.4g})"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _runner_order(rows: list[dict]) -> list[str]:
+    """Runner names as they first appear, with the gcc baseline moved right after polyopt."""
+    names = list(dict.fromkeys(name for row in rows for name in row["runners"]))
+    if BASELINE in names:
+        names.remove(BASELINE)
+        names.insert(1 if names and names[0] == "polyopt" else 0, BASELINE)
+    return names
+
+
+def kernel_table(report: dict) -> Table:
+    """Kernels report: median (min) seconds per runner, polyopt's GFLOP/s, speedups, check."""
+    kernels = report["kernels"]
+    names = _runner_order(kernels)
+    others = [n for n in names if n != BASELINE]
+    header = (["kernel"] + [f"{n} s" for n in names] + ["polyopt GFLOP/s"]
+              + [f"{n} vs gcc" for n in others]
+              + (["polyopt vs numpy"] if "numpy" in names else []) + ["check"])
+    rows = []
+    for k in kernels:
+        runners = k["runners"]
+        ours = runners.get("polyopt", {})
+        row = [k["kernel"]] + [_seconds(runners[n]) if n in runners else "-" for n in names]
+        row.append(f"{ours['gflops']:.2f}" if "gflops" in ours else "-")
+        row += [_ratio(runners.get(n, {}).get("speedup_vs_gcc")) for n in others]
+        if "numpy" in names:
+            row.append(_ratio(ours.get("speedup_vs_numpy") if "numpy" in runners else None))
+        row.append("ok" if k["correct"] else "MISMATCH")
+        rows.append(row)
+    return header, rows
+
+
+def einsum_table(report: dict) -> Table:
+    """Einsum report: seconds of each implementation, polyopt's speedups, check."""
+    header = ["subscripts", "shapes", "polyopt s", "numpy.einsum s", "numpy matmul s",
+              "polyopt vs numpy.einsum", "polyopt vs numpy matmul", "check"]
+    rows = []
+    for case in report["cases"]:
+        runners = case["runners"]
+        ours = runners["polyopt"]
+        rows.append([f"`{case['subscripts']}`", " ".join("x".join(map(str, s)) for s in case["shapes"]),
+                     _seconds(ours), _seconds(runners["numpy.einsum"]),
+                     _seconds(runners["numpy matmul"]) if "numpy matmul" in runners else "-",
+                     _ratio(ours.get("speedup_vs_numpy.einsum")),
+                     _ratio(ours.get("speedup_vs_numpy matmul")),
+                     "ok" if case["correct"] else "MISMATCH"])
+    return header, rows
+
+
+def table(report: dict) -> Table:
+    """The header and rows of either report kind."""
+    return kernel_table(report) if report["kind"] == "kernels" else einsum_table(report)
+
+
+def summary_lines(report: dict) -> list[str]:
+    """The geometric means (and targets' inputs) in words, one line each."""
+    summary = report["summary"]
+    if report["kind"] == "einsum":
+        lines = [f"geometric-mean speedup of po.einsum over numpy.einsum: "
+                 f"{_ratio(summary['geomean_speedup_vs_numpy.einsum'])}"]
+        lines += [f"`{s}`: po.einsum runs at {_ratio(v)} the speed of numpy matmul"
+                  for s, v in summary["fraction_of_numpy_matmul"].items()]
+        return lines
+    lines = []
+    for name, s in summary.items():
+        line = (f"{name}: geometric-mean speedup over gcc {_ratio(s['geomean_speedup_vs_gcc'])} "
+                f"({s['kernels']} kernels), {_ratio(s['geomean_speedup_vs_gcc_where_gcc_over_0.05s'])} "
+                f"where gcc takes more than {SLOW_GCC_SECONDS} s ({s['kernels_where_gcc_over_0.05s']})")
+        if s["kernels_with_numpy"]:
+            line += (f"; over numpy {_ratio(s['geomean_speedup_vs_numpy'])} "
+                     f"({s['kernels_with_numpy']} kernels)")
+        lines.append(line)
+    return lines
+
+
+def console_text(header: list[str], rows: list[list[str]]) -> str:
+    """Fixed-width columns for a terminal."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths))
+                     for line in [header, *rows])
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def write_json(report: dict, path: str | Path) -> None:
+    """The whole report, every sample included, as JSON (non-finite numbers refused)."""
+    Path(path).write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+
+
+def _chart_series(report: dict) -> tuple[list[str], dict[str, list[float | None]], str]:
+    if report["kind"] == "kernels":
+        kernels = report["kernels"]
+        names = [n for n in _runner_order(kernels) if n != BASELINE]
+        series = {n: [k["runners"].get(n, {}).get("speedup_vs_gcc") for k in kernels] for n in names}
+        return [k["kernel"] for k in kernels], series, "speedup over gcc -O3 (original loops)"
+    cases = report["cases"]
+    series = {f"vs {n}": [c["runners"]["polyopt"].get(f"speedup_vs_{n}") for c in cases]
+              for n in ("numpy.einsum", "numpy matmul")}
+    return [c["subscripts"] for c in cases], series, "po.einsum speedup"
+
+
+def speedup_chart(report: dict, path: Path) -> str | None:
+    """Grouped bars of the report's speedups (log scale, 1x marked) saved as a PNG at ``path``.
+
+    Returns None when written, else why not (matplotlib is an optional dependency).
+    """
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return ("No chart: matplotlib is not installed "
+                "(`pip install 'polyopt[bench]'` and regenerate).")
+    labels, series, ylabel = _chart_series(report)
+    width = 0.8 / max(1, len(series))
+    figure, axes = plt.subplots(figsize=(max(6.0, 0.45 * len(labels) + 2), 4.0))
+    for k, (name, values) in enumerate(series.items()):
+        positions = [i + (k - (len(series) - 1) / 2) * width for i in range(len(labels))]
+        kept = [(x, v) for x, v in zip(positions, values) if v is not None]
+        if kept:
+            axes.bar([x for x, _ in kept], [v for _, v in kept], width, label=name)
+    axes.axhline(1.0, color="black", linewidth=0.8)
+    axes.set_yscale("log")
+    axes.set_ylabel(ylabel)
+    axes.set_xticks(range(len(labels)), labels, rotation=60, ha="right")
+    axes.legend()
+    config = report["config"]
+    axes.set_title(f"{report['machine']['cpu']}, {config['threads']} threads, {report['date'][:10]}")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return None
+
+
+def _markers(kind: str) -> tuple[str, str]:
+    return (f"<!-- BEGIN polyopt bench {kind}: generated by `polyopt bench --write-docs`, "
+            "edits inside are overwritten -->", f"<!-- END polyopt bench {kind} -->")
+
+
+def _context(report: dict) -> str:
+    m, c = report["machine"], report["config"]
+    load = ", ".join(map(str, m["load_average"] or [])) or "unknown"
+    what = (f"size {c['size']}, {c['repeats']} interleaved runs, polyopt {c['algorithm']} "
+            f"{c['options'] or ''}".rstrip() if report["kind"] == "kernels"
+            else f"scale {c['scale']}, {c['repeats']} interleaved runs")
+    return (f"`{report['command']}`, {report['date']}\n\n"
+            f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, load average "
+            f"{load} at the start; Python {m['python']}, numpy {m['numpy']}, LLVM {m['llvm']}, "
+            f"{m['c_compiler']}.\n"
+            f"Threads: {c['threads']} (OpenMP: {c['openmp']}; BLAS: {c['blas']}). {what}.\n"
+            "Times: median seconds (minimum in parentheses); speedups are ratios of medians, "
+            "above 1x faster. Every result is checked against the reference.")
+
+
+def docs_section(report: dict, chart: str | None, note: str | None) -> str:
+    """The generated markdown for ``report``: context, chart (or the note why not), table."""
+    title = ("Suite kernels against gcc and numpy" if report["kind"] == "kernels"
+             else "po.einsum against numpy")
+    parts = [f"## {title} (generated)", _context(report)]
+    parts.append(note if note else f"![{title}]({chart})")
+    parts.append(markdown_table(*table(report)))
+    parts.append("\n".join(f"- {line}" for line in summary_lines(report)))
+    begin, end = _markers(report["kind"])
+    return "\n".join([begin, "\n\n".join(parts), end])
+
+
+def write_docs(report: dict, doc: str | Path) -> list[Path]:
+    """Regenerate ``report``'s section of ``doc`` (appended the first time) and its chart in
+    ``img/`` beside it; returns the files written."""
+    doc = Path(doc)
+    image = doc.parent / "img" / f"bench_{report['kind']}.png"
+    note = speedup_chart(report, image)
+    section = docs_section(report, image.relative_to(doc.parent).as_posix(), note)
+    text = doc.read_text() if doc.exists() else "# Measured performance\n"
+    begin, end = _markers(report["kind"])
+    start = text.find(begin.split(":")[0])
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    else:
+        stop = text.find(end, start)
+        if stop < 0:
+            raise BenchmarkError(f"{doc}: the generated section has no end marker {end!r}; "
+                                 "restore it (nothing was written)")
+        text = text[:start] + section + text[stop + len(end):]
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(text)
+    return [doc] if note else [doc, image]

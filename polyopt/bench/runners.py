@@ -1,0 +1,138 @@
+"""The implementations a benchmark compares, each behind one small :class:`Runner`.
+
+A runner updates the kernel's arguments in place, like the kernel itself, so every runner is
+checked against the same numpy reference and timed on the very same arrays. Runners per target:
+
+- every target: ``gcc`` (the baseline: the C emitter's output of the *original* loops, built
+  with gcc -O3 -march=native) and one runner per ``--external`` C file (same ABI);
+- ``cpu``: ``polyopt`` (its LLVM code with the chosen scheduler) and ``numpy`` (the suite's
+  numpy/BLAS reference, for kernels where that is the natural numpy form).
+
+A CUDA runner is one more entry in :data:`TARGET_RUNNERS`: a function returning runners whose
+``run`` copies the arguments to the device, launches, copies back, and returns the kernel-only
+seconds measured with CUDA events (the harness times the whole call as end-to-end); a cuBLAS
+(CuPy) baseline is a second runner of the same list.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import polyopt as po
+from polyopt.bench.config import BenchConfig
+from polyopt.bench.threads import thread_kwargs
+from polyopt.cbuild import CBuiltKernel, find_compiler
+from polyopt.errors import BenchmarkError, PolyoptError
+from polyopt.suite import Entry
+
+#: The runner every other one is compared with.
+BASELINE = "gcc"
+
+#: Suite kernels whose numpy reference is the natural numpy/BLAS way to write them (matrix
+#: products, LAPACK, whole-array stencil steps). The others' references are contortions that
+#: exist only to be correct (per-row Python loops, wavefronts), not a baseline anyone would use.
+NUMPY_FORMS = frozenset({
+    "correlation", "covariance", "gemm", "gemver", "gesummv", "symm", "syr2k", "syrk", "trmm",
+    "2mm", "3mm", "atax", "bicg", "doitgen", "mvt", "cholesky", "floyd-warshall", "fdtd-2d",
+    "heat-3d", "jacobi-1d", "jacobi-2d",
+})
+
+
+@dataclass(frozen=True)
+class Runner:
+    """One implementation of one kernel: ``run(args)`` computes in place on the argument dict.
+
+    ``run`` may return its own kernel-only seconds (CUDA events); ``None`` means the harness's
+    wall-clock time is all there is.
+    """
+
+    name: str
+    description: str
+    run: Callable[[dict], float | None]
+
+
+def polyopt_runner(entry: Entry, config: BenchConfig) -> Runner:
+    """polyopt's own code for the kernel, with the configured scheduler, options and threads."""
+    threads = thread_kwargs(po.compile, config.threads)
+    compiled = po.compile(entry.kernel, algorithm=config.algorithm, **config.options, **threads)
+    how = f"{config.threads} threads" if threads else "num_threads= not in this polyopt: its default"
+    return Runner("polyopt", f"polyopt {config.describe_polyopt()}, LLVM, {how}",
+                  lambda args: compiled(**args))
+
+
+def _c_runner(name: str, entry: Entry, config: BenchConfig, what: str, **code) -> Runner:
+    """A runner of C code for the kernel's ABI: ``code`` is CBuiltKernel's ``source=`` (built with
+    the baseline's flags) or ``library=`` (built elsewhere); neither: the emitter's output."""
+    original = po.compile(entry.kernel, algorithm="original")  # the ABI: scop and function name
+    built = CBuiltKernel(original, openmp=config.threads > 1, **code)
+    how = f"{find_compiler()} {' '.join(built.flags)} on {what}" if built.flags else what
+    return Runner(name, how, lambda args: built(**args))
+
+
+def gcc_runner(entry: Entry, config: BenchConfig) -> Runner:
+    """gcc -O3 -march=native (-fopenmp) building the C emitter's output of the original loops."""
+    return _c_runner(BASELINE, entry, config, "the original loops (C emitter)")
+
+
+def external_runners(entry: Entry, config: BenchConfig) -> list[Runner]:
+    """One runner per ``--external`` file given for this kernel: a C file is built like the gcc
+    baseline, a shared library (``.so``, e.g. clang with Polly) is loaded as it is."""
+    runners = []
+    for external in config.externals:
+        if external.kernel != entry.name:
+            continue
+        path = Path(external.path)
+        if not path.is_file():
+            raise BenchmarkError(f"--external {external.kernel}={path}: no such file")
+        code = ({"library": path.resolve()} if path.suffix == ".so"
+                else {"source": path.read_text()})
+        what = f"prebuilt {path}" if path.suffix == ".so" else str(path)
+        try:
+            runners.append(_c_runner(external.label, entry, config, what, **code))
+        except PolyoptError as error:
+            raise BenchmarkError(f"--external {external.kernel}={path}: {error}\n"
+                                 f"expected: {abi_prototype(entry)}") from None
+    return runners
+
+
+def abi_prototype(entry: Entry) -> str:
+    """The C prototype an external file must define for ``entry`` (the C emitter's own)."""
+    source = po.compile(entry.kernel, algorithm="original").c_source
+    return re.search(r"^void polyopt_\w+\(.*\)$", source, flags=re.M).group(0) + ";"
+
+
+def numpy_runners(entry: Entry, config: BenchConfig) -> list[Runner]:
+    """The suite's numpy/BLAS reference as a baseline, where it is the natural numpy form."""
+    if not config.numpy or entry.name not in NUMPY_FORMS:
+        return []
+    return [Runner("numpy", f"numpy {np.__version__} (the suite's reference)",
+                   lambda args: entry.reference(**args))]
+
+
+def cpu_runners(entry: Entry, config: BenchConfig) -> list[Runner]:
+    """The ``cpu`` target: polyopt's LLVM code, and numpy where it has a natural form."""
+    return [polyopt_runner(entry, config), *numpy_runners(entry, config)]
+
+
+#: Target name -> the runners of that target (gcc and external files are added for all).
+TARGET_RUNNERS: dict[str, Callable[[Entry, BenchConfig], list[Runner]]] = {"cpu": cpu_runners}
+
+
+def check_target(target: str) -> None:
+    """Refuse a target no runner exists for, before anything is compiled."""
+    if target not in TARGET_RUNNERS:
+        raise BenchmarkError(
+            f"no benchmark runners for target {target!r} yet (available: "
+            f"{', '.join(TARGET_RUNNERS)}); a target's runners are registered in "
+            "polyopt.bench.runners.TARGET_RUNNERS")
+
+
+def runners_for(entry: Entry, config: BenchConfig) -> list[Runner]:
+    """Every runner of one kernel: the target's, the gcc baseline, and the external files."""
+    check_target(config.target)
+    return [*TARGET_RUNNERS[config.target](entry, config), gcc_runner(entry, config),
+            *external_runners(entry, config)]

@@ -1,0 +1,176 @@
+"""The benchmark harness (``polyopt bench``): JSON report, checks, external C files, docs section,
+einsum cases. MINI sizes, one repeat: these test the harness, not the speed."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from polyopt.bench import BenchConfig, bench_einsum, bench_kernels, write_docs
+from polyopt.bench.measure import check, interleave
+from polyopt.cli import main
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+FAST = ["--size", "MINI", "--repeats", "1", "--threads", "1"]
+
+GEMM_C = """
+#include <stdint.h>
+void polyopt_gemm(int64_t NI, int64_t NJ, int64_t NK, double alpha, double beta,
+                  double *C, double *A, double *B)
+{
+  for (int64_t i = 0; i < NI; i++) {
+    for (int64_t j = 0; j < NJ; j++) C[i * NJ + j] *= %s;
+    for (int64_t k = 0; k < NK; k++)
+      for (int64_t j = 0; j < NJ; j++) C[i * NJ + j] += alpha * A[i * NK + k] * B[k * NJ + j];
+  }
+}
+"""
+
+
+def _run(argv: list[str], tmp_path: Path) -> tuple[int, dict]:
+    out = tmp_path / "report.json"
+    status = main(["bench", *argv, *FAST, "--json", str(out)])
+    return status, (json.loads(out.read_text()) if out.exists() else {})
+
+
+@pytest.fixture(scope="module")
+def gemm_report():
+    return bench_kernels(["gemm"], BenchConfig(size="MINI", repeats=1, threads=1),
+                         command="test")
+
+
+def test_cli_two_kernels_writes_checked_json(tmp_path, capsys):
+    status, report = _run(["gemm", "atax"], tmp_path)
+    assert status == 0
+    assert "gemm" in capsys.readouterr().out
+    assert report["kind"] == "kernels" and report["correct"] is True
+    assert report["command"].startswith("polyopt bench gemm atax")
+    assert report["date"][:2] == "20"
+    assert {"cpu", "cores", "load_average", "c_compiler"} <= set(report["machine"])
+    assert report["config"]["threads"] == 1 and report["config"]["size"] == "MINI"
+    assert [k["kernel"] for k in report["kernels"]] == ["gemm", "atax"]
+    for kernel in report["kernels"]:
+        runners = kernel["runners"]
+        assert set(runners) == {"polyopt", "gcc", "numpy"}
+        for result in runners.values():
+            assert result["correct"] and result["max_rel_error"] <= 1e-8
+            assert 0 < result["min_s"] <= result["median_s"] and len(result["times_s"]) == 1
+            assert result["gflops"] == pytest.approx(kernel["flops"] / result["median_s"] / 1e9)
+        assert runners["gcc"]["speedup_vs_gcc"] == 1.0
+        assert runners["polyopt"]["speedup_vs_gcc"] == pytest.approx(
+            runners["gcc"]["median_s"] / runners["polyopt"]["median_s"])
+        assert "speedup_vs_numpy" in runners["polyopt"]
+    summary = report["summary"]["polyopt"]
+    assert summary["kernels"] == 2 and summary["kernels_with_numpy"] == 2
+    speedups = [k["runners"]["polyopt"]["speedup_vs_gcc"] for k in report["kernels"]]
+    assert summary["geomean_speedup_vs_gcc"] == pytest.approx(math.sqrt(speedups[0] * speedups[1]))
+
+
+def test_external_c_file_runs_beside_gcc(tmp_path):
+    source = tmp_path / "gemm_by_hand.c"
+    source.write_text(GEMM_C % "beta")
+    status, report = _run(["gemm", "--no-numpy", "--external", f"hand:gemm={source}"], tmp_path)
+    assert status == 0
+    runners = report["kernels"][0]["runners"]
+    assert set(runners) == {"polyopt", "gcc", "hand"}
+    assert runners["hand"]["correct"] and runners["hand"]["speedup_vs_gcc"] > 0
+    assert str(source) in runners["hand"]["description"]
+    assert report["summary"]["hand"]["kernels"] == 1
+
+
+def test_wrong_external_result_is_reported_not_timed(tmp_path, capsys):
+    source = tmp_path / "gemm_wrong.c"
+    source.write_text(GEMM_C % "1.0")  # forgets beta
+    status, report = _run(["gemm", "--external", f"gemm={source}"], tmp_path)
+    assert status == 1
+    wrong = report["kernels"][0]["runners"]["external"]
+    assert wrong["correct"] is False and wrong["max_rel_error"] > 1e-3 and "median_s" not in wrong
+    assert report["correct"] is False
+    assert "MISMATCH" in capsys.readouterr().out
+
+
+def test_external_without_the_function_names_the_prototype(tmp_path, capsys):
+    source = tmp_path / "empty.c"
+    source.write_text("void something_else(void) {}\n")
+    status, _ = _run(["gemm", "--external", f"gemm={source}"], tmp_path)
+    assert status == 2
+    message = capsys.readouterr().err
+    assert "polyopt_gemm" in message and "int64_t NI, int64_t NJ, int64_t NK" in message
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["gemm", "--target", "cuda"], "no benchmark runners for target 'cuda'"),
+    (["no-such-kernel"], "no suite kernel 'no-such-kernel'"),
+    (["gemm", "--external", "2mm=x.c"], "2mm is not among the kernels"),
+    (["gemm", "--external", "gemm"], "expected [LABEL:]KERNEL=FILE"),
+    ([], "name suite kernels"),
+])
+def test_bad_requests_get_a_clear_error(argv, expected, tmp_path, capsys):
+    status, report = _run(argv, tmp_path)
+    assert status == 2 and report == {}
+    assert expected in capsys.readouterr().err
+
+
+def _without_section(text: str, kind: str = "kernels") -> str:
+    begin, end = f"<!-- BEGIN polyopt bench {kind}", f"<!-- END polyopt bench {kind} -->"
+    if begin not in text:
+        return text
+    start = text.index(begin)
+    return text[:start] + text[text.index(end, start) + len(end):]
+
+
+def test_docs_section_regenerated_in_place(gemm_report, tmp_path):
+    doc = tmp_path / "performance.md"
+    original = (DOCS / "performance.md").read_text()
+    doc.write_text(original)
+    write_docs(gemm_report, doc)
+    first = doc.read_text()
+    assert _without_section(first).rstrip() == _without_section(original).rstrip()
+    doc.write_text(first + "\nA hand-written line after the section.\n")
+    write_docs(gemm_report, doc)  # the second time the section is replaced, not appended
+    second = doc.read_text()
+    assert second.count("<!-- BEGIN polyopt bench kernels") == 1
+    assert second.endswith("A hand-written line after the section.\n")
+    assert "| gemm |" in second and "`test`" in second
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "img" / "bench_kernels.png").stat().st_size > 1000
+    assert "![" in second and "(img/bench_kernels.png)" in second
+
+
+def test_docs_without_matplotlib_still_get_the_table(gemm_report, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    doc = tmp_path / "performance.md"
+    written = write_docs(gemm_report, doc)
+    text = doc.read_text()
+    assert written == [doc] and not (tmp_path / "img").exists()
+    assert "| gemm |" in text and "No chart: matplotlib is not installed" in text
+
+
+def test_einsum_cases_checked_against_numpy():
+    report = bench_einsum(scale=0.05, repeats=1, threads=1)
+    assert report["correct"] and len(report["cases"]) == 6
+    for case in report["cases"]:
+        assert case["runners"]["polyopt"]["speedup_vs_numpy.einsum"] > 0
+    assert set(report["summary"]["fraction_of_numpy_matmul"]) == {
+        "ij,jk->ik", "bij,bjk->bik", "ijk,jl->ikl"}
+
+
+def test_check_refuses_nan_and_wrong_shapes():
+    expected = {"x": np.ones(3), "alpha": 1.5}
+    assert check({"x": np.ones(3) * (1 + 1e-12)}, expected)["correct"]
+    assert check({"x": np.array([1.0, np.nan, 1.0])}, expected) == {"max_rel_error": None,
+                                                                   "correct": False}
+    assert not check({"x": np.ones(4)}, expected)["correct"]
+
+
+def test_interleave_keeps_runner_reported_kernel_times():
+    order = []
+    samples = interleave({"a": lambda: order.append("a") or 0.25, "b": lambda: order.append("b")},
+                         repeats=2, reset=lambda: order.append("reset"))
+    assert order == ["reset", "a", "reset", "b"] * 2
+    assert samples["a"]["kernel"] == [0.25, 0.25] and "kernel" not in samples["b"]
+    assert len(samples["a"]["wall"]) == len(samples["b"]["wall"]) == 2
