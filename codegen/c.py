@@ -159,7 +159,8 @@ def _emit_node(node: Node, scop: Scop, emit, out: list[str], depth: int, openmp:
             out.append(f"{pad}#pragma omp parallel for")
         out.append(f"{pad}for (long {node.var} = {emit(node.init)}; {emit(node.cond)}; "
                    f"{node.var} += {node.step}) {{")
-        _emit_node(node.body, scop, emit, out, depth + 1, openmp)
+        # a parallel loop inside a parallel loop runs sequentially (as in the LLVM backend)
+        _emit_node(node.body, scop, emit, out, depth + 1, openmp and not node.parallel)
         out.append(f"{pad}}}")
     elif isinstance(node, If):
         out.append(f"{pad}if ({emit(node.cond)}) {{")

@@ -1,15 +1,33 @@
 """LLVM IR for a loop AST (llvmlite), optimized at -O3 for the host CPU and JIT-compiled.
 
 Loop iterators live in stack slots that LLVM's mem2reg promotes; array arguments are ``noalias``
-flat pointers indexed row-major with strides computed once from the parameters. Floating-point
-multiply-adds may be contracted into FMAs (as gcc does by default); nothing else is reassociated.
+flat pointers, aligned to their element size (checked at call time), indexed row-major with
+strides computed once from the parameters. Floating-point multiply-adds may be contracted into
+FMAs (as gcc does by default); nothing else is reassociated.
+
+Parallel loops run on a thread team of the OpenMP runtime libgomp through its ``GOMP_*`` entry
+points, as Polly does: the loop is outlined into a function that receives the values it uses in
+a struct, ``GOMP_parallel`` runs it on every thread, and each thread takes one contiguous chunk
+of the iterations (static schedule). A sequential loop around a parallel loop (a wavefront) is
+outlined whole: every thread walks the fronts, shares out each parallel loop and meets the others
+at ``GOMP_barrier``; code outside the parallel loops runs on thread 0 only. A parallel loop inside
+another one's chunk runs sequentially. The kernel function takes the team size as one extra,
+last ``i32`` argument after :func:`~polyopt.codegen.ast.abi_arguments`.
+
+Innermost loops the schedule proves parallel carry ``llvm.loop.vectorize.enable`` and put their
+array accesses in an access group named by ``llvm.loop.parallel_accesses``, so the vectorizer needs
+no run-time alias checks (other loops are left to LLVM's cost model: forcing one that cannot be
+vectorized only prints a warning); functions prefer the widest vectors of the host.
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable, Iterator
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
@@ -34,27 +52,94 @@ def llvm_type(dtype: DType) -> ir.Type:
             "bool": _I1}[dtype.name]
 
 
-class _FunctionEmitter:
-    """Emits one kernel function; ``values`` maps parameter/scalar/iterator names to IR."""
+class _Distinct(ir.values.NamedValue):
+    """A ``distinct`` metadata node, optionally naming itself first (a loop ID): llvmlite's
+    ``add_metadata`` makes only uniqued nodes, which cannot refer to themselves."""
 
-    def __init__(self, module: ir.Module, scop: Scop, name: str):
-        self.module, self.scop = module, scop
-        args = abi_arguments(scop)
-        types = [_PTR if a.kind == "array" else llvm_type(a.dtype) for a in args]
-        self.function = ir.Function(module, ir.FunctionType(ir.VoidType(), types), name=name)
-        self.function.attributes.add("nounwind")
-        entry = self.function.append_basic_block("entry")
-        self.builder = ir.IRBuilder(entry)
+    name_prefix = "!"
+
+    def __init__(self, module: ir.Module, operands: list, *, self_reference: bool):
+        super().__init__(module, ir.MetaDataType(), name=str(len(module.metadata)))
+        self.operands = ([self] if self_reference else []) + list(operands)
+        module.metadata.append(self)
+
+    def descr(self, buf) -> None:
+        buf += ("distinct !{" + ", ".join(op.get_reference() for op in self.operands) + "}", "\n")
+
+    def _get_reference(self) -> str:
+        return f"!{self.name}"
+
+
+def _upper_bound(loop: For) -> E.Expr | None:
+    """``u`` with ``loop`` running while ``var < u`` (from ``var < u`` or ``var <= u - 1``, the
+    conditions isl's AST builder writes); None for any other condition."""
+    cond = loop.cond
+    if not (isinstance(cond, E.Binary) and cond.op in ("<", "<=") and isinstance(cond.lhs, E.Var)
+            and cond.lhs.name == loop.var):
+        return None
+    if any(isinstance(v, E.Var) and v.name == loop.var for v in E.walk(cond.rhs)):
+        return None
+    return cond.rhs if cond.op == "<" else E.Binary("+", cond.rhs, E.Const(1, cond.rhs.dtype), cond.rhs.dtype)
+
+
+def _shared(loop: Node) -> bool:
+    """A loop whose iterations a thread team shares out: marked parallel, with a plain bound."""
+    return isinstance(loop, For) and loop.parallel and _upper_bound(loop) is not None
+
+
+def _nodes(node: Node) -> Iterator[Node]:
+    yield node
+    children = {For: lambda n: (n.body,), If: lambda n: (n.then,) + ((n.otherwise,) if n.otherwise else ()),
+                Block: lambda n: n.body, Run: lambda n: ()}[type(node)](node)
+    for child in children:
+        yield from _nodes(child)
+
+
+def _has_shared_loop(node: Node) -> bool:
+    return any(_shared(n) for n in _nodes(node))
+
+
+def _innermost(loop: For) -> bool:
+    return not any(isinstance(n, For) for n in _nodes(loop.body))
+
+
+class _FunctionEmitter:
+    """Emits the body of one function; ``values`` maps parameter/scalar/iterator names to IR.
+
+    ``mode`` says how parallel loops are emitted: "spawn" (the kernel: start a thread team),
+    "team" (inside an outlined region that every thread runs) or "serial" (sequentially)."""
+
+    def __init__(self, module: ir.Module, scop: Scop, function: ir.Function, mode: str):
+        self.module, self.scop, self.function, self.mode = module, scop, function, mode
+        function.attributes.add("nounwind")
+        # llvmlite knows only enum attributes; string attributes go into the set as they are
+        set.add(function.attributes, f'"prefer-vector-width"="{_widest_vector_bits()}"')
+        self.builder = ir.IRBuilder(function.append_basic_block("entry"))
         self.values: dict[str, ir.Value] = {}
         self.pointers: dict[str, ir.Value] = {}
+        self.strides: dict[str, list[ir.Value]] = {}
         self.loop_slots: dict[str, ir.Value] = {}
-        for arg, value in zip(args, self.function.args):
+        self.threads: ir.Value | None = None  # the kernel's team-size argument
+        self.team: tuple[ir.Value, ir.Value] | None = None  # (thread number, team size), i64
+        self.access_group: _Distinct | None = None  # of the innermost parallel loop being emitted
+
+    @classmethod
+    def kernel(cls, module: ir.Module, scop: Scop, name: str, parallel: bool) -> "_FunctionEmitter":
+        """The kernel function: :func:`abi_arguments`, then the ``i32`` team size."""
+        args = abi_arguments(scop)
+        types = [_PTR if a.kind == "array" else llvm_type(a.dtype) for a in args] + [_I32]
+        function = ir.Function(module, ir.FunctionType(ir.VoidType(), types), name=name)
+        self = cls(module, scop, function, "spawn" if parallel else "serial")
+        for arg, value in zip(args, function.args):
             value.name = arg.name
             if arg.kind == "array":
                 value.add_attribute("noalias")
+                value.attributes.align = arg.dtype.bits // 8
                 self.pointers[arg.name] = value
             else:
                 self.values[arg.name] = value
+        self.threads = function.args[-1]
+        self.threads.name = "num_threads"
         self.strides = {name: self._strides(array.shape) for name, array in scop.arrays.items()
                         if not array.local}
         for array in scop.arrays.values():
@@ -62,6 +147,7 @@ class _FunctionEmitter:
                 slot = self.builder.alloca(llvm_type(array.dtype), name=array.name)
                 self.builder.store(ir.Constant(llvm_type(array.dtype), 0), slot)
                 self.pointers[array.name] = slot
+        return self
 
     def _strides(self, shape: tuple[str, ...]) -> list[ir.Value]:
         """Row-major strides (in elements) of an array, computed from the parameters."""
@@ -74,46 +160,88 @@ class _FunctionEmitter:
         strides.insert(0, running)
         return strides
 
+    @contextmanager
+    def _in_mode(self, mode: str):
+        saved, self.mode = self.mode, mode
+        try:
+            yield
+        finally:
+            self.mode = saved
+
     # ----- statements -----------------------------------------------------------------------
     def emit(self, node: Node) -> None:
-        b = self.builder
-        if isinstance(node, Block):
+        if self.mode == "spawn" and isinstance(node, For) and _has_shared_loop(node):
+            self._spawn(node)
+        elif self.mode == "team":
+            self._emit_in_team(node)
+        elif isinstance(node, Block):
             for child in node.body:
                 self.emit(child)
         elif isinstance(node, For):
-            with b.goto_block(self.function.entry_basic_block):
-                b.position_at_start(self.function.entry_basic_block)
-                slot = b.alloca(_I64, name=node.var)
-            self.loop_slots[node.var] = slot
-            b.store(self.expr(node.init), slot)
-            header = self.function.append_basic_block(f"{node.var}.header")
-            body = self.function.append_basic_block(f"{node.var}.body")
-            done = self.function.append_basic_block(f"{node.var}.done")
-            b.branch(header)
-            b.position_at_end(header)
-            b.cbranch(self.expr(node.cond), body, done)
-            b.position_at_end(body)
-            self.emit(node.body)
-            value = b.load(slot, typ=_I64)
-            b.store(b.add(value, ir.Constant(_I64, node.step), flags=("nsw",)), slot)
-            b.branch(header)
-            b.position_at_end(done)
-            del self.loop_slots[node.var]
+            self._loop(node, self.expr(node.init), lambda: self.expr(node.cond))
         elif isinstance(node, If):
-            cond = self.expr(node.cond)
-            if node.otherwise is None:
-                with b.if_then(cond):
-                    self.emit(node.then)
-            else:
-                with b.if_else(cond) as (then, otherwise):
-                    with then:
-                        self.emit(node.then)
-                    with otherwise:
-                        self.emit(node.otherwise)
+            self._if(node)
         else:
             target, value = instantiate(self.scop.statement(node.statement), node.args)
             result = self.expr(value)
-            b.store(result, self.address(target), align=target.dtype.bits // 8)
+            store = self.builder.store(result, self.address(target), align=target.dtype.bits // 8)
+            self._tag(store)
+
+    def _if(self, node: If) -> None:
+        b = self.builder
+        cond = self.expr(node.cond)
+        if node.otherwise is None:
+            with b.if_then(cond):
+                self.emit(node.then)
+        else:
+            with b.if_else(cond) as (then, otherwise):
+                with then:
+                    self.emit(node.then)
+                with otherwise:
+                    self.emit(node.otherwise)
+
+    def _loop(self, node: For, start: ir.Value, more: Callable[[], ir.Value]) -> None:
+        """``for (var = start; more(); var += step) body``; an innermost parallel loop gets loop
+        metadata for the vectorizer."""
+        b = self.builder
+        with b.goto_block(self.function.entry_basic_block):
+            b.position_at_start(self.function.entry_basic_block)
+            slot = b.alloca(_I64, name=node.var)
+        self.loop_slots[node.var] = slot
+        b.store(start, slot)
+        header = self.function.append_basic_block(f"{node.var}.header")
+        body = self.function.append_basic_block(f"{node.var}.body")
+        done = self.function.append_basic_block(f"{node.var}.done")
+        b.branch(header)
+        b.position_at_end(header)
+        b.cbranch(more(), body, done)
+        b.position_at_end(body)
+        vectorize, saved_group = node.parallel and _innermost(node), self.access_group
+        if vectorize:
+            self.access_group = _Distinct(self.module, [], self_reference=False)
+        self.emit(node.body)
+        value = b.load(slot, typ=_I64)
+        b.store(b.add(value, ir.Constant(_I64, node.step), flags=("nsw",)), slot)
+        back = b.branch(header)
+        if vectorize:
+            back.set_metadata("llvm.loop", self._loop_id())
+        self.access_group = saved_group
+        b.position_at_end(done)
+        del self.loop_slots[node.var]
+
+    def _loop_id(self) -> _Distinct:
+        """The ``llvm.loop`` ID of an innermost parallel loop: vectorize it, and its accesses
+        (all in ``self.access_group``) carry no dependence between iterations."""
+        md = self.module.add_metadata
+        return _Distinct(self.module, [
+            md([ir.MetaDataString(self.module, "llvm.loop.vectorize.enable"), ir.Constant(_I1, 1)]),
+            md([ir.MetaDataString(self.module, "llvm.loop.parallel_accesses"), self.access_group]),
+        ], self_reference=True)
+
+    def _tag(self, instruction) -> None:
+        """Put an array access into the access group of the parallel loop around it."""
+        if self.access_group is not None:
+            instruction.set_metadata("llvm.access.group", self.access_group)
 
     def address(self, access: E.Access) -> ir.Value:
         base = self.pointers[access.array]
@@ -124,6 +252,122 @@ class _FunctionEmitter:
             term = self.builder.mul(self.expr(index), stride, flags=("nsw",))
             offset = term if offset is None else self.builder.add(offset, term, flags=("nsw",))
         return self.builder.gep(base, [offset], inbounds=True, source_etype=llvm_type(access.dtype))
+
+    # ----- parallel loops ---------------------------------------------------------------------
+    def _spawn(self, node: For) -> None:
+        """Run ``node`` on a thread team: outline it and call ``GOMP_parallel`` on it. A parallel
+        loop is shared out; a sequential loop around parallel ones runs on every thread."""
+        captured = self._captured()
+        region = _FunctionEmitter.outlined(self, captured)
+        with region._in_mode("team"):
+            if _shared(node):
+                region._shared_loop(node)
+            else:
+                region.emit(node)
+        region.builder.ret_void()
+        b = self.builder
+        variables = [value for _, _, value in captured]
+        frame = ir.LiteralStructType([v.type for v in variables])
+        with b.goto_block(self.function.entry_basic_block):
+            b.position_at_start(self.function.entry_basic_block)
+            data = b.alloca(frame, name="captured")
+        for k, value in enumerate(variables):
+            b.store(value, b.gep(data, [ir.Constant(_I32, 0), ir.Constant(_I32, k)], inbounds=True))
+        entry = _trampoline(self.module, region.function, frame)
+        b.call(_runtime_function(self.module, "GOMP_parallel"), [entry, data, self.threads, ir.Constant(_I32, 0)])
+
+    def _captured(self) -> list[tuple[str, object, ir.Value]]:
+        """(kind, key, value) of every non-constant value the outlined code may use."""
+        b = self.builder
+        found = [("value", n, v) for n, v in self.values.items()]
+        found += [("value", n, b.load(slot, typ=_I64)) for n, slot in self.loop_slots.items()]
+        found += [("pointer", n, p) for n, p in self.pointers.items()]
+        found += [("stride", (n, k), s) for n, ss in self.strides.items() for k, s in enumerate(ss)]
+        return [item for item in found if not isinstance(item[2], ir.Constant)]
+
+    @classmethod
+    def outlined(cls, parent: "_FunctionEmitter", captured: list) -> "_FunctionEmitter":
+        """An internal function taking ``captured`` as arguments (pointers ``noalias``, as in the
+        kernel), with the parent's constants, and its thread number and team size at hand."""
+        types = [value.type for _, _, value in captured]
+        name = parent.module.get_unique_name(f"{parent.function.name}.region")
+        function = ir.Function(parent.module, ir.FunctionType(ir.VoidType(), types), name=name)
+        function.linkage = "internal"
+        self = cls(parent.module, parent.scop, function, "serial")
+        self.values = {n: v for n, v in parent.values.items() if isinstance(v, ir.Constant)}
+        self.pointers = {n: v for n, v in parent.pointers.items() if isinstance(v, ir.Constant)}
+        self.strides = {n: list(ss) for n, ss in parent.strides.items()}
+        for (kind, key, _), arg in zip(captured, function.args):
+            if kind == "value":
+                self.values[key] = arg
+            elif kind == "pointer":
+                arg.add_attribute("noalias")
+                self.pointers[key] = arg
+            else:
+                self.strides[key[0]][key[1]] = arg
+        b = self.builder
+        number = b.call(_runtime_function(self.module, "omp_get_thread_num"), [])
+        size = b.call(_runtime_function(self.module, "omp_get_num_threads"), [])
+        self.team = (b.sext(number, _I64), b.sext(size, _I64))
+        return self
+
+    def _shared_loop(self, node: For) -> None:
+        """This thread's chunk of parallel loop ``node``: iterations [lo, hi) of ``trips``, in
+        contiguous chunks of ceil(trips / team size) (OpenMP's static schedule)."""
+        b = self.builder
+        number, size = self.team
+        start, bound = self.expr(node.init), self.expr(_upper_bound(node))
+        step = ir.Constant(_I64, node.step)
+        span = b.sub(bound, start)
+        positive = b.icmp_signed(">", span, ir.Constant(_I64, 0))
+        trips = b.select(positive, b.sdiv(b.add(span, ir.Constant(_I64, node.step - 1)), step),
+                         ir.Constant(_I64, 0))
+        chunk = b.sdiv(b.add(trips, b.sub(size, ir.Constant(_I64, 1))), size)
+        lo = self._min(b.mul(number, chunk), trips)
+        hi = self._min(b.add(lo, chunk), trips)
+        first = b.add(start, b.mul(lo, step))
+        last = b.add(start, b.mul(hi, step))
+        with self._in_mode("serial"):
+            self._loop(node, first, lambda: b.icmp_signed("<", b.load(self.loop_slots[node.var], typ=_I64), last))
+
+    def _min(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self.builder.select(self.builder.icmp_signed("<", x, y), x, y)
+
+    def _emit_in_team(self, node: Node) -> None:
+        """``node`` run by every thread of the team: parallel loops are shared out (then all
+        threads wait at a barrier), code without parallel loops runs on thread 0 (then a barrier),
+        and loops, conditions and blocks around parallel loops are walked by every thread (their
+        bounds and conditions are affine in parameters and iterators: all threads agree)."""
+        if _shared(node):
+            self._shared_loop(node)
+            self._barrier()
+        elif not _has_shared_loop(node):
+            self._on_one_thread(node)
+        elif isinstance(node, Block):
+            serial: list[Node] = []
+            for child in node.body + (None,):
+                if child is not None and not _has_shared_loop(child):
+                    serial.append(child)
+                    continue
+                if serial:
+                    self._on_one_thread(Block(tuple(serial)))
+                    serial = []
+                if child is not None:
+                    self.emit(child)
+        elif isinstance(node, For):
+            self._loop(node, self.expr(node.init), lambda: self.expr(node.cond))
+        else:
+            self._if(node)
+
+    def _on_one_thread(self, node: Node) -> None:
+        b = self.builder
+        with b.if_then(b.icmp_signed("==", self.team[0], ir.Constant(_I64, 0))):
+            with self._in_mode("serial"):
+                self.emit(node)
+        self._barrier()
+
+    def _barrier(self) -> None:
+        self.builder.call(_runtime_function(self.module, "GOMP_barrier"), [])
 
     # ----- expressions --------------------------------------------------------------------------
     def expr(self, e: E.Expr) -> ir.Value:
@@ -136,7 +380,9 @@ class _FunctionEmitter:
                 return b.load(self.loop_slots[e.name], typ=_I64)
             return self.values[e.name]
         if isinstance(e, E.Access):
-            return b.load(self.address(e), typ=llvm_type(e.dtype), align=e.dtype.bits // 8)
+            load = b.load(self.address(e), typ=llvm_type(e.dtype), align=e.dtype.bits // 8)
+            self._tag(load)
+            return load
         if isinstance(e, E.Unary):
             operand = self.expr(e.operand)
             if e.op == "not":
@@ -297,14 +543,75 @@ class _FunctionEmitter:
         raise CodegenError(f"unsupported integer operator {op}")
 
 
-def llvm_ir(scop: Scop, loops: Node, function_name: str) -> str:
-    """Unoptimized LLVM IR text of the kernel function."""
+def llvm_ir(scop: Scop, loops: Node, function_name: str, *, parallel: bool | None = None) -> str:
+    """Unoptimized LLVM IR text of the kernel function. Parallel loops start a thread team when
+    ``parallel`` (default: when the OpenMP runtime is available), else they run sequentially."""
     module = ir.Module(name=function_name)
     module.triple, module.data_layout = _host_layout()
-    emitter = _FunctionEmitter(module, scop, function_name)
+    emitter = _FunctionEmitter.kernel(module, scop, function_name,
+                                      openmp_available() if parallel is None else parallel)
     emitter.emit(loops)
     emitter.builder.ret_void()
     return str(module)
+
+
+_RUNTIME_SIGNATURES = {
+    "GOMP_parallel": ir.FunctionType(ir.VoidType(), [_PTR, _PTR, _I32, _I32]),
+    "GOMP_barrier": ir.FunctionType(ir.VoidType(), []),
+    "omp_get_thread_num": ir.FunctionType(_I32, []),
+    "omp_get_num_threads": ir.FunctionType(_I32, []),
+}
+
+
+def _runtime_function(module: ir.Module, name: str) -> ir.Function:
+    """The libgomp entry point ``name`` (declared once per module)."""
+    if name in module.globals:
+        return module.globals[name]
+    function = ir.Function(module, _RUNTIME_SIGNATURES[name], name=name)
+    function.attributes.add("nounwind")
+    return function
+
+
+def _trampoline(module: ir.Module, region: ir.Function, frame: ir.LiteralStructType) -> ir.Function:
+    """``void f(void *data)`` for GOMP_parallel: unpacks the struct ``data`` and calls ``region``."""
+    function = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR]),
+                           name=module.get_unique_name(f"{region.name}.entry"))
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    b = ir.IRBuilder(function.append_basic_block("entry"))
+    data = function.args[0]
+    args = [b.load(b.gep(data, [ir.Constant(_I32, 0), ir.Constant(_I32, k)], source_etype=frame, inbounds=True),
+                   typ=element) for k, element in enumerate(frame.elements)]
+    b.call(region, args)
+    b.ret_void()
+    return function
+
+
+@lru_cache(maxsize=None)
+def openmp_available() -> bool:
+    """Load the OpenMP runtime libgomp for the JIT (once). When it cannot be loaded, warn once
+    and return False: parallel loops then run sequentially."""
+    _initialize()
+    path = ctypes.util.find_library("gomp")
+    try:
+        if path is None:
+            raise OSError("no libgomp found on the library path")
+        llvm.load_library_permanently(path)
+    except (OSError, RuntimeError) as exc:
+        warnings.warn(f"polyopt: cannot load the OpenMP runtime libgomp ({exc}); parallel loops "
+                      "will run sequentially", RuntimeWarning, stacklevel=2)
+        return False
+    return True
+
+
+@lru_cache(maxsize=None)
+def _widest_vector_bits() -> int:
+    """The widest SIMD registers of the host CPU, in bits (AVX-512: 512, AVX: 256, else 128)."""
+    _initialize()
+    features = llvm.get_host_cpu_features()
+    if features.get("avx512f"):
+        return 512
+    return 256 if features.get("avx") else 128
 
 
 @lru_cache(maxsize=None)

@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -127,6 +128,9 @@ def _check_array(scop: Scop, name: str, value, is_written: bool) -> np.ndarray:
         raise ValueError(f"{scop.name}(): array '{name}' must have {len(spec.shape)} dimensions, got {value.ndim}")
     if not value.flags.c_contiguous:
         raise ValueError(f"{scop.name}(): array '{name}' must be C-contiguous (use np.ascontiguousarray)")
+    if not value.flags.aligned:  # the native code assumes element alignment
+        raise ValueError(f"{scop.name}(): array '{name}' is not aligned to its element size "
+                         "(use np.ascontiguousarray or np.require(..., requirements='A'))")
     if is_written and not value.flags.writeable:
         raise ValueError(f"{scop.name}(): array '{name}' is written by the kernel but is read-only")
     return value
@@ -159,12 +163,30 @@ def abi_ctypes(scop: Scop) -> list:
     return [ctypes.c_void_p if a.kind == "array" else _CTYPES[a.dtype.name] for a in abi_arguments(scop)]
 
 
+def default_num_threads() -> int:
+    """The thread count used when none is given: every core this process may run on."""
+    return len(os.sched_getaffinity(0))
+
+
+def check_num_threads(value) -> int | None:
+    """``value`` as a thread count (None stays None); TypeError/ValueError for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"num_threads must be an int, got {value!r}")
+    if not 1 <= value <= 2**31 - 1:
+        raise ValueError(f"num_threads must be at least 1, got {value}")
+    return int(value)
+
+
 @dataclass(eq=False)
 class CompiledKernel:
     """A kernel compiled for one target: call it with numpy arrays (updated in place).
 
     Inspect what runs with ``.schedule``, ``.loop_ast``, ``.c_source``, ``.llvm_ir`` and
-    ``.optimized_ir``; ``.compile_times`` gives the seconds spent in each phase.
+    ``.optimized_ir``; ``.compile_times`` gives the seconds spent in each phase. Parallel loops
+    run on ``num_threads`` threads (None: :func:`default_num_threads`); a call may override it
+    with the keyword ``num_threads=`` (unless the kernel has an argument of that name).
     """
 
     scop: Scop
@@ -175,6 +197,7 @@ class CompiledKernel:
     native: NativeFunction
     function_name: str
     compile_times: dict[str, float] = field(default_factory=dict)
+    num_threads: int | None = None
     _checked_params: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -187,12 +210,16 @@ class CompiledKernel:
 
     @cached_property
     def _function(self):
-        return ctypes.CFUNCTYPE(None, *abi_ctypes(self.scop))(self.native.address)
+        # the LLVM kernel takes the team size after the shared calling convention
+        return ctypes.CFUNCTYPE(None, *abi_ctypes(self.scop), ctypes.c_int32)(self.native.address)
 
     def __call__(self, *args, **kwargs) -> None:
+        threads = self.num_threads
+        if "num_threads" in kwargs and all(a.name != "num_threads" for a in self.scop.arguments):
+            threads = check_num_threads(kwargs.pop("num_threads"))
         bound = bind_arguments(self.scop, args, kwargs)
         self._check_params(bound.params)
-        self._function(*abi_values(self.scop, bound))
+        self._function(*abi_values(self.scop, bound), threads or default_num_threads())
 
     def _check_params(self, params: dict[str, int]) -> None:
         """Refuse parameter values outside the context or for which an access leaves its array."""
@@ -227,17 +254,25 @@ def _cache_key(kernel, target: str, algorithm: str, options: dict):
 
 
 def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
-            **schedule_options) -> CompiledKernel:
+            num_threads: int | None = None, **schedule_options) -> CompiledKernel:
     """Compile a kernel (or a Scop) to native code; cached, so a second call is free.
 
     ``algorithm`` names a scheduler (``polyopt.algorithms()``); the schedule is always checked
-    by the independent verifier before code is generated.
+    by the independent verifier before code is generated. ``num_threads`` is the default team
+    size of its parallel loops (None: every core); the other options go to the scheduler.
     """
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; available: {', '.join(TARGETS)}")
+    num_threads = check_num_threads(num_threads)
     key = _cache_key(kernel, target, algorithm, schedule_options)
-    if key in _CACHE:
-        return _CACHE[key]
+    if key not in _CACHE:
+        _CACHE[key] = _compile(kernel, algorithm, schedule_options)
+    compiled = _CACHE[key]  # the thread count is a call argument: one native code serves all
+    return compiled if num_threads is None else replace(compiled, num_threads=num_threads)
+
+
+def _compile(kernel, algorithm: str, schedule_options: dict) -> CompiledKernel:
+    """The whole chain, uncached: schedule, verify, loop AST, C and LLVM, native code."""
     times = {}
     start = time.perf_counter()
     scop = getattr(kernel, "scop", kernel)
@@ -255,8 +290,6 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
     times["codegen"] = time.perf_counter() - start - sum(times.values())
     native = jit_compile(ir_text, name)
     times["llvm"] = time.perf_counter() - start - sum(times.values())
-    compiled = CompiledKernel(scop, sched, loops, c_source, ir_text, native, name, times)
-    _CACHE[key] = compiled
-    return compiled
+    return CompiledKernel(scop, sched, loops, c_source, ir_text, native, name, times)
 
 

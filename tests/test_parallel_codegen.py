@@ -1,0 +1,246 @@
+"""Parallel loops on a libgomp thread team and vectorization hints in the LLVM backend.
+
+Suite kernels with parallel loops (outer loops, and wavefronts where the parallel loop sits in a
+sequential front loop) match their numpy reference on 1, 2 and 4 threads; the IR starts a thread
+team exactly where the schedule marks a parallel loop, as the C emitter's OpenMP pragmas do;
+without libgomp the code runs sequentially; the hot loops use the host's widest vectors.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import polyopt as po
+from polyopt import f64
+from polyopt.cbuild import CBuiltKernel, find_compiler
+from polyopt.codegen import llvm as llvm_backend
+from polyopt.codegen.ast import Block, For, If, Node, build_loop_ast
+
+RTOL, ATOL = 1e-9, 1e-12
+THREADS = (1, 2, 4)
+
+# (kernel, options): outer parallel loops tiled and untiled, wavefronts (jacobi-2d, seidel-2d),
+# several parallel nests in one kernel (covariance, 2mm), parallel innermost loops (gesummv, mvt)
+PARALLEL_CASES = [
+    ("gemm", {}), ("gemm", {"tile": 32}), ("2mm", {"tile": 32}), ("covariance", {}),
+    ("jacobi-2d", {}), ("jacobi-2d", {"tile": 32}), ("seidel-2d", {"tile": 32}),
+    ("gesummv", {}), ("mvt", {}),
+]
+
+
+def _copies(args: dict) -> dict:
+    return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+
+
+def _check(entry, run, preset: str = "SMALL") -> None:
+    """``run(**args)`` leaves the arrays equal to the numpy reference's."""
+    args = entry.inputs(entry.sizes(preset))
+    expected = _copies(args)
+    entry.reference(**expected)
+    run(**args)
+    for name, value in expected.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_allclose(args[name], value, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+def _loops(node: Node):
+    if isinstance(node, For):
+        yield node
+        yield from _loops(node.body)
+    elif isinstance(node, If):
+        yield from _loops(node.then)
+        if node.otherwise is not None:
+            yield from _loops(node.otherwise)
+    elif isinstance(node, Block):
+        for child in node.body:
+            yield from _loops(child)
+
+
+def _outermost_parallel(node: Node) -> int:
+    """Parallel loops not nested in another parallel loop."""
+    if isinstance(node, For) and node.parallel:
+        return 1
+    children = {For: lambda n: [n.body], If: lambda n: [n.then, n.otherwise], Block: lambda n: n.body}
+    return sum(_outermost_parallel(c) for c in children.get(type(node), lambda n: [])(node) if c is not None)
+
+
+def _team_starts(ir_text: str) -> int:
+    return len(re.findall(r'call void @"GOMP_parallel"\(', ir_text))
+
+
+def _with_loops(compiled: po.CompiledKernel, loops: Node, *, parallel: bool | None = None) -> po.CompiledKernel:
+    """``compiled`` with its native code regenerated from ``loops``."""
+    ir_text = llvm_backend.llvm_ir(compiled.scop, loops, compiled.function_name, parallel=parallel)
+    return replace(compiled, loops=loops, llvm_ir=ir_text,
+                   native=llvm_backend.jit_compile(ir_text, compiled.function_name))
+
+
+@pytest.mark.parametrize("name,options", PARALLEL_CASES, ids=[f"{n}-{o.get('tile', 'untiled')}" for n, o in PARALLEL_CASES])
+def test_parallel_kernels_match_reference(name, options):
+    entry = po.suite.get(name)
+    compiled = po.compile(entry.kernel, algorithm="pluto", **options)
+    po.verify(entry.kernel.scop, compiled.schedule)
+    assert any(loop.parallel for loop in _loops(compiled.loops))
+    assert _team_starts(compiled.llvm_ir) >= 1
+    for threads in THREADS:
+        _check(entry, lambda **args: compiled(**args, num_threads=threads))
+
+
+def test_wavefront_is_one_team_with_barriers():
+    """jacobi-2d's parallel loop sits in a sequential front loop: one team walks all fronts."""
+    compiled = po.compile(po.suite.get("jacobi-2d").kernel, algorithm="pluto")
+    front = compiled.loops
+    assert isinstance(front, For) and not front.parallel
+    assert any(loop.parallel for loop in _loops(front.body))
+    assert _team_starts(compiled.llvm_ir) == 1
+    assert '@"GOMP_barrier"()' in compiled.llvm_ir
+
+
+def test_no_team_without_parallel_loops():
+    gemm = po.suite.get("gemm").kernel
+    assert "GOMP" not in po.compile(gemm, algorithm="original").llvm_ir
+    atax = po.compile(po.suite.get("atax").kernel, algorithm="pluto")
+    assert not any(loop.parallel for loop in _loops(atax.loops))
+    assert "GOMP" not in atax.llvm_ir
+    _check(po.suite.get("atax"), lambda **args: atax(**args, num_threads=2))
+
+
+@pytest.mark.parametrize("name,options", PARALLEL_CASES[:6], ids=[f"{n}-{o.get('tile', 'untiled')}" for n, o in PARALLEL_CASES[:6]])
+def test_c_pragmas_match_thread_teams(name, options):
+    """The C emitter puts ``#pragma omp parallel for`` on exactly the parallel loops that are
+    not inside another parallel loop, and the LLVM code starts a team for each of them (or one
+    team for a front loop around them)."""
+    compiled = po.compile(po.suite.get(name).kernel, algorithm="pluto", **options)
+    pragmas = compiled.c_source.count("#pragma omp parallel for")
+    assert pragmas == _outermost_parallel(compiled.loops) >= 1
+    fronts = [loop for loop in _loops(compiled.loops) if not loop.parallel
+              and any(inner.parallel for inner in _loops(loop.body))]
+    if not fronts:
+        assert _team_starts(compiled.llvm_ir) == pragmas
+    else:
+        assert 1 <= _team_starts(compiled.llvm_ir) <= pragmas
+
+
+@pytest.mark.skipif(find_compiler() is None, reason="no C compiler")
+def test_c_openmp_build_of_a_wavefront_matches_reference():
+    entry = po.suite.get("jacobi-2d")
+    compiled = po.compile(entry.kernel, algorithm="pluto", tile=32)
+    _check(entry, CBuiltKernel(compiled, openmp=True))
+
+
+def test_nested_parallel_loop_runs_sequentially():
+    """A parallel loop inside another one's iterations is not shared out again."""
+    entry = po.suite.get("gemm")
+    compiled = po.compile(entry.kernel, algorithm="pluto")
+
+    # gemm's second nest: c0 (parallel) > c1 (k, sequential) > c2 (j, parallel): mark c2 too
+    def mark_innermost(node: Node) -> Node:
+        if isinstance(node, For):
+            innermost = not any(True for _ in _loops(node.body))
+            return replace(node, parallel=node.parallel or innermost, body=mark_innermost(node.body))
+        if isinstance(node, Block):
+            return Block(tuple(mark_innermost(c) for c in node.body))
+        return node
+
+    nested = _with_loops(compiled, mark_innermost(compiled.loops))
+    assert _team_starts(nested.llvm_ir) == _team_starts(compiled.llvm_ir) == 2
+    assert "llvm.loop.parallel_accesses" in nested.llvm_ir
+    for threads in THREADS:
+        _check(entry, lambda **args: nested(**args, num_threads=threads))
+
+
+@po.kernel
+def prefix_then_rows(A: f64["T", "N"], s: f64["T"]):
+    for t in range(1, T):
+        s[t] = s[t - 1] + 1.0
+        for i in range(N):
+            A[t, i] = A[t - 1, i] * 0.5 + s[t]
+
+
+def test_front_loop_runs_its_sequential_statements_once():
+    """In a front loop, a statement outside the parallel loop runs on one thread, before the
+    others use its result."""
+    compiled = po.compile(prefix_then_rows, algorithm="original")
+    front = compiled.loops
+    rows = front.body.body[1]
+    assert isinstance(rows, For) and rows.var != front.var
+    marked = replace(front, body=Block((front.body.body[0], replace(rows, parallel=True))))
+    team = _with_loops(compiled, marked)
+    assert _team_starts(team.llvm_ir) == 1 and '@"GOMP_barrier"()' in team.llvm_ir
+    rng = np.random.default_rng(3)
+    for threads in THREADS:
+        A, s = rng.random((9, 37)), rng.random(9)
+        expected_A, expected_s = A.copy(), s.copy()
+        po.interpret(prefix_then_rows, expected_A, expected_s)
+        team(A, s, num_threads=threads)
+        np.testing.assert_allclose(s, expected_s, rtol=RTOL)
+        np.testing.assert_allclose(A, expected_A, rtol=RTOL)
+
+
+def test_without_libgomp_parallel_loops_run_sequentially(monkeypatch):
+    monkeypatch.setattr(llvm_backend.ctypes.util, "find_library", lambda name: None)
+    with pytest.warns(RuntimeWarning, match="libgomp"):
+        assert llvm_backend.openmp_available.__wrapped__() is False
+    monkeypatch.setattr(llvm_backend, "openmp_available", lambda: False)
+    entry = po.suite.get("jacobi-2d")
+    compiled = po.compile(entry.kernel, algorithm="pluto")
+    sequential = _with_loops(compiled, compiled.loops)
+    assert "GOMP" not in sequential.llvm_ir and "omp_get" not in sequential.llvm_ir
+    _check(entry, lambda **args: sequential(**args, num_threads=2))
+
+
+def test_num_threads_option_and_keyword():
+    entry = po.suite.get("gemm")
+    default = po.compile(entry.kernel, algorithm="pluto")
+    two = po.compile(entry.kernel, algorithm="pluto", num_threads=2)
+    assert two.num_threads == 2 and default.num_threads is None
+    assert two.native is default.native  # the thread count is a call argument, not compiled in
+    _check(entry, two)
+    _check(entry, lambda **args: two(**args, num_threads=3))
+    with pytest.raises(ValueError, match="num_threads"):
+        po.compile(entry.kernel, num_threads=0)
+    with pytest.raises(TypeError, match="num_threads"):
+        _check(entry, lambda **args: default(**args, num_threads=1.5))
+
+
+def test_misaligned_array_is_refused():
+    @po.kernel
+    def scale(A: f64["N"]):
+        for i in range(N):
+            A[i] = A[i] * 2.0
+
+    buffer = np.zeros(8 * 10 + 1, np.uint8)
+    misaligned = buffer[1:].view(np.float64)
+    assert not misaligned.flags.aligned
+    with pytest.raises(ValueError, match="aligned"):
+        scale(misaligned)
+
+
+@pytest.mark.parametrize("algorithm,options", [("original", {}), ("pluto", {"tile": 32})])
+def test_gemm_hot_loop_uses_widest_vectors(algorithm, options):
+    lanes = llvm_backend._widest_vector_bits() // 64
+    if lanes < 4:
+        pytest.skip("host has no 256- or 512-bit vectors")
+    compiled = po.compile(po.suite.get("gemm").kernel, algorithm=algorithm, **options)
+    assert f'"prefer-vector-width"="{lanes * 64}"' in compiled.llvm_ir
+    vector = re.escape(f"<{lanes} x double>")
+    # the k-j multiply-add of C[i][j] += alpha * A[i][k] * B[k][j], on full-width vectors
+    assert re.search(rf"(fmul|fadd) [a-z ]*{vector}|@llvm\.fma\.v{lanes}f64", compiled.optimized_ir)
+    assert re.search(rf"load {vector}", compiled.optimized_ir)
+
+
+def test_parallel_innermost_loop_declares_its_accesses_parallel():
+    """gesummv's innermost loops are marked parallel: the loop ID of each names an access group
+    (``llvm.loop.parallel_accesses``) that every array load and store in its body carries, and
+    the loop is vectorized."""
+    compiled = po.compile(po.suite.get("gesummv").kernel, algorithm="pluto")
+    text = compiled.llvm_ir
+    groups = re.findall(r'!"llvm.loop.parallel_accesses", (![0-9]+)', text)
+    assert groups
+    tagged = {group: re.findall(rf"(load|store) [^\n]*!llvm.access.group {group}\b", text) for group in groups}
+    assert all(tagged.values()) and {"load", "store"} <= {kind for kinds in tagged.values() for kind in kinds}
+    lanes = llvm_backend._widest_vector_bits() // 64
+    assert f"<{lanes} x double>" in compiled.optimized_ir
