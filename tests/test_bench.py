@@ -152,7 +152,7 @@ def test_docs_without_matplotlib_still_get_the_table(gemm_report, tmp_path, monk
 
 def test_einsum_cases_checked_against_numpy():
     report = bench_einsum(scale=0.05, repeats=1, threads=1)
-    assert report["correct"] and len(report["cases"]) == 6
+    assert report["correct"] and len(report["cases"]) == 7
     for case in report["cases"]:
         assert case["runners"]["polyopt"]["speedup_vs_numpy.einsum"] > 0
     assert set(report["summary"]["fraction_of_numpy_matmul"]) == {

@@ -18,10 +18,10 @@ from polyopt.errors import BenchmarkError
 Table = tuple[list[str], list[list[str]]]
 
 
-def _seconds(result: dict) -> str:
+def _milliseconds(result: dict) -> str:
     if not result.get("correct", False):
         return "WRONG"
-    return f"{result['median_s']:.4g} ({result['min_s']:.4g})"
+    return f"{result['median_s'] * 1e3:.4g} ({result['min_s'] * 1e3:.4g})"
 
 
 def _ratio(value: float | None) -> str:
@@ -38,18 +38,18 @@ def _runner_order(rows: list[dict]) -> list[str]:
 
 
 def kernel_table(report: dict) -> Table:
-    """Kernels report: median (min) seconds per runner, polyopt's GFLOP/s, speedups, check."""
+    """Kernels report: median (min) milliseconds per runner, polyopt's GFLOP/s, speedups, check."""
     kernels = report["kernels"]
     names = _runner_order(kernels)
     others = [n for n in names if n != BASELINE]
-    header = (["kernel"] + [f"{n} s" for n in names] + ["polyopt GFLOP/s"]
+    header = (["kernel"] + [f"{n} ms" for n in names] + ["polyopt GFLOP/s"]
               + [f"{n} vs gcc" for n in others]
               + (["polyopt vs numpy"] if "numpy" in names else []) + ["check"])
     rows = []
     for k in kernels:
         runners = k["runners"]
         ours = runners.get("polyopt", {})
-        row = [k["kernel"]] + [_seconds(runners[n]) if n in runners else "-" for n in names]
+        row = [k["kernel"]] + [_milliseconds(runners[n]) if n in runners else "-" for n in names]
         row.append(f"{ours['gflops']:.2f}" if "gflops" in ours else "-")
         row += [_ratio(runners.get(n, {}).get("speedup_vs_gcc")) for n in others]
         if "numpy" in names:
@@ -60,16 +60,18 @@ def kernel_table(report: dict) -> Table:
 
 
 def einsum_table(report: dict) -> Table:
-    """Einsum report: seconds of each implementation, polyopt's speedups, check."""
-    header = ["subscripts", "shapes", "polyopt s", "numpy.einsum s", "numpy matmul s",
+    """Einsum report: milliseconds of each implementation, polyopt's speedups, check."""
+    header = ["subscripts", "shapes", "polyopt ms", "numpy.einsum ms", "numpy matmul ms",
               "polyopt vs numpy.einsum", "polyopt vs numpy matmul", "check"]
     rows = []
     for case in report["cases"]:
         runners = case["runners"]
         ours = runners["polyopt"]
         rows.append([f"`{case['subscripts']}`", " ".join("x".join(map(str, s)) for s in case["shapes"]),
-                     _seconds(ours), _seconds(runners["numpy.einsum"]),
-                     _seconds(runners["numpy matmul"]) if "numpy matmul" in runners else "-",
+                     _milliseconds(ours),
+                     _milliseconds(runners["numpy.einsum"])
+                     + (" (a view)" if case["numpy_einsum_returns_view"] else ""),
+                     _milliseconds(runners["numpy matmul"]) if "numpy matmul" in runners else "-",
                      _ratio(ours.get("speedup_vs_numpy.einsum")),
                      _ratio(ours.get("speedup_vs_numpy matmul")),
                      "ok" if case["correct"] else "MISMATCH"])
@@ -133,7 +135,7 @@ def _chart_series(report: dict) -> tuple[list[str], dict[str, list[float | None]
 
 
 def speedup_chart(report: dict, path: Path) -> str | None:
-    """Grouped bars of the report's speedups (log scale, 1x marked) saved as a PNG at ``path``.
+    """Grouped bars of the report's speedups (log scale, from 1x) saved as a PNG at ``path``.
 
     Returns None when written, else why not (matplotlib is an optional dependency).
     """
@@ -151,7 +153,9 @@ def speedup_chart(report: dict, path: Path) -> str | None:
         positions = [i + (k - (len(series) - 1) / 2) * width for i in range(len(labels))]
         kept = [(x, v) for x, v in zip(positions, values) if v is not None]
         if kept:
-            axes.bar([x for x, _ in kept], [v for _, v in kept], width, label=name)
+            # bars grow from 1x: up for a speedup, down for a slowdown
+            axes.bar([x for x, _ in kept], [v - 1.0 for _, v in kept], width, bottom=1.0,
+                     label=name)
     axes.axhline(1.0, color="black", linewidth=0.8)
     axes.set_yscale("log")
     axes.set_ylabel(ylabel)
@@ -182,7 +186,7 @@ def _context(report: dict) -> str:
             f"{load} at the start; Python {m['python']}, numpy {m['numpy']}, LLVM {m['llvm']}, "
             f"{m['c_compiler']}.\n"
             f"Threads: {c['threads']} (OpenMP: {c['openmp']}; BLAS: {c['blas']}). {what}.\n"
-            "Times: median seconds (minimum in parentheses); speedups are ratios of medians, "
+            "Times: median milliseconds (minimum in parentheses); speedups are ratios of medians, "
             "above 1x faster. Every result is checked against the reference.")
 
 
