@@ -180,7 +180,7 @@ def _context(report: dict) -> str:
     load = ", ".join(map(str, m["load_average"] or [])) or "unknown"
     what = (f"size {c['size']}, {c['repeats']} interleaved runs, polyopt {c['algorithm']} "
             f"{c['options'] or ''}".rstrip() if report["kind"] == "kernels"
-            else f"scale {c['scale']}, {c['repeats']} interleaved runs")
+            else f"scale {c['scale']}, {c['repeats']} interleaved runs, polyopt {c['polyopt']}")
     return (f"`{report['command']}`, {report['date']}\n\n"
             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, load average "
             f"{load} at the start; Python {m['python']}, numpy {m['numpy']}, LLVM {m['llvm']}, "

@@ -24,7 +24,6 @@ import numpy as np
 
 import polyopt as po
 from polyopt.bench.config import BenchConfig
-from polyopt.bench.threads import thread_kwargs
 from polyopt.cbuild import CBuiltKernel, find_compiler
 from polyopt.errors import BenchmarkError, PolyoptError
 from polyopt.suite import Entry
@@ -57,10 +56,9 @@ class Runner:
 
 def polyopt_runner(entry: Entry, config: BenchConfig) -> Runner:
     """polyopt's own code for the kernel, with the configured scheduler, options and threads."""
-    threads = thread_kwargs(po.compile, config.threads)
-    compiled = po.compile(entry.kernel, algorithm=config.algorithm, **config.options, **threads)
-    how = f"{config.threads} threads" if threads else "num_threads= not in this polyopt: its default"
-    return Runner("polyopt", f"polyopt {config.describe_polyopt()}, LLVM, {how}",
+    compiled = po.compile(entry.kernel, algorithm=config.algorithm, num_threads=config.threads,
+                          **config.options)
+    return Runner("polyopt", f"polyopt {config.describe_polyopt()}, LLVM, {config.threads} threads",
                   lambda args: compiled(**args))
 
 

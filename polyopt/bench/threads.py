@@ -1,7 +1,7 @@
 """One thread count for every implementation a benchmark compares.
 
-``--threads N`` must mean the same for all of them: polyopt's ``num_threads=`` (where this
-polyopt's ``compile``/``einsum`` take it), the OpenMP runtime that gcc's ``-fopenmp`` code uses,
+``--threads N`` must mean the same for all of them: polyopt's ``num_threads=`` (``compile``'s,
+and ``einsum``'s where this polyopt's takes it), the OpenMP runtime that gcc's ``-fopenmp`` code uses,
 and OpenBLAS under numpy (through threadpoolctl, the one portable way to change it after numpy
 has loaded it).
 """
