@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from polyopt.bench import BenchConfig, bench_einsum, bench_kernels, write_docs
 from polyopt.bench.measure import check, interleave
+from polyopt.cbuild import find_compiler
 from polyopt.cli import main
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -70,15 +72,21 @@ def test_cli_two_kernels_writes_checked_json(tmp_path, capsys):
     assert summary["geomean_speedup_vs_gcc"] == pytest.approx(math.sqrt(speedups[0] * speedups[1]))
 
 
-def test_external_c_file_runs_beside_gcc(tmp_path):
-    source = tmp_path / "gemm_by_hand.c"
-    source.write_text(GEMM_C % "beta")
-    status, report = _run(["gemm", "--no-numpy", "--external", f"hand:gemm={source}"], tmp_path)
+@pytest.mark.parametrize("built_elsewhere", [False, True], ids=["c-file", "shared-library"])
+def test_external_code_runs_beside_gcc(tmp_path, built_elsewhere):
+    external = tmp_path / "gemm_by_hand.c"
+    external.write_text(GEMM_C % "beta")
+    if built_elsewhere:  # as clang -mllvm -polly would leave it
+        library = tmp_path / "gemm_by_hand.so"
+        subprocess.run([find_compiler(), "-O2", "-shared", "-fPIC", str(external), "-o",
+                        str(library)], check=True)
+        external = library
+    status, report = _run(["gemm", "--no-numpy", "--external", f"hand:gemm={external}"], tmp_path)
     assert status == 0
     runners = report["kernels"][0]["runners"]
     assert set(runners) == {"polyopt", "gcc", "hand"}
     assert runners["hand"]["correct"] and runners["hand"]["speedup_vs_gcc"] > 0
-    assert str(source) in runners["hand"]["description"]
+    assert str(external) in runners["hand"]["description"]
     assert report["summary"]["hand"]["kernels"] == 1
 
 
