@@ -110,6 +110,16 @@ def test_external_without_the_function_names_the_prototype(tmp_path, capsys):
     assert "polyopt_gemm" in message and "int64_t NI, int64_t NJ, int64_t NK" in message
 
 
+def test_a_kernel_polyopt_cannot_compile_is_recorded_and_the_run_goes_on(tmp_path, capsys):
+    status, report = _run(["gemm", "atax", "--option", "no_such_option=1"], tmp_path)
+    assert status == 1 and report["correct"] is False
+    assert [k["kernel"] for k in report["kernels"]] == ["gemm", "atax"]
+    assert all("ScheduleError" in k["error"] and "no_such_option" in k["error"]
+               for k in report["kernels"])
+    out = capsys.readouterr().out
+    assert "ERROR" in out and "gemm: not run: ScheduleError" in out
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["gemm", "--target", "cuda"], "no benchmark runners for target 'cuda'"),
     (["no-such-kernel"], "no suite kernel 'no-such-kernel'"),

@@ -88,6 +88,9 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
 
 def _progress(row: dict) -> None:
     label = row.get("kernel") or row.get("subscripts")
+    if "error" in row:
+        print(f"{label}: not run: {row['error']}", file=sys.stderr, flush=True)
+        return
     times = ", ".join(f"{name} {r['median_s']:.4g} s" if "median_s" in r else f"{name} WRONG"
                       for name, r in row["runners"].items())
     print(f"{label}: {times}", file=sys.stderr, flush=True)

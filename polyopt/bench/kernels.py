@@ -17,7 +17,7 @@ from polyopt.bench.machine import machine_info, now_utc
 from polyopt.bench.measure import check, copy_args, geometric_mean, interleave, summarize
 from polyopt.bench.runners import BASELINE, runners_for
 from polyopt.bench.threads import blas_threads, set_openmp_threads
-from polyopt.errors import BenchmarkError
+from polyopt.errors import BenchmarkError, PolyoptError
 from polyopt.suite import Entry
 
 #: Kernels where gcc takes longer than this are summarized separately (issue #7's target set:
@@ -60,6 +60,18 @@ def bench_kernel(entry: Entry, config: BenchConfig) -> dict[str, object]:
                     result[f"speedup_vs_{reference}"] = results[reference]["median_s"] / result["median_s"]
     return {"kernel": entry.name, "size": config.size, "sizes": sizes, "flops": flops,
             "correct": all(r["correct"] for r in results.values()), "runners": results}
+
+
+def _bench_or_record(entry: Entry, config: BenchConfig) -> dict[str, object]:
+    """:func:`bench_kernel`, or a row recording why polyopt could not compile or run the kernel
+    (a long ``all`` run goes on); a request that cannot run at all (BenchmarkError) stops it."""
+    try:
+        return bench_kernel(entry, config)
+    except BenchmarkError:
+        raise
+    except PolyoptError as error:
+        return {"kernel": entry.name, "size": config.size, "correct": False, "runners": {},
+                "error": f"{type(error).__name__}: {error}"}
 
 
 def summarize_kernels(kernels: list[dict]) -> dict[str, dict[str, object]]:
@@ -107,7 +119,7 @@ def bench_kernels(names: Iterable[str], config: BenchConfig, *, command: str = "
     kernels = []
     with blas_threads(config.threads) as blas:
         for name in names:
-            kernels.append(bench_kernel(po.suite.get(name), config))
+            kernels.append(_bench_or_record(po.suite.get(name), config))
             if on_result is not None:
                 on_result(kernels[-1])
     return {"kind": "kernels", "command": command, "date": started, "machine": machine,

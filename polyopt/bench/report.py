@@ -54,7 +54,7 @@ def kernel_table(report: dict) -> Table:
         row += [_ratio(runners.get(n, {}).get("speedup_vs_gcc")) for n in others]
         if "numpy" in names:
             row.append(_ratio(ours.get("speedup_vs_numpy") if "numpy" in runners else None))
-        row.append("ok" if k["correct"] else "MISMATCH")
+        row.append("ok" if k["correct"] else "ERROR" if "error" in k else "MISMATCH")
         rows.append(row)
     return header, rows
 
@@ -92,7 +92,7 @@ def summary_lines(report: dict) -> list[str]:
         lines += [f"`{s}`: po.einsum runs at {_ratio(v)} the speed of numpy matmul"
                   for s, v in summary["fraction_of_numpy_matmul"].items()]
         return lines
-    lines = []
+    lines = [f"{k['kernel']}: not run: {k['error']}" for k in report["kernels"] if "error" in k]
     for name, s in summary.items():
         line = (f"{name}: geometric-mean speedup over gcc {_ratio(s['geomean_speedup_vs_gcc'])} "
                 f"({s['kernels']} kernels), {_ratio(s['geomean_speedup_vs_gcc_where_gcc_over_0.05s'])} "
