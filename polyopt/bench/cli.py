@@ -72,10 +72,14 @@ def _external(text: str) -> External:
     return External(kernel, path, label or "external")
 
 
-def config_from(args: argparse.Namespace) -> BenchConfig:
-    """The :class:`BenchConfig` the parsed command line asks for (bad values refused)."""
+def _check_counts(args: argparse.Namespace) -> None:
     if args.threads < 1 or args.repeats < 1:
         raise BenchmarkError("--threads and --repeats must be at least 1")
+
+
+def config_from(args: argparse.Namespace) -> BenchConfig:
+    """The :class:`BenchConfig` the parsed command line asks for (bad values refused)."""
+    _check_counts(args)
     options = dict(_option(text) for text in args.option)
     if args.tile is not None:
         options["tile"] = args.tile
@@ -105,6 +109,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                 raise BenchmarkError("--einsum runs its own cases: give no kernels or --external")
             if args.target != "cpu":
                 raise BenchmarkError("--einsum runs on the cpu target only")
+            _check_counts(args)
             report = bench_einsum(scale=args.scale, repeats=args.repeats, threads=args.threads,
                                   command=command, on_result=_progress)
         else:
@@ -112,9 +117,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                 raise BenchmarkError("name suite kernels (or 'all'), or pass --einsum")
             report = bench_kernels(args.kernels, config_from(args), command=command,
                                    on_result=_progress)
-    except (BenchmarkError, KeyError, ValueError) as error:
-        message = error.args[0] if isinstance(error, KeyError) else error
-        print(f"polyopt bench: error: {message}", file=sys.stderr)
+    except BenchmarkError as error:
+        print(f"polyopt bench: error: {error}", file=sys.stderr)
         return 2
     print(console_text(*table(report)))
     print("\n".join(summary_lines(report)))

@@ -2,8 +2,8 @@
 
 Issue #6's evidence: a matmul-shaped einsum at >= 50 % of numpy matmul on the same threads, and
 contractions numpy.einsum does not hand to BLAS faster than numpy.einsum ('ijk->kj' is the
-transposition with a reduction). Every case is checked
-against numpy.einsum before it is timed (interleaved, like the suite kernels).
+transposition with a reduction). Every case is checked against numpy.einsum before it is timed
+(interleaved, like the suite kernels).
 """
 from __future__ import annotations
 

@@ -96,19 +96,25 @@ def summarize_kernels(kernels: list[dict]) -> dict[str, dict[str, object]]:
     return summary
 
 
-def kernel_names(requested: Iterable[str]) -> list[str]:
-    """Suite kernel names from the command line: ``all`` means the 30, in PolyBench's order."""
+def kernel_names(requested: Iterable[str], size: str) -> list[str]:
+    """Suite kernel names from the command line (``all``: the 30, in PolyBench's order), each
+    checked to exist with the preset ``size`` before anything runs."""
     requested = list(requested)
     names = po.suite.names() if "all" in requested else requested
     for name in names:
-        po.suite.get(name)  # a KeyError that lists the valid names
+        try:
+            po.suite.get(name).sizes(size)
+        except KeyError as error:  # the message lists the valid names
+            raise BenchmarkError(error.args[0]) from None
+        except ValueError as error:
+            raise BenchmarkError(str(error)) from None
     return names
 
 
 def bench_kernels(names: Iterable[str], config: BenchConfig, *, command: str = "",
                   on_result: Callable[[dict], object] | None = None) -> dict[str, object]:
     """Benchmark the named suite kernels under one thread setting; ``on_result`` sees each row."""
-    names = kernel_names(names)
+    names = kernel_names(names, config.size)
     for external in config.externals:
         if external.kernel not in names:
             raise BenchmarkError(f"--external {external.kernel}={external.path}: "
