@@ -14,6 +14,7 @@ import pytest
 from polyopt.bench import BenchConfig, bench_einsum, bench_kernels, write_docs
 from polyopt.bench.measure import check, interleave
 from polyopt.cbuild import find_compiler
+from polyopt.errors import BenchmarkError
 from polyopt.cli import main
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -160,6 +161,14 @@ def test_docs_section_regenerated_in_place(gemm_report, tmp_path):
     pytest.importorskip("matplotlib")
     assert (tmp_path / "img" / "bench_kernels.png").stat().st_size > 1000
     assert "![" in second and "(img/bench_kernels.png)" in second
+
+
+def test_docs_with_a_broken_section_are_left_alone(gemm_report, tmp_path):
+    doc = tmp_path / "performance.md"
+    doc.write_text("# hand-written\n<!-- BEGIN polyopt bench kernels: old -->\nno end marker\n")
+    with pytest.raises(BenchmarkError, match="no end marker"):
+        write_docs(gemm_report, doc)
+    assert doc.read_text().endswith("no end marker\n") and not (tmp_path / "img").exists()
 
 
 def test_docs_without_matplotlib_still_get_the_table(gemm_report, tmp_path, monkeypatch):

@@ -130,6 +130,7 @@ def bench_kernels(names: Iterable[str], config: BenchConfig, *, command: str = "
                 on_result(kernels[-1])
     return {"kind": "kernels", "command": command, "date": started, "machine": machine,
             "config": {"size": config.size, "threads": config.threads,
+                       "polyopt": config.describe_polyopt(),
                        "algorithm": config.algorithm, "options": dict(config.options),
                        "repeats": config.repeats, "target": config.target,
                        "externals": [vars(e) for e in config.externals],

@@ -178,8 +178,8 @@ def _markers(kind: str) -> tuple[str, str]:
 def _context(report: dict) -> str:
     m, c = report["machine"], report["config"]
     load = ", ".join(map(str, m["load_average"] or [])) or "unknown"
-    what = (f"size {c['size']}, {c['repeats']} interleaved runs, polyopt {c['algorithm']} "
-            f"{c['options'] or ''}".rstrip() if report["kind"] == "kernels"
+    what = (f"size {c['size']}, {c['repeats']} interleaved runs, polyopt {c['polyopt']}"
+            if report["kind"] == "kernels"
             else f"scale {c['scale']}, {c['repeats']} interleaved runs, polyopt {c['polyopt']}")
     return (f"`{report['command']}`, {report['date']}\n\n"
             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, load average "
@@ -206,19 +206,19 @@ def write_docs(report: dict, doc: str | Path) -> list[Path]:
     """Regenerate ``report``'s section of ``doc`` (appended the first time) and its chart in
     ``img/`` beside it; returns the files written."""
     doc = Path(doc)
-    image = doc.parent / "img" / f"bench_{report['kind']}.png"
-    note = speedup_chart(report, image)
-    section = docs_section(report, image.relative_to(doc.parent).as_posix(), note)
     text = doc.read_text() if doc.exists() else "# Measured performance\n"
     begin, end = _markers(report["kind"])
     start = text.find(begin.split(":")[0])
+    stop = text.find(end, start) if start >= 0 else -1
+    if start >= 0 and stop < 0:
+        raise BenchmarkError(f"{doc}: the generated section has no end marker {end!r}; "
+                             "restore it (nothing was written)")
+    image = doc.parent / "img" / f"bench_{report['kind']}.png"
+    note = speedup_chart(report, image)
+    section = docs_section(report, image.relative_to(doc.parent).as_posix(), note)
     if start < 0:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     else:
-        stop = text.find(end, start)
-        if stop < 0:
-            raise BenchmarkError(f"{doc}: the generated section has no end marker {end!r}; "
-                                 "restore it (nothing was written)")
         text = text[:start] + section + text[stop + len(end):]
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(text)
