@@ -88,7 +88,7 @@ def bench_einsum(*, scale: float = 1.0, repeats: int = 5, threads: int = 1, comm
             "config": {"scale": scale, "repeats": repeats, "threads": threads, "openmp": openmp,
                        "blas": blas,
                        "polyopt": (f"num_threads={threads}" if options else
-                                   "po.einsum takes no num_threads=: polyopt's default team")},
+                                   "po.einsum takes no num_threads=, so its default team")},
             "cases": cases,
             "summary": {"geomean_speedup_vs_numpy.einsum": geometric_mean(
                             r.get("speedup_vs_numpy.einsum") for r in ours),

@@ -54,6 +54,6 @@ def blas_threads(threads: int) -> Iterator[str]:
                "(its default is one thread per core)")
         return
     with threadpool_limits(limits=threads, user_api="blas"):
-        libraries = ", ".join(f"{i['internal_api']} {i['version']} ({i['num_threads']} threads)"
+        libraries = ", ".join(f"{i['internal_api']} {i['version']}, num_threads={i['num_threads']}"
                               for i in threadpool_info() if i["user_api"] == "blas")
         yield libraries or "no BLAS library loaded"
