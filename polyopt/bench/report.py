@@ -162,7 +162,9 @@ def speedup_chart(report: dict, path: Path) -> str | None:
     axes.set_xticks(range(len(labels)), labels, rotation=60, ha="right")
     axes.legend()
     config = report["config"]
-    axes.set_title(f"{report['machine']['cpu']}, {config['threads']} threads, {report['date'][:10]}")
+    threads = config["threads"]
+    axes.set_title(f"{report['machine']['cpu']}, {threads} thread{'s' * (threads != 1)}, "
+                   f"{report['date'][:10]}")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
