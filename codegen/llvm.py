@@ -71,8 +71,8 @@ class _Distinct(ir.values.NamedValue):
 
 
 def _upper_bound(loop: For) -> E.Expr | None:
-    """``u`` with ``loop`` running while ``var < u`` (from ``var < u`` or ``var <= u - 1``, the
-    conditions isl's AST builder writes); None for any other condition."""
+    """``u`` such that ``loop`` runs while ``var < u``, from the conditions isl's AST builder
+    writes (``var < u``, or ``var <= v`` giving ``u = v + 1``); None for any other condition."""
     cond = loop.cond
     if not (isinstance(cond, E.Binary) and cond.op in ("<", "<=") and isinstance(cond.lhs, E.Var)
             and cond.lhs.name == loop.var):
@@ -88,6 +88,7 @@ def _shared(loop: Node) -> bool:
 
 
 def _nodes(node: Node) -> Iterator[Node]:
+    """``node`` and every node below it."""
     yield node
     children = {For: lambda n: (n.body,), If: lambda n: (n.then,) + ((n.otherwise,) if n.otherwise else ()),
                 Block: lambda n: n.body, Run: lambda n: ()}[type(node)](node)
