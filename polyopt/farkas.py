@@ -2,16 +2,43 @@
 schedulers.
 
 For a dependence polyhedron P and an affine form f whose coefficients are linear in the
-scheduler's unknowns, ``nonnegative_on(P, form)`` is the set of unknown values for which
-f(x) >= 0 holds at every point x of P. isl computes the dual cone of P (``coefficients``), which
-eliminates the Farkas multipliers; a preimage maps it into the space of the unknowns.
+scheduler's unknowns, ``nonnegative_on(P, ...)`` gives the linear constraints on the unknowns
+under which f(x) >= 0 holds at every point x of P. isl computes the dual cone of P once per
+dependence piece (``coefficients``), which eliminates the Farkas multipliers; substituting the
+unknowns' forms into the cone's constraints is a small integer matrix product done here in
+Python.
+
+Why not intersect isl sets edge by edge: every isl intersection re-simplifies the whole growing
+system (quadratic in the number of dependence pieces; seconds on deriche or adi). The
+constraints are gathered in :class:`Constraints` instead -- normalized, deduplicated, the
+weaker of two parallel inequalities dropped -- and handed to isl once per ILP.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
+from math import gcd
+from typing import Mapping, Sequence
 
 import islpy as isl
+
+#: An affine form over the unknowns: unknown name -> integer coefficient; the key 1 holds the
+#: constant term (islpy's convention for ``Constraint.ineq_from_names``).
+Form = Mapping["str | int", int]
+
+
+def linear(*terms: tuple[int, Form]) -> dict:
+    """The form sum(scale * form) over ``terms``, with zero coefficients dropped."""
+    result: dict = {}
+    for scale, form in terms:
+        for name, value in form.items():
+            result[name] = result.get(name, 0) + scale * value
+    return {name: value for name, value in result.items() if value}
+
+
+def var(name: str) -> dict:
+    """The form of one unknown."""
+    return {name: 1}
 
 
 @dataclass(frozen=True)
@@ -21,15 +48,12 @@ class Unknowns:
     names: tuple[str, ...]
 
     @property
-    def tuple_text(self) -> str:
-        return f"[{', '.join(self.names)}]"
+    def space(self) -> isl.Space:
+        return _space(len(self.names))
 
-    def set(self, constraints: str) -> isl.BasicSet:
-        """The unknowns satisfying ``constraints`` (isl syntax over the unknown names)."""
-        return isl.BasicSet(f"{{ {self.tuple_text} : {constraints or 'true'} }}")
-
-    def universe(self) -> isl.BasicSet:
-        return self.set("")
+    def basic_set(self, constraints: "Constraints") -> isl.BasicSet:
+        """The unknown values satisfying ``constraints`` (one isl set, built once)."""
+        return constraints.basic_set(self)
 
     def lexmin(self, feasible: isl.BasicSet | isl.Set) -> dict[str, int] | None:
         """The lexicographically smallest integer assignment (in ``names`` order), or None."""
@@ -43,42 +67,138 @@ class Unknowns:
                 for k, name in enumerate(self.names)}
 
 
-def _integral(rational: isl.BasicSet) -> isl.BasicSet:
-    """The same constraints, read as integer constraints (isl's dual cone is rational)."""
-    result = isl.BasicSet.universe(rational.get_space())
-    for constraint in rational.get_constraints():
-        result = result.add_constraint(constraint)
-    return result
+@lru_cache(maxsize=256)
+def _space(dimension: int) -> isl.Space:
+    return isl.Space.set_alloc(isl.DEFAULT_CONTEXT, 0, dimension)
 
+
+@dataclass
+class Constraints:
+    """A growing conjunction of linear constraints ``form >= 0`` / ``form == 0`` on unknowns.
+
+    Rows are kept normalized (coefficients divided by their gcd, inequality constants rounded
+    down, which is exact for integer unknowns); of two inequalities with the same coefficients
+    only the tighter one is kept. ``infeasible`` records a constant row that can never hold.
+    """
+
+    inequalities: dict = field(default_factory=dict)   # coefficient tuple -> constant
+    equalities: set = field(default_factory=set)
+    infeasible: bool = False
+
+    def nonnegative(self, form: Form) -> "Constraints":
+        coeffs, constant = _split(form)
+        if not coeffs:
+            self.infeasible |= constant < 0
+            return self
+        g = _gcd(coeffs)
+        key = tuple((name, value // g) for name, value in coeffs)
+        bound = constant // g
+        if key not in self.inequalities or bound < self.inequalities[key]:
+            self.inequalities[key] = bound
+        return self
+
+    def equal(self, form: Form) -> "Constraints":
+        coeffs, constant = _split(form)
+        if not coeffs:
+            self.infeasible |= constant != 0
+            return self
+        g = _gcd(coeffs)
+        if constant % g:
+            self.infeasible = True
+            return self
+        sign = 1 if coeffs[0][1] > 0 else -1
+        self.equalities.add((tuple((n, sign * v // g) for n, v in coeffs), sign * constant // g))
+        return self
+
+    def between(self, name: str, low: int, high: int) -> "Constraints":
+        """low <= name <= high."""
+        self.nonnegative({name: 1, 1: -low})
+        return self.nonnegative({name: -1, 1: high})
+
+    def extend(self, other: "Constraints") -> "Constraints":
+        for key, bound in other.inequalities.items():
+            if key not in self.inequalities or bound < self.inequalities[key]:
+                self.inequalities[key] = bound
+        self.equalities |= other.equalities
+        self.infeasible |= other.infeasible
+        return self
+
+    def copy(self) -> "Constraints":
+        return Constraints(dict(self.inequalities), set(self.equalities), self.infeasible)
+
+    def basic_set(self, unknowns: Unknowns) -> isl.BasicSet:
+        """The isl set of the unknowns satisfying every row.
+
+        Built from isl's PolyLib matrix format: isl reads the rows directly and simplifies once
+        (its set-expression parser intersects constraint by constraint, 30x slower here). The set
+        dimensions stay unnamed (naming them one by one copies the set each time); they are
+        ``unknowns.names`` in order."""
+        if self.infeasible:
+            return isl.BasicSet.empty(unknowns.space)
+        column = {name: k for k, name in enumerate(unknowns.names)}
+        width = len(unknowns.names)
+        lines = [f"{len(self.inequalities) + len(self.equalities)} {width + 2}"]
+        rows = [(1, coeffs, constant) for coeffs, constant in self.inequalities.items()]
+        rows += [(0, coeffs, constant) for coeffs, constant in self.equalities]
+        for kind, coeffs, constant in rows:
+            row = [0] * width
+            for name, value in coeffs:
+                row[column[name]] = value
+            lines.append(f"{kind} {' '.join(map(str, row))} {constant}")
+        return isl.BasicSet.read_from_str(isl.DEFAULT_CONTEXT, "\n".join(lines))
+
+
+def _split(form: Form) -> tuple[list[tuple[str, int]], int]:
+    """(sorted non-zero coefficients, constant) of a form."""
+    coeffs = sorted((name, value) for name, value in form.items() if name != 1 and value)
+    return coeffs, form.get(1, 0)
+
+
+def _gcd(coeffs: list[tuple[str, int]]) -> int:
+    g = 0
+    for _, value in coeffs:
+        g = gcd(g, value)
+    return g
+
+
+# ----- dual cones ---------------------------------------------------------------------------------
 
 @lru_cache(maxsize=4096)
-def _dual_cone(relation_text: str) -> isl.BasicSet:
-    """Flattened coefficient set { [cst, params..., in..., out...] : form >= 0 on P } of P.
+def _dual_cone_rows(relation_text: str) -> tuple[tuple[bool, int, tuple[int, ...]], ...]:
+    """Rows (is_equality, constant, coefficients) of the flattened coefficient set
+    { [cst, params..., in..., out...] : form >= 0 on P } of the dependence piece P.
 
     Existentially quantified variables (strides, modulo conditions) are projected out
-    rationally first: the result may be stricter than needed, never unsound."""
-    return _integral(isl.BasicMap(relation_text).remove_divs().wrap().coefficients().flatten())
+    rationally first: the result may be stricter than needed, never unsound. isl's dual cone is
+    rational; its rows are read here as integer constraints on integer unknowns."""
+    cone = isl.BasicMap(relation_text).remove_divs().wrap().coefficients().flatten()
+    n = cone.dim(isl.dim_type.set)
+    rows = []
+    for constraint in cone.get_constraints():
+        rows.append((constraint.is_equality(), constraint.get_constant_val().to_python(),
+                     tuple(constraint.get_coefficient_val(isl.dim_type.set, k).to_python() for k in range(n))))
+    return tuple(rows)
 
 
-def nonnegative_on(relation: isl.BasicMap, unknowns: Unknowns, constant: str, params: dict[str, str],
-                   source: list[str], sink: list[str]) -> isl.BasicSet:
-    """Unknown values making ``constant + params.p + source.s + sink.t >= 0`` on ``relation``.
+def nonnegative_on(relation: isl.BasicMap, constant: Form, params: Mapping[str, Form],
+                   source: Sequence[Form], sink: Sequence[Form]) -> Constraints:
+    """Constraints on the unknowns making ``constant + params.p + source.s + sink.t >= 0`` hold on
+    every point of ``relation``.
 
-    Each coefficient is an affine expression (isl text) of the unknowns; ``params`` maps
-    parameter names to their coefficient (missing ones are 0), ``source``/``sink`` give one per
-    input/output dimension of ``relation``.
+    Each coefficient is a form over the unknowns; ``params`` maps parameter names to their
+    coefficient (missing ones are 0), ``source``/``sink`` give one per input/output dimension.
     """
     space = relation.get_space()
     param_names = [space.get_dim_name(isl.dim_type.param, k) for k in range(space.dim(isl.dim_type.param))]
-    positions = [constant] + [params.get(p, "0") for p in param_names] + list(source) + list(sink)
-    return _dual_cone(str(relation)).preimage_multi_aff(_substitution(unknowns, tuple(positions)))
-
-
-@lru_cache(maxsize=4096)
-def _substitution(unknowns: Unknowns, positions: tuple[str, ...]) -> isl.MultiAff:
-    """The map from the unknowns to the dual cone's coordinates (shared by all edges of a pair)."""
-    target = ", ".join(f"({p})" for p in positions)
-    return isl.MultiAff(f"{{ {unknowns.tuple_text} -> [{target}] }}")
+    positions = [constant] + [params.get(p, {}) for p in param_names] + list(source) + list(sink)
+    result = Constraints()
+    for is_equality, cone_constant, coeffs in _dual_cone_rows(str(relation)):
+        form = linear((cone_constant, {1: 1}), *((c, positions[k]) for k, c in enumerate(coeffs) if c))
+        if is_equality:
+            result.equal(form)
+        else:
+            result.nonnegative(form)
+    return result
 
 
 def basic_maps(relation: isl.UnionMap) -> list[isl.BasicMap]:

@@ -17,7 +17,7 @@ import islpy as isl
 
 from polyopt.deps import Dependences
 from polyopt.errors import ScheduleError
-from polyopt.farkas import Unknowns, basic_maps, nonnegative_on
+from polyopt.farkas import Constraints, Form, Unknowns, basic_maps, linear, nonnegative_on, var
 from polyopt.levels import Edge, Level, Row, remaining_after, weak_components
 from polyopt.pluto import rank
 from polyopt.scop import Scop
@@ -54,41 +54,48 @@ class FeautrierScheduler:
                       for m in basic_maps(deps.all.intersect_params(scop.context))]
 
     @staticmethod
-    def _coefficient(stmt: str, k: int) -> str:
-        return f"({stmt}_p{k} - {stmt}_n{k})"
+    def _coefficient(stmt: str, k: int) -> Form:
+        return {f"{stmt}_p{k}": 1, f"{stmt}_n{k}": -1}
 
-    def _problem(self, stmts: tuple[str, ...], edges: list[Edge]) -> tuple[Unknowns, isl.BasicSet]:
+    def _problem(self, stmts: tuple[str, ...], edges: list[Edge]) -> tuple[Unknowns, Constraints]:
         """Unknowns (missed edges, coefficient size, coefficients, constants, one 0/1 per edge)
-        and the Farkas constraints delta_e >= x_e of one component."""
+        and the Farkas constraints delta_e >= x_e of one component. Each convex piece of a
+        dependence is its own edge: pieces of one statement pair often differ in which
+        dimension can satisfy them (floyd-warshall, symm)."""
+        x = [f"x{k}" for k in range(len(edges))]
         names = ["missed", "size"]
         for s in stmts:
             for k in reversed(range(self.dims[s])):
                 names += [f"{s}_p{k}", f"{s}_n{k}"]
         names += [f"{s}_cst" for s in stmts]
         names += [f"{s}_d{p}" for s in stmts for p in self.scop.params]
-        names += [f"x{k}" for k in range(len(edges))]
+        names += x
         unknowns = Unknowns(tuple(names))
-        magnitude = " + ".join([f"{s}_p{k} + {s}_n{k}" for s in stmts for k in range(self.dims[s])]
-                               + [f"{s}_d{p}" for s in stmts for p in self.scop.params]) or "0"
-        satisfied = " + ".join(f"x{k}" for k in range(len(edges))) or "0"
-        cons = [f"missed = {len(edges)} - ({satisfied})", f"size = {magnitude}"]
-        cons += [f"0 <= x{k} <= 1" for k in range(len(edges))]
+        magnitude = ([f"{s}_{sign}{k}" for s in stmts for k in range(self.dims[s]) for sign in "pn"]
+                     + [f"{s}_d{p}" for s in stmts for p in self.scop.params])
+        constraints = Constraints()
+        constraints.equal(linear((1, var("missed")), (-1, {1: len(edges)}), *((1, var(name)) for name in x)))
+        constraints.equal(linear((1, var("size")), *((-1, var(name)) for name in magnitude)))
+        for name in x:
+            constraints.between(name, 0, 1)
         for s in stmts:
-            cons += [f"0 <= {s}_{sign}{k} <= {COEFF_BOUND}" for k in range(self.dims[s]) for sign in "pn"]
-            cons.append(f"0 <= {s}_cst <= {CONST_BOUND}")
-            cons += [f"0 <= {s}_d{p} <= {COEFF_BOUND}" for p in self.scop.params]
-        feasible = unknowns.set(" and ".join(cons))
-        for k, edge in enumerate(edges):
-            x = f"x{k}"
-            constant = f"({edge.sink}_cst - {edge.source}_cst) - {x}"
-            source = [f"-{self._coefficient(edge.source, k)}" for k in range(self.dims[edge.source])]
-            sink = [self._coefficient(edge.sink, k) for k in range(self.dims[edge.sink])]
-            params = {p: f"{edge.sink}_d{p} - {edge.source}_d{p}" for p in self.scop.params}
-            feasible = feasible.intersect(nonnegative_on(edge.relation, unknowns, constant, params, source, sink))
-        return unknowns, feasible
+            for k in range(self.dims[s]):
+                constraints.between(f"{s}_p{k}", 0, COEFF_BOUND).between(f"{s}_n{k}", 0, COEFF_BOUND)
+            constraints.between(f"{s}_cst", 0, CONST_BOUND)
+            for p in self.scop.params:
+                constraints.between(f"{s}_d{p}", 0, COEFF_BOUND)
+        for edge, x_edge in zip(edges, x):
+            constant = linear((1, var(f"{edge.sink}_cst")), (-1, var(f"{edge.source}_cst")), (-1, var(x_edge)))
+            source = [linear((-1, self._coefficient(edge.source, d))) for d in range(self.dims[edge.source])]
+            sink = [self._coefficient(edge.sink, d) for d in range(self.dims[edge.sink])]
+            params = {p: linear((1, var(f"{edge.sink}_d{p}")), (-1, var(f"{edge.source}_d{p}")))
+                      for p in self.scop.params}
+            constraints.extend(nonnegative_on(edge.relation, constant, params, source, sink))
+        return unknowns, constraints
 
     def _dimension(self, stmts: tuple[str, ...], edges: list[Edge]) -> Row:
-        unknowns, feasible = self._problem(stmts, edges)
+        unknowns, constraints = self._problem(stmts, edges)
+        feasible = unknowns.basic_set(constraints)
         try:
             with operation_budget(EXACT_BUDGET):
                 values = unknowns.lexmin(feasible)
@@ -113,8 +120,9 @@ class FeautrierScheduler:
         """A maximal (not maximum) set of strongly satisfied edges, one edge at a time in order,
         then the smallest coefficients for it: no 0/1 search left for the ILP."""
         for k in range(n_edges):
-            strong = feasible.intersect(unknowns.set(f"x{k} = 1"))
-            feasible = strong if not strong.is_empty() else feasible.intersect(unknowns.set(f"x{k} = 0"))
+            strong = feasible.intersect(unknowns.basic_set(Constraints().between(f"x{k}", 1, 1)))
+            feasible = strong if not strong.is_empty() else feasible.intersect(
+                unknowns.basic_set(Constraints().between(f"x{k}", 0, 0)))
         return unknowns.lexmin(feasible)
 
     def _record(self, row: Row) -> None:

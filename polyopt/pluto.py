@@ -13,6 +13,7 @@ The result is a list of :class:`Level` values (bands and scalar cuts) that
 from __future__ import annotations
 
 import itertools
+import math
 from functools import lru_cache
 from fractions import Fraction
 
@@ -20,7 +21,7 @@ import islpy as isl
 
 from polyopt.deps import Dependences
 from polyopt.errors import ScheduleError
-from polyopt.farkas import Unknowns, basic_maps, nonnegative_on
+from polyopt.farkas import Constraints, Form, Unknowns, basic_maps, linear, nonnegative_on, var
 from polyopt.islutil import maps_of
 from polyopt.levels import Edge, Level, Row, remaining_after, weak_components
 from polyopt.scop import Scop
@@ -29,33 +30,44 @@ FUSION_POLICIES = ("smart", "max", "no")
 
 # ----- small integer linear algebra ------------------------------------------------------------
 
-def rank(rows: list[tuple[int, ...]]) -> int:
-    """Rank of an integer matrix (fraction-free Gaussian elimination)."""
+def _row_echelon(rows) -> tuple[list[list[Fraction]], list[int]]:
+    """Reduced row echelon form over the rationals and its pivot columns."""
     matrix = [[Fraction(x) for x in row] for row in rows]
+    pivots: list[int] = []
     r = 0
     for col in range(len(matrix[0]) if matrix else 0):
         pivot = next((k for k in range(r, len(matrix)) if matrix[k][col] != 0), None)
         if pivot is None:
             continue
         matrix[r], matrix[pivot] = matrix[pivot], matrix[r]
+        matrix[r] = [x / matrix[r][col] for x in matrix[r]]
         for k in range(len(matrix)):
             if k != r and matrix[k][col] != 0:
-                factor = matrix[k][col] / matrix[r][col]
+                factor = matrix[k][col]
                 matrix[k] = [a - factor * b for a, b in zip(matrix[k], matrix[r])]
+        pivots.append(col)
         r += 1
-    return r
+    return matrix, pivots
+
+
+def rank(rows: list[tuple[int, ...]]) -> int:
+    """Rank of an integer matrix."""
+    return len(_row_echelon(rows)[1])
 
 
 @lru_cache(maxsize=None)
 def orthogonal_complement(rows: tuple[tuple[int, ...], ...], dim: int) -> tuple[tuple[int, ...], ...]:
-    """Integer basis of the vectors orthogonal to every row (identity when there are none)."""
-    if not rows:
-        return tuple(tuple(int(i == k) for i in range(dim)) for k in range(dim))
-    import sympy
-    basis = sympy.Matrix(rows).nullspace()
+    """Integer basis of the vectors orthogonal to every row (identity when there are none): one
+    vector per free column of the echelon form, scaled to integers, oriented non-negative where
+    it is all of one sign."""
+    matrix, pivots = _row_echelon(rows)
     result = []
-    for vector in basis:
-        scale = sympy.ilcm(*[sympy.fraction(x)[1] for x in vector])
+    for free in (c for c in range(dim) if c not in pivots):
+        vector = [Fraction(0)] * dim
+        vector[free] = Fraction(1)
+        for r, col in enumerate(pivots):
+            vector[col] = -matrix[r][free]
+        scale = math.lcm(*(x.denominator for x in vector))
         ints = [int(x * scale) for x in vector]
         if all(x <= 0 for x in ints):
             ints = [-x for x in ints]
@@ -104,58 +116,56 @@ class PlutoScheduler:
         return Unknowns(tuple(names))
 
     @staticmethod
-    def coefficient(stmt: str, k: int, negative: bool) -> str:
-        return f"({stmt}_p{k} - {stmt}_n{k})" if negative else f"{stmt}_c{k}"
+    def coefficient(stmt: str, k: int, negative: bool) -> Form:
+        return {f"{stmt}_p{k}": 1, f"{stmt}_n{k}": -1} if negative else var(f"{stmt}_c{k}")
 
-    def _bounds(self, unknowns: Unknowns, stmts: tuple[str, ...], negative: bool) -> isl.BasicSet:
+    def _bounds(self, stmts: tuple[str, ...], negative: bool) -> Constraints:
         """The box of every unknown (cached: the same for every band of a component)."""
         key = (stmts, negative)
         if key not in self._box_cache:
-            self._box_cache[key] = self._box(unknowns, stmts, negative)
-        return self._box_cache[key]
+            self._box_cache[key] = self._box(stmts, negative)
+        return self._box_cache[key].copy()
 
-    def _box(self, unknowns: Unknowns, stmts: tuple[str, ...], negative: bool) -> isl.BasicSet:
-        cons = [f"0 <= u_{p} <= {self.U_BOUND}" for p in self.scop.params]
-        cons.append(f"0 <= w <= {self.W_BOUND}")
+    def _box(self, stmts: tuple[str, ...], negative: bool) -> Constraints:
+        box = Constraints()
+        for p in self.scop.params:
+            box.between(f"u_{p}", 0, self.U_BOUND)
+        box.between("w", 0, self.W_BOUND)
         for s in stmts:
             for k in range(self.dims[s]):
-                if negative:
-                    cons += [f"0 <= {s}_p{k} <= {self.COEFF_BOUND}", f"0 <= {s}_n{k} <= {self.COEFF_BOUND}"]
-                else:
-                    cons.append(f"0 <= {s}_c{k} <= {self.COEFF_BOUND}")
-            cons.append(f"0 <= {s}_cst <= {self.CONST_BOUND}")
-        return unknowns.set(" and ".join(cons))
+                for name in ([f"{s}_p{k}", f"{s}_n{k}"] if negative else [f"{s}_c{k}"]):
+                    box.between(name, 0, self.COEFF_BOUND)
+            box.between(f"{s}_cst", 0, self.CONST_BOUND)
+        return box
 
     # ----- constraints ---------------------------------------------------------------------------
-    def _delta_form(self, edge: Edge, sign: int, negative: bool, extra_constant: str = "0"):
+    def _delta_form(self, edge: Edge, sign: int, negative: bool, extra_constant: Form):
         """Coefficients of sign * (phi_sink(t) - phi_source(s)) + extra_constant."""
-        neg = "-" if sign > 0 else ""
-        pos = "" if sign > 0 else "-"
-        constant = f"{extra_constant} {'+' if sign > 0 else '-'} ({edge.sink}_cst - {edge.source}_cst)"
-        source = [f"{neg}{self.coefficient(edge.source, k, negative)}" for k in range(self.dims[edge.source])]
-        sink = [f"{pos}{self.coefficient(edge.sink, k, negative)}" for k in range(self.dims[edge.sink])]
+        constant = linear((1, extra_constant), (sign, var(f"{edge.sink}_cst")), (-sign, var(f"{edge.source}_cst")))
+        source = [linear((-sign, self.coefficient(edge.source, k, negative))) for k in range(self.dims[edge.source])]
+        sink = [linear((sign, self.coefficient(edge.sink, k, negative))) for k in range(self.dims[edge.sink])]
         return constant, source, sink
 
     def _band_problem(self, stmts: tuple[str, ...], edges: list[Edge], negative: bool):
         """Unknowns and legality + bounding constraints of one component for a whole band."""
         unknowns = self._unknowns(stmts, negative)
-        feasible = self._bounds(unknowns, stmts, negative)
-        params = {p: f"u_{p}" for p in self.scop.params}
+        constraints = self._bounds(stmts, negative)
+        params = {p: var(f"u_{p}") for p in self.scop.params}
         for edge in edges:
-            constant, source, sink = self._delta_form(edge, +1, negative)
-            feasible = feasible.intersect(nonnegative_on(edge.relation, unknowns, constant, {}, source, sink))
-            constant, source, sink = self._delta_form(edge, -1, negative, "w")
-            feasible = feasible.intersect(nonnegative_on(edge.relation, unknowns, constant, params, source, sink))
-        return unknowns, feasible
+            constant, source, sink = self._delta_form(edge, +1, negative, {})
+            constraints.extend(nonnegative_on(edge.relation, constant, {}, source, sink))
+            constant, source, sink = self._delta_form(edge, -1, negative, var("w"))
+            constraints.extend(nonnegative_on(edge.relation, constant, params, source, sink))
+        return unknowns, unknowns.basic_set(constraints)
 
-    def _independence(self, stmt: str, sign: int, negative: bool) -> str:
+    def _independence(self, stmt: str, sign: int, negative: bool, into: Constraints) -> None:
         """Pluto's heuristic: non-negative on the orthogonal complement, positive in sum."""
         basis = orthogonal_complement(tuple(self.found[stmt]), self.dims[stmt])
-        terms = [" + ".join(f"{v} * {self.coefficient(stmt, k, negative)}" for k, v in enumerate(vec) if v) or "0"
+        terms = [linear(*((sign * v, self.coefficient(stmt, k, negative)) for k, v in enumerate(vec) if v))
                  for vec in basis]
-        if sign > 0:
-            return " and ".join([f"{t} >= 0" for t in terms] + [f"{' + '.join(terms)} >= 1"])
-        return " and ".join([f"{t} <= 0" for t in terms] + [f"{' + '.join(terms)} <= -1"])
+        for term in terms:
+            into.nonnegative(term)
+        into.nonnegative(linear(*((1, t) for t in terms), (-1, {1: 1})))
 
     def _is_full_rank(self, stmt: str) -> bool:
         return self.dims[stmt] == 0 or rank(self.found[stmt]) == self.dims[stmt]
@@ -193,9 +203,10 @@ class PlutoScheduler:
                 problems[negative] = self._band_problem(stmts, edges, negative)
             unknowns, feasible = problems[negative]
             for pattern in self._sign_patterns(open_statements, negative):
-                independence = " and ".join(self._independence(s, sign, negative)
-                                            for s, sign in zip(open_statements, pattern))
-                values = unknowns.lexmin(feasible.intersect(unknowns.set(independence)))
+                independence = Constraints()
+                for s, sign in zip(open_statements, pattern):
+                    self._independence(s, sign, negative, independence)
+                values = unknowns.lexmin(feasible.intersect(unknowns.basic_set(independence)))
                 if values is not None:
                     self.used_negative |= negative
                     return self._row(values, stmts, negative)
