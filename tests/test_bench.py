@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from polyopt.bench import BenchConfig, bench_einsum, bench_kernels, write_docs
+from polyopt.bench import BenchConfig, bench_einsum, bench_kernels, write_docs, write_json
 from polyopt.bench.measure import check, interleave
 from polyopt.cbuild import find_compiler
 from polyopt.errors import BenchmarkError
@@ -161,6 +161,16 @@ def test_docs_section_regenerated_in_place(gemm_report, tmp_path):
     pytest.importorskip("matplotlib")
     assert (tmp_path / "img" / "bench_kernels.png").stat().st_size > 1000
     assert "![" in second and "(img/bench_kernels.png)" in second
+
+
+def test_docs_from_a_saved_report(gemm_report, tmp_path, capsys):
+    saved, doc = tmp_path / "saved.json", tmp_path / "performance.md"
+    write_json(gemm_report, saved)
+    assert main(["bench", "--from-json", str(saved), "--write-docs", str(doc)]) == 0
+    assert "| gemm |" in doc.read_text() and "gemm" in capsys.readouterr().out
+    saved.write_text("{}")
+    assert main(["bench", "--from-json", str(saved)]) == 2
+    assert "not a polyopt bench report" in capsys.readouterr().err
 
 
 def test_docs_with_a_broken_section_are_left_alone(gemm_report, tmp_path):

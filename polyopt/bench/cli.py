@@ -19,7 +19,8 @@ import polyopt as po
 from polyopt.bench.config import BenchConfig, External
 from polyopt.bench.einsum_cases import bench_einsum
 from polyopt.bench.kernels import bench_kernels
-from polyopt.bench.report import console_text, summary_lines, table, write_docs, write_json
+from polyopt.bench.report import (console_text, read_json, summary_lines, table, write_docs,
+                                  write_json)
 from polyopt.bench.runners import check_target
 from polyopt.errors import BenchmarkError
 from polyopt.runtime import DEFAULT_ALGORITHM
@@ -49,6 +50,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
                        help="po.einsum against numpy.einsum and numpy matmul instead of kernels")
     bench.add_argument("--scale", type=float, default=1.0, help="--einsum: scale every extent")
     bench.add_argument("--json", metavar="FILE", help="write the whole report as JSON")
+    bench.add_argument("--from-json", metavar="FILE",
+                       help="run nothing: print (and --write-docs) the report a --json wrote")
     bench.add_argument("--write-docs", nargs="?", const=DEFAULT_DOC, metavar="FILE",
                        help=f"regenerate the generated section of FILE (default {DEFAULT_DOC})")
     return bench
@@ -104,7 +107,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Run the benchmark the parsed ``args`` ask for; print, and write JSON/docs as asked."""
     command = "polyopt " + shlex.join(argv)
     try:
-        if args.einsum:
+        if args.from_json:
+            if args.kernels or args.einsum:
+                raise BenchmarkError("--from-json runs nothing: give no kernels or --einsum")
+            report = read_json(args.from_json)
+        elif args.einsum:
             if args.kernels or args.external:
                 raise BenchmarkError("--einsum runs its own cases: give no kernels or --external")
             if args.target != "cpu":

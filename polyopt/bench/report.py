@@ -122,6 +122,17 @@ def write_json(report: dict, path: str | Path) -> None:
     Path(path).write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
 
 
+def read_json(path: str | Path) -> dict:
+    """A report written by :func:`write_json` (e.g. to regenerate the docs from a long run)."""
+    try:
+        report = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise BenchmarkError(f"--from-json {path}: {error}") from None
+    if not isinstance(report, dict) or report.get("kind") not in ("kernels", "einsum"):
+        raise BenchmarkError(f"--from-json {path}: not a polyopt bench report")
+    return report
+
+
 def _chart_series(report: dict) -> tuple[list[str], dict[str, list[float | None]], str]:
     if report["kind"] == "kernels":
         kernels = report["kernels"]
