@@ -33,6 +33,7 @@ from polyopt.frontends.dsl import Kernel, kernel, kernel_from_source  # noqa: E4
 from polyopt.frontends.isl_text import scop_from_isl  # noqa: E402
 from polyopt.frontends.c_scop import from_c  # noqa: E402
 from polyopt.einsum import TargetUnavailableError, einsum, einsum_kernel  # noqa: E402
+from polyopt.cuda import cuda_source  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -50,5 +51,5 @@ __all__ = [
     "Array", "Argument", "Scop", "Statement", "Dependences", "dependences",
     "Schedule", "algorithms", "schedule", "verify", "is_legal", "interpret",
     "CompiledKernel", "compile", "Kernel", "kernel", "kernel_from_source", "scop_from_isl", "from_c", "suite",
-    "einsum", "einsum_kernel", "TargetUnavailableError",
+    "einsum", "einsum_kernel", "TargetUnavailableError", "cuda_source",
 ]

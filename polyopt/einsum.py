@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from polyopt.errors import PolyoptError
+from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, contraction_path, einsum_scop, label_sizes,
                                       parse_subscripts, size_parameter, sublists_to_subscripts)
 from polyopt.interpreter import run as interpret_scop
@@ -44,10 +44,6 @@ _REINTERPRETED = {np.dtype(np.uint64): np.dtype(np.int64)}
 #: dtypes run by the reference interpreter
 _INTERPRETED = ({np.dtype(t) for t in (np.longdouble, np.complex64, np.complex128, np.clongdouble, object)}
                 - {t.numpy for t in ELEMENT_TYPES.values()})  # longdouble is float64 on some platforms
-
-
-class TargetUnavailableError(PolyoptError, ValueError):
-    """The requested target (CUDA) has no backend in this build of polyopt."""
 
 
 @dataclass(frozen=True)

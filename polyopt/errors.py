@@ -92,3 +92,7 @@ class CodegenError(PolyoptError):
 
 class BenchmarkError(PolyoptError):
     """A benchmark that cannot run as asked (unknown target, a bad external C file, bad option)."""
+
+
+class TargetUnavailableError(PolyoptError, ValueError):
+    """The requested target cannot run here (CUDA without CuPy or without a GPU)."""

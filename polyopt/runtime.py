@@ -25,7 +25,7 @@ from polyopt.verify import verify
 
 #: The algorithm used when none is named.
 DEFAULT_ALGORITHM = "pluto"
-TARGETS = ("cpu",)
+TARGETS = ("cpu", "cuda")
 
 _CTYPES = {"f32": ctypes.c_float, "f64": ctypes.c_double, "i32": ctypes.c_int32,
            "i64": ctypes.c_int64}
@@ -263,12 +263,21 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
     """
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; available: {', '.join(TARGETS)}")
+    if target == "cuda":
+        return _compile_cuda(kernel, algorithm, schedule_options)
     num_threads = check_num_threads(num_threads)
     key = _cache_key(kernel, target, algorithm, schedule_options)
     if key not in _CACHE:
         _CACHE[key] = _compile(kernel, algorithm, schedule_options)
     compiled = _CACHE[key]  # the thread count is a call argument: one native code serves all
     return compiled if num_threads is None else replace(compiled, num_threads=num_threads)
+
+
+def _compile_cuda(kernel, algorithm: str, options: dict):
+    """The CUDA target (polyopt/cuda.py; options ``block``/``tile`` map threads, the rest go to
+    the scheduler); CuPy is imported only when the compiled kernel is called."""
+    from polyopt.cuda import compile_cuda
+    return compile_cuda(kernel, algorithm=algorithm, **options)
 
 
 def _compile(kernel, algorithm: str, schedule_options: dict) -> CompiledKernel:

@@ -1,0 +1,260 @@
+"""Per-thread kernel bodies: statements made into assignments, register tiling (unroll-and-jam
+of the thread coordinates) and promotion of accumulators to registers.
+
+Register tiling is legal because the thread coordinates carry no dependence: the work of
+different coordinates may interleave in any order, so one thread can run the bodies of several
+coordinates in lockstep when their control flow is the same. Promotion keeps an array element
+that a loop updates at a loop-invariant index in a register (load before, store after), when
+every access of that array inside the loop is to one of the promoted elements.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from itertools import product
+
+from polyopt import expr as E
+from polyopt.codegen.ast import Block, For, If, Node, Run, instantiate
+from polyopt.scop import Scop
+from polyopt.types import i64
+
+
+@dataclass(frozen=True)
+class Assign:
+    """``target = value`` for one statement instance (``statement`` names it in comments)."""
+
+    target: E.Expr
+    value: E.Expr
+    statement: str
+
+
+@dataclass(frozen=True)
+class Promote:
+    """``loop`` with array elements kept in registers: ``registers`` pairs a register name with
+    the element it holds (loaded before the loop, stored back after it; only if it runs)."""
+
+    registers: tuple[tuple[str, E.Access], ...]
+    loop: For
+
+
+BodyNode = For | If | Block | Assign | Promote
+
+
+def assignments(scop: Scop, node: Node) -> BodyNode:
+    """``node`` with each statement instance replaced by its assignment."""
+    if isinstance(node, Run):
+        target, value = instantiate(scop.statement(node.statement), node.args)
+        return Assign(target, value, node.statement)
+    if isinstance(node, For):
+        return replace(node, body=assignments(scop, node.body))
+    if isinstance(node, If):
+        otherwise = None if node.otherwise is None else assignments(scop, node.otherwise)
+        return If(node.cond, assignments(scop, node.then), otherwise)
+    return Block(tuple(assignments(scop, child) for child in node.body))
+
+
+def control_expressions(node: BodyNode):
+    """The loop bounds and conditions of ``node`` (what its control flow depends on)."""
+    if isinstance(node, For):
+        yield node.init
+        yield node.cond
+        yield from control_expressions(node.body)
+    elif isinstance(node, If):
+        yield node.cond
+        yield from control_expressions(node.then)
+        if node.otherwise is not None:
+            yield from control_expressions(node.otherwise)
+    elif isinstance(node, Block):
+        for child in node.body:
+            yield from control_expressions(child)
+    elif isinstance(node, Promote):
+        yield from control_expressions(node.loop)
+
+
+def mentions(exprs, names: set[str]) -> bool:
+    """Whether any expression in ``exprs`` reads a variable in ``names``."""
+    return any(isinstance(n, E.Var) and n.name in names for e in exprs for n in E.walk(e))
+
+
+def has_loop(node: BodyNode) -> bool:
+    if isinstance(node, (For, Promote)):
+        return True
+    if isinstance(node, If):
+        return has_loop(node.then) or (node.otherwise is not None and has_loop(node.otherwise))
+    return isinstance(node, Block) and any(has_loop(c) for c in node.body)
+
+
+def offset(coords: tuple[str, ...], offsets: tuple[int, ...]):
+    """A substitution moving each coordinate ``coords[d]`` by ``offsets[d]``."""
+    def shift(e: E.Expr):
+        if isinstance(e, E.Var) and e.name in coords:
+            k = offsets[coords.index(e.name)]
+            return E.Binary("+", e, E.Const(k, i64), i64) if k else e
+        return None
+    return shift
+
+
+def jam(node: BodyNode, coords: tuple[str, ...], steps: tuple[int, ...],
+        counts: tuple[int, ...]) -> BodyNode:
+    """Unroll-and-jam: every assignment repeated for the coordinate offsets
+    ``r * steps`` (``r < counts``, per coordinate); the control flow must not depend on the
+    coordinates (see :func:`control_expressions`)."""
+    shifts = [offset(coords, tuple(r * s for r, s in zip(rs, steps)))
+              for rs in product(*(range(c) for c in counts))]
+    return _jam(node, shifts)
+
+
+def _jam(node: BodyNode, shifts) -> BodyNode:
+    if isinstance(node, Assign):
+        return Block(tuple(Assign(E.substitute(node.target, s), E.substitute(node.value, s),
+                                  node.statement) for s in shifts))
+    if isinstance(node, For):
+        return replace(node, body=_jam(node.body, shifts))
+    if isinstance(node, If):
+        otherwise = None if node.otherwise is None else _jam(node.otherwise, shifts)
+        return If(node.cond, _jam(node.then, shifts), otherwise)
+    return Block(tuple(_jam(child, shifts) for child in node.body))
+
+
+# ----- accumulator promotion ---------------------------------------------------------------------
+
+def promote_accumulators(node: BodyNode, prefix: str = "_r") -> BodyNode:
+    """Promote, in every innermost-possible loop, the elements it updates at loop-invariant
+    indices (see the module docstring)."""
+    counter = [0]
+
+    def visit(n: BodyNode) -> BodyNode:
+        if isinstance(n, For):
+            n = replace(n, body=visit(n.body))
+            return _promote(n, prefix, counter) if not isinstance(n.body, Promote) else n
+        if isinstance(n, If):
+            return If(n.cond, visit(n.then), None if n.otherwise is None else visit(n.otherwise))
+        if isinstance(n, Block):
+            return Block(tuple(visit(c) for c in n.body))
+        return n
+
+    return visit(node)
+
+
+def _promote(loop: For, prefix: str, counter: list[int]) -> BodyNode:
+    direct = loop.body.body if isinstance(loop.body, Block) else (loop.body,)
+    inner = _loop_vars(loop)
+    candidates: dict[str, list[E.Access]] = {}
+    for child in direct:
+        if (isinstance(child, Assign) and isinstance(child.target, E.Access) and child.target.indices
+                and not mentions(child.target.indices, inner)):
+            found = candidates.setdefault(child.target.array, [])
+            if child.target not in found:
+                found.append(child.target)
+    accesses = list(_accesses(loop.body))
+    chosen: list[E.Access] = []
+    for array, elements in candidates.items():
+        others = [a for a in accesses if a.array == array and a not in elements]
+        if not others and _pairwise_distinct(elements):
+            chosen += elements
+    if not chosen:
+        return loop
+    registers = []
+    for element in chosen:
+        registers.append((f"{prefix}{counter[0]}", element))
+        counter[0] += 1
+    table = {element: E.Var(name, "scalar", element.dtype) for name, element in registers}
+    body = rewrite(loop.body, lambda e: table.get(e) if isinstance(e, E.Access) else None)
+    return Promote(tuple(registers), replace(loop, body=body))
+
+
+def _loop_vars(node: BodyNode) -> set[str]:
+    if isinstance(node, For):
+        return {node.var} | _loop_vars(node.body)
+    if isinstance(node, If):
+        return _loop_vars(node.then) | (_loop_vars(node.otherwise) if node.otherwise else set())
+    if isinstance(node, Block):
+        return set().union(*(_loop_vars(c) for c in node.body)) if node.body else set()
+    if isinstance(node, Promote):
+        return _loop_vars(node.loop)
+    return set()
+
+
+def _accesses(node: BodyNode):
+    exprs = list(control_expressions(node)) + list(_assigned(node))
+    for e in exprs:
+        for n in E.walk(e):
+            if isinstance(n, E.Access):
+                yield n
+
+
+def _assigned(node: BodyNode):
+    if isinstance(node, Assign):
+        yield node.target
+        yield node.value
+    elif isinstance(node, For):
+        yield from _assigned(node.body)
+    elif isinstance(node, If):
+        yield from _assigned(node.then)
+        if node.otherwise is not None:
+            yield from _assigned(node.otherwise)
+    elif isinstance(node, Block):
+        for child in node.body:
+            yield from _assigned(child)
+    elif isinstance(node, Promote):
+        for _, element in node.registers:
+            yield element
+        yield from _assigned(node.loop)
+
+
+def rewrite(node: BodyNode, replace_expr) -> BodyNode:
+    """``node`` with every expression rewritten by ``E.substitute(e, replace_expr)``."""
+    sub = lambda e: E.substitute(e, replace_expr)  # noqa: E731
+    if isinstance(node, Assign):
+        return Assign(sub(node.target), sub(node.value), node.statement)
+    if isinstance(node, For):
+        return For(node.var, sub(node.init), sub(node.cond), node.step,
+                   rewrite(node.body, replace_expr), node.parallel)
+    if isinstance(node, If):
+        otherwise = None if node.otherwise is None else rewrite(node.otherwise, replace_expr)
+        return If(sub(node.cond), rewrite(node.then, replace_expr), otherwise)
+    if isinstance(node, Block):
+        return Block(tuple(rewrite(c, replace_expr) for c in node.body))
+    return Promote(tuple((name, sub(element)) for name, element in node.registers),
+                   rewrite(node.loop, replace_expr))
+
+
+def _linear(e: E.Expr) -> dict | None:
+    """``e`` as {variable: coefficient, 1: constant} when it is affine in plain variables."""
+    if isinstance(e, E.Const) and not e.dtype.is_float:
+        return {1: int(e.value)}
+    if isinstance(e, E.Var):
+        return {e.name: 1}
+    if isinstance(e, E.Binary) and e.op in ("+", "-", "*"):
+        a, b = _linear(e.lhs), _linear(e.rhs)
+        if a is None or b is None:
+            return None
+        if e.op == "*":
+            if set(a) == {1}:
+                a, b = b, a
+            if set(b) != {1}:
+                return None
+            return {k: v * b[1] for k, v in a.items()}
+        sign = 1 if e.op == "+" else -1
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + sign * v
+        return out
+    return None
+
+
+def _pairwise_distinct(elements: list[E.Access]) -> bool:
+    """Whether the elements are provably different: in some dimension their affine subscripts
+    differ by a non-zero constant."""
+    for k, a in enumerate(elements):
+        for b in elements[k + 1:]:
+            if not any(_constant_difference(x, y) for x, y in zip(a.indices, b.indices)):
+                return False
+    return True
+
+
+def _constant_difference(x: E.Expr, y: E.Expr) -> bool:
+    a, b = _linear(x), _linear(y)
+    if a is None or b is None:
+        return False
+    diff = {k: a.get(k, 0) - b.get(k, 0) for k in set(a) | set(b)}
+    return all(v == 0 for k, v in diff.items() if k != 1) and diff.get(1, 0) != 0

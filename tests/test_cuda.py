@@ -1,0 +1,155 @@
+"""The CUDA target: source for every suite kernel, nvcc builds it (where nvcc exists), the GPU
+mapping's structure, option and availability errors; on a GPU, every suite kernel matches its
+numpy reference (skipped with the reason where CuPy or a GPU is missing)."""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import polyopt as po
+from polyopt.codegen.gpu_mapping import HostLoop
+from polyopt.codegen.kernel_body import Promote
+from polyopt.cuda import plan
+
+SUITE = po.suite.names()
+
+
+@pytest.fixture(scope="module")
+def sources():
+    """CUDA source of every suite kernel (default options)."""
+    return {name: po.cuda_source(po.suite.get(name).kernel) for name in SUITE}
+
+
+def test_source_for_every_suite_kernel(sources):
+    for name, source in sources.items():
+        assert '__global__ void' in source, name
+        assert f'extern "C" void polyopt_{po.suite.get(name).kernel.scop.name}(' in source, name
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_nvcc_builds_every_suite_kernel(sources, tmp_path):
+    files = []
+    for name, source in sources.items():
+        path = tmp_path / f"{name}.cu"
+        path.write_text(source)
+        files.append(path.name)
+    result = subprocess.run(["nvcc", "-arch=sm_90", "-c", *files], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert sorted(p.stem for p in tmp_path.glob("*.o")) == sorted(SUITE)
+
+
+def test_stencil_time_loop_stays_on_the_host():
+    program = plan(po.suite.get("jacobi-2d").kernel).source.program
+    (loop,) = program.host
+    assert isinstance(loop, HostLoop)
+    assert [len(k.coords) for k in loop.body] == [2, 2]
+    assert all(k.host_vars == (loop.var,) for k in loop.body)
+
+
+def test_gemm_is_register_tiled_with_promoted_accumulators():
+    result = plan(po.suite.get("gemm").kernel)
+    program, shapes = result.source.program, result.source.shapes
+    assert result.schedule.algorithm == "pluto"
+    assert [len(k.coords) for k in program.kernels] == [2, 2]
+    update = program.kernels[1]
+    assert shapes[update.name].unroll == (4, 4)
+    text = result.source.source
+    assert "double _r15 = C[" in text and "_r15 = _r15 + alpha *" in text
+    # threadIdx.x walks j, the stride-1 subscript of C and B
+    assert "B[c0 * NJ + _p1]" in text and "threadIdx.x; _p1" in text
+
+
+def test_bounds_are_parenthesized():
+    source = po.cuda_source(po.suite.get("covariance").kernel)
+    assert "_p0 <= (M >= N ? M - 1 : N - 1);" in source
+
+
+def test_promotion_needs_every_access_to_be_promoted():
+    @po.kernel
+    def shifted(A: po.f64["N", "N"]):
+        for i in range(N):
+            for k in range(1, N):
+                A[i, 0] = A[i, 0] + A[i, k]
+
+    # A[i, 0] is updated in the k loop but A[i, k] reads the same array: no register
+    source = po.cuda_source(shifted, algorithm="original")
+    assert "_r0" not in source
+
+
+def test_block_and_tile_options():
+    source = po.cuda_source(po.suite.get("gemm").kernel, block=(16, 16), tile=(32, 64))
+    assert "dim3(16, 16, 1)" in source and "blockIdx.x * 64" in source
+    with pytest.raises(po.CodegenError, match="multiple of the block"):
+        po.cuda_source(po.suite.get("gemm").kernel, block=(16, 16), tile=(20, 64))
+    with pytest.raises(po.CodegenError, match="more than 1024 threads"):
+        po.cuda_source(po.suite.get("gemm").kernel, block=(64, 64))
+
+
+def _has_gpu() -> str | None:
+    try:
+        po.cuda.cupy_module()
+    except po.TargetUnavailableError as exc:
+        return str(exc)
+    return None
+
+
+GPU_MISSING = _has_gpu()
+
+
+@pytest.mark.skipif(GPU_MISSING is None, reason="CuPy and a GPU are present")
+def test_call_without_gpu_is_a_clear_error():
+    entry = po.suite.get("gemm")
+    compiled = po.compile(entry.kernel, target="cuda")
+    with pytest.raises(po.TargetUnavailableError, match="cuda"):
+        compiled(**entry.inputs(entry.sizes("MINI")))
+    # the CPU target is unaffected
+    po.compile(entry.kernel)(**entry.inputs(entry.sizes("MINI")))
+
+
+needs_gpu = pytest.mark.skipif(GPU_MISSING is not None, reason=f"no GPU: {GPU_MISSING}")
+
+
+def _check(name: str, sizes: dict, dtype=np.float64, **options):
+    entry = po.suite.get(name)
+    kernel = entry.kernel if dtype == np.float64 else entry.kernel.with_dtype("f32")
+    args = entry.inputs(sizes, dtype)
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    entry.reference(**expected)
+    po.compile(kernel, target="cuda", **options)(**args)
+    tolerance = 1e-9 if dtype == np.float64 else 2e-4
+    for key, value in expected.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_allclose(args[key], value, rtol=tolerance, atol=tolerance, err_msg=key)
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", SUITE)
+def test_gpu_matches_reference(name):
+    _check(name, po.suite.get(name).sizes("SMALL"))
+
+
+@needs_gpu
+def test_gpu_register_tiles_at_ragged_sizes():
+    _check("gemm", {"NI": 37, "NJ": 45, "NK": 13})
+    _check("syrk", {"M": 29, "N": 70}, tile=(16, 64))
+    _check("gemm", {"NI": 70, "NJ": 130, "NK": 9}, np.float32)
+
+
+@needs_gpu
+def test_gpu_cupy_arrays_in_place():
+    import cupy
+
+    entry = po.suite.get("gemm")
+    args = entry.inputs(entry.sizes("MINI"))
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    entry.reference(**expected)
+    device = {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    po.compile(entry.kernel, target="cuda")(**device)
+    np.testing.assert_allclose(device["C"].get(), expected["C"], rtol=1e-9)
+    ni, nj, nk = device["C"].shape + device["A"].shape[1:]
+    buffer = cupy.zeros(ni * nj + ni * nk)  # A overlaps the end of C
+    overlapping = {"C": buffer[:ni * nj].reshape(ni, nj), "A": buffer[ni * nj - 1:][:ni * nk].reshape(ni, nk)}
+    with pytest.raises(ValueError, match="overlap"):
+        po.compile(entry.kernel, target="cuda")(**{**device, **overlapping})
