@@ -29,6 +29,7 @@ from polyopt.schedule import Schedule, algorithms, schedule  # noqa: E402
 from polyopt.verify import is_legal, verify  # noqa: E402
 from polyopt.interpreter import interpret  # noqa: E402
 from polyopt.runtime import CompiledKernel, compile  # noqa: E402
+from polyopt.autotune import Candidate, TuneResult, autotune  # noqa: E402
 from polyopt.frontends.dsl import Kernel, kernel, kernel_from_source  # noqa: E402
 from polyopt.frontends.isl_text import scop_from_isl  # noqa: E402
 from polyopt.frontends.c_scop import from_c  # noqa: E402
@@ -50,6 +51,6 @@ __all__ = [
     "PolyoptError", "FrontendError", "IllegalScheduleError", "IncompleteScheduleError", "ScheduleError", "CodegenError",
     "Array", "Argument", "Scop", "Statement", "Dependences", "dependences",
     "Schedule", "algorithms", "schedule", "verify", "is_legal", "interpret",
-    "CompiledKernel", "compile", "Kernel", "kernel", "kernel_from_source", "scop_from_isl", "from_c", "suite",
+    "CompiledKernel", "compile", "autotune", "Candidate", "TuneResult", "Kernel", "kernel", "kernel_from_source", "scop_from_isl", "from_c", "suite",
     "einsum", "einsum_kernel", "TargetUnavailableError", "cuda_source",
 ]

@@ -151,31 +151,37 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
     """Our Pluto-style scheduler (:mod:`polyopt.pluto`) followed by the tree transformations.
 
     Options: ``fuse`` ("smart" | "max" | "no"), ``negative_coeffs`` (None = only where needed,
-    True = Pluto+, False = Pluto), ``tile`` (None, an int, per-dimension sizes, or "auto" from
-    the cache size), ``tile2`` (tiles per second-level tile), ``parallel`` (mark the outermost
-    parallel loop, with a wavefront where a band has none), ``vectorize`` (reorder the innermost
-    band so its innermost loop is parallel and stride-1).
+    True = Pluto+, False = Pluto), ``tile`` (None, an int, per-dimension sizes, or "auto": per
+    band from the cache sizes), ``tile2`` (tiles per second-level tile), ``parallel`` (mark the
+    outermost parallel loop, with a wavefront where a band has none), ``vectorize`` (reorder the
+    innermost band so its innermost loop is parallel and stride-1), ``register_tile`` (None,
+    (rows, columns) or "auto": unroll-and-jam of the innermost band, see
+    :func:`polyopt.transform.register_tile`).
     """
     from polyopt import transform
     from polyopt.levels import tree_from_levels
     from polyopt.pluto import pluto_levels
 
-    allowed = {"fuse", "negative_coeffs", "tile", "tile2", "parallel", "vectorize"}
+    allowed = {"fuse", "negative_coeffs", "tile", "tile2", "parallel", "vectorize", "register_tile"}
     unknown = set(options) - allowed
     if unknown:
         raise ScheduleError(f"pluto: unknown option(s) {', '.join(sorted(unknown))}; "
                             f"allowed: {', '.join(sorted(allowed))}")
+    registers = options.get("register_tile")
+    registers = None if registers is None else transform.register_tile_sizes(scop, registers)
     levels, _ = pluto_levels(scop, deps, fuse=options.get("fuse", "smart"),
                              negative_coeffs=options.get("negative_coeffs"))
     tree = tree_from_levels(scop, levels)
-    if options.get("vectorize", True):  # before tiling: members are still plain iterators
+    if options.get("vectorize", True):  # before tiling: the tile loops take the same order
         tree = transform.vectorizable_innermost(tree, scop)
     sizes = options.get("tile")
     if sizes is not None and sizes is not False:
-        tree = transform.tile(tree, transform.default_tile_size() if sizes == "auto" else sizes,
-                              second_level=options.get("tile2"))
+        tree = transform.tile(tree, sizes, second_level=options.get("tile2"), scop=scop,
+                              register_tile=registers)
     if options.get("parallel", True):
         tree = transform.mark_parallel(tree)
+    if registers is not None:
+        tree = transform.register_tile(tree, registers)
     return tree
 
 

@@ -1,4 +1,5 @@
-"""Transformations on schedule trees: tiling, parallel marks (outer or wavefront), and intra-band
+"""Transformations on schedule trees: tiling (sizes given or derived from the caches), register
+tiling (unroll-and-jam of point loops), parallel marks (outer or wavefront), and intra-band
 reordering for stride-1 innermost loops.
 
 Each function takes an ``isl.Schedule`` and returns a new one; :func:`polyopt.verify` re-checks
@@ -6,14 +7,13 @@ the result (legality, and that every loop marked parallel carries no dependence)
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Callable, Sequence
 
 import islpy as isl
 
 from polyopt.errors import ScheduleError
 from polyopt.scop import Scop
+from polyopt.tilesize import band_tile_sizes, vector_bytes
 
 PARALLEL_MARK = "parallel"
 
@@ -41,31 +41,11 @@ def _rewrite_bands(tree: isl.Schedule, rewrite: NodeRewrite, *, outermost_only: 
 
 # ----- tiling ------------------------------------------------------------------------------------
 
-def cache_tile_size(element_bytes: int = 8, arrays: int = 3) -> int:
-    """A square tile edge whose ``arrays`` tiles fit in half the L2 cache (multiple of 8)."""
-    size = _cache_bytes(2) or 512 * 1024
-    edge = int((size / 2 / arrays / element_bytes) ** 0.5)
-    return max(8, min(256, edge - edge % 8))
-
-
-def _cache_bytes(level: int) -> int | None:
-    """Size of the CPU cache of ``level`` from sysfs (Linux), None when unknown."""
-    root = Path("/sys/devices/system/cpu/cpu0/cache")
-    for index in sorted(root.glob("index*")) if root.is_dir() else []:
-        try:
-            if int((index / "level").read_text()) != level or "Instruction" in (index / "type").read_text():
-                continue
-            text = (index / "size").read_text().strip().upper()
-        except OSError:
-            continue
-        scale = {"K": 1024, "M": 1024 ** 2}.get(text[-1], 1)
-        return int(text.rstrip("KM")) * scale
-    return None
-
-
 def _values(node: isl.ScheduleNode, sizes) -> list[int]:
     """Per-member sizes for a band: an int for all, or a list (its last entry repeats)."""
     n = node.band_n_member()
+    if isinstance(sizes, str) or not (isinstance(sizes, int) or all(isinstance(v, int) for v in sizes)):
+        raise ScheduleError(f'tile sizes must be an int, a list of ints or "auto", got {sizes!r}')
     values = [sizes] * n if isinstance(sizes, int) else (list(sizes) + [list(sizes)[-1]] * n)[:n]
     if any(int(v) < 1 for v in values):
         raise ScheduleError(f"tile sizes must be positive, got {sizes!r}")
@@ -79,25 +59,33 @@ def _multi_val(node: isl.ScheduleNode, values: list[int]) -> isl.MultiVal:
     return multi
 
 
-def _sizes_for(node: isl.ScheduleNode, sizes) -> isl.MultiVal:
-    return _multi_val(node, _values(node, sizes))
-
-
-def tile(tree: isl.Schedule, sizes: int | Sequence[int], *, min_depth: int = 2,
-         second_level: int | Sequence[int] | None = None) -> isl.Schedule:
+def tile(tree: isl.Schedule, sizes: int | Sequence[int] | str, *, min_depth: int = 2,
+         second_level: int | Sequence[int] | None = None, scop: Scop | None = None,
+         register_tile: Sequence[int] | None = None) -> isl.Schedule:
     """Rectangular tiling of every permutable band with at least ``min_depth`` members.
 
+    ``sizes`` is one size for every member, per-member sizes (the last repeats), or "auto": per
+    band, from the caches (:func:`polyopt.tilesize.band_tile_sizes`, needs ``scop``), in whole
+    register tiles when ``register_tile`` (the sizes :func:`register_tile` will use) is given.
     With ``second_level`` (tiles per outer tile, per dimension), each band is first tiled by
     ``sizes * second_level`` and its point band again by ``sizes``: two levels of tiles."""
+    if sizes == "auto" and scop is None:
+        raise ScheduleError('tile sizes "auto" need the scop (its accesses give the footprints)')
 
     def rewrite(node: isl.ScheduleNode) -> isl.ScheduleNode:
         if not (node.band_get_permutable() and node.band_n_member() >= min_depth):
             return node
-        if second_level is not None:
+        if sizes == "auto":
+            plan = _register_plan(node, register_tile) if register_tile is not None else None
+            parallel = any(node.band_member_get_coincident(k) for k in range(node.band_n_member()))
+            inner = band_tile_sizes(node.band_get_partial_schedule(), scop, multiple_of=plan,
+                                    uniform=not parallel)  # no parallel member: a wavefront
+        else:
             inner = _values(node, sizes)
+        if second_level is not None:
             outer = [a * b for a, b in zip(inner, _values(node, second_level))]
             node = node.band_tile(_multi_val(node, outer)).child(0)
-        return node.band_tile(_sizes_for(node, sizes)).child(0)
+        return node.band_tile(_multi_val(node, inner)).child(0)
 
     return _rewrite_bands(tree, rewrite)
 
@@ -146,7 +134,8 @@ def mark_parallel(tree: isl.Schedule, *, wavefront: bool = True) -> isl.Schedule
 
 def _unit_iterator(member: isl.UnionPwAff, scop: Scop) -> dict[str, int] | None:
     """For a member that is one original iterator (plus a constant) per statement, that iterator's
-    position per statement; None for skewed/combined members."""
+    position per statement; None for skewed/combined members. A point loop of a tiled band, like
+    ``i mod 32``, counts as ``i``: within a tile it steps ``i`` by one."""
     found: dict[str, int] = {}
     ok = True
 
@@ -161,13 +150,23 @@ def _unit_iterator(member: isl.UnionPwAff, scop: Scop) -> dict[str, int] | None:
         coeffs = [affs[0].get_coefficient_val(isl.dim_type.in_, k).to_python()
                   for k in range(affs[0].dim(isl.dim_type.in_))]
         nonzero = [k for k, c in enumerate(coeffs) if c]
-        if len(nonzero) != 1 or abs(coeffs[nonzero[0]]) != 1 or affs[0].dim(isl.dim_type.div):
+        if len(nonzero) != 1 or abs(coeffs[nonzero[0]]) != 1 or not _divs_only_of(affs[0], nonzero[0]):
             ok = False
             return
         found[name] = nonzero[0]
 
     member.foreach_pw_aff(piece)
     return found if ok else None
+
+
+def _divs_only_of(aff: isl.Aff, position: int) -> bool:
+    """Whether every integer division in ``aff`` depends on input ``position`` alone."""
+    for d in range(aff.dim(isl.dim_type.div)):
+        div = aff.get_div(d)
+        if any(not div.get_coefficient_val(isl.dim_type.in_, k).is_zero()
+               for k in range(div.dim(isl.dim_type.in_)) if k != position):
+            return False
+    return True
 
 
 def _stride_one_score(member: isl.UnionPwAff, scop: Scop) -> int:
@@ -195,22 +194,32 @@ def _stride_one_score(member: isl.UnionPwAff, scop: Scop) -> int:
     return score
 
 
+def _replace_band(node: isl.ScheduleNode, members: list[isl.UnionPwAff], coincident: list[bool],
+                  permutable: bool) -> isl.ScheduleNode:
+    """Replace the band at ``node`` by one with the given members and flags."""
+    space = node.band_get_space().drop_dims(isl.dim_type.set, 0, node.band_n_member()) \
+        .add_dims(isl.dim_type.set, len(members))
+    upas = isl.UnionPwAffList.alloc(space.get_ctx(), len(members))
+    for member in members:
+        upas = upas.add(member)
+    node = node.delete().insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff_list(space, upas))
+    node = node.band_set_permutable(int(permutable))
+    for k, flag in enumerate(coincident):
+        node = node.band_member_set_coincident(k, int(flag))
+    return node
+
+
 def _permute(node: isl.ScheduleNode, order: list[int]) -> isl.ScheduleNode:
     partial = node.band_get_partial_schedule()
     coincident = [node.band_member_get_coincident(k) for k in range(node.band_n_member())]
-    permutable = node.band_get_permutable()
-    reordered = partial
-    for k, source in enumerate(order):
-        reordered = reordered.set_at(k, partial.get_at(source))
-    node = node.delete().insert_partial_schedule(reordered).band_set_permutable(permutable)
-    for k, source in enumerate(order):
-        node = node.band_member_set_coincident(k, int(coincident[source]))
-    return node
+    return _replace_band(node, [partial.get_at(k) for k in order], [coincident[k] for k in order],
+                         node.band_get_permutable())
 
 
 def vectorizable_innermost(tree: isl.Schedule, scop: Scop) -> isl.Schedule:
     """In every innermost permutable band, move the coincident member with the most stride-1
-    accesses to the innermost position (the loop LLVM then vectorizes)."""
+    accesses to the innermost position (the loop LLVM then vectorizes). Works on untiled bands
+    and on the point bands of tiled ones (the tile loops keep their order)."""
 
     def rewrite(node: isl.ScheduleNode) -> isl.ScheduleNode:
         n = node.band_n_member()
@@ -241,7 +250,96 @@ def _has_band_below(node: isl.ScheduleNode) -> bool:
     return found
 
 
-def default_tile_size() -> int:
-    """Tile size used for ``tile="auto"``: from the L2 cache size (overridable by env)."""
-    override = os.environ.get("POLYOPT_TILE")
-    return int(override) if override else cache_tile_size()
+# ----- register tiling ----------------------------------------------------------------------------
+
+def register_tile_sizes(scop: Scop, sizes: Sequence[int] | str = "auto") -> tuple[int, int]:
+    """Checked register tile sizes (rows, columns); "auto": one row of four vector registers.
+
+    One row, because the generated code gives LLVM no fact that separates rows of an array whose
+    row length is a parameter: with several rows, the accumulators of the other rows may alias
+    and LLVM keeps them in memory. Within a row, LLVM keeps them in registers."""
+    if sizes == "auto":
+        element = max(array.dtype.bits // 8 for array in scop.arrays.values())
+        return 1, 4 * vector_bytes() // element
+    if (isinstance(sizes, (str, int)) or len(sizes) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes)):
+        raise ScheduleError(f'register_tile must be "auto" or (rows, columns) of positive ints, got {sizes!r}')
+    return int(sizes[0]), int(sizes[1])
+
+
+def _register_plan(node: isl.ScheduleNode, sizes: Sequence[int]) -> list[int] | None:
+    """Register tile size per member of a band, None when it does not qualify.
+
+    A band qualifies when it is permutable, its innermost member is parallel (the vector loop:
+    ``sizes[1]``) and some member is not (the loop, like gemm's k, along which the register
+    tile's accumulators are reused). The outermost parallel member gets ``sizes[0]``."""
+    n = node.band_n_member()
+    coincident = [bool(node.band_member_get_coincident(k)) for k in range(n)]
+    if n < 2 or not node.band_get_permutable() or not coincident[-1] or all(coincident):
+        return None
+    plan = [1] * n
+    plan[coincident.index(True)] = sizes[0]
+    plan[-1] = sizes[1]
+    return plan if any(v > 1 for v in plan) else None
+
+
+def register_tile(tree: isl.Schedule, sizes: Sequence[int]) -> isl.Schedule:
+    """Unroll-and-jam the innermost qualifying band (see :func:`_register_plan`) by ``sizes``.
+
+    gemm's point band (i, k, j) with sizes (1, 32) becomes (j - j mod 32, i, k, j mod 32)::
+
+        for j0 (step 32): for i: for k:            for j0 (step 32): for i: for k:
+                                                       C[i, j0+0] += ...   (unrolled, the
+          for j (32): C[i, j0+j] += A[i,k]*B[k,j]  ->  ...                  accumulators stay in
+                                                       C[i, j0+31] += ...  registers over k)
+
+    The parallel members go outside the sequential ones, the register tile's members innermost.
+    Tiles that are whole (every member takes all its ``sizes`` values) are generated apart by
+    isl's isolate option and fully unrolled; partial ones at the edges stay loops."""
+
+    def rewrite(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        plan = _register_plan(node, sizes)
+        if plan is None or _has_band_below(node):
+            return node
+        partial = node.band_get_partial_schedule()
+        n = len(plan)
+        coincident = [bool(node.band_member_get_coincident(k)) for k in range(n)]
+        tiled = [n - 1] + [k for k in range(n - 1) if plan[k] > 1]
+        rest = sorted((k for k in range(n) if plan[k] == 1), key=lambda k: not coincident[k])
+        order = [(k, "tile") for k in tiled] + [(k, "whole") for k in rest] + [(k, "point") for k in sorted(tiled)]
+        members, flags = [], []
+        for k, part in order:
+            member = partial.get_at(k)
+            if part != "whole":
+                offset = member.mod_val(isl.Val(plan[k]))
+                member = offset if part == "point" else member.sub(offset)
+            members.append(member)
+            flags.append(coincident[k])
+        node = _replace_band(node, members, flags, permutable=False)
+        return _isolate_whole_tiles(node, [plan[k] for k in sorted(tiled)])
+
+    return _rewrite_bands(tree, rewrite)
+
+
+def _isolate_whole_tiles(node: isl.ScheduleNode, sizes: list[int]) -> isl.ScheduleNode:
+    """Isolate, on the band at ``node`` whose last ``len(sizes)`` members are register tile
+    offsets, the iterations of whole tiles, and unroll those members there."""
+    n_point, n_band = len(sizes), node.band_n_member()
+    domain = node.get_domain()
+    prefix = node.get_prefix_schedule_union_map().intersect_domain(domain)
+    band = isl.UnionMap.from_multi_union_pw_aff(node.band_get_partial_schedule()).intersect_domain(domain)
+    points = isl.Set.from_union_set(prefix.flat_range_product(band).range())
+    total = points.dim(isl.dim_type.set)
+    outer = points.project_out(isl.dim_type.set, total - n_point, n_point)
+    box = isl.Set.universe(isl.Space.set_alloc(points.get_ctx(), 0, n_point))
+    for d, size in enumerate(sizes):
+        box = box.lower_bound_val(isl.dim_type.set, d, isl.Val(0)).upper_bound_val(isl.dim_type.set, d, isl.Val(size - 1))
+    box = box.align_params(outer.get_space())
+    partial_tiles = outer.flat_product(box).subtract(points).project_out(isl.dim_type.set, total - n_point, n_point)
+    whole = outer.subtract(partial_tiles).flat_product(box)
+    isolate = isl.Map.from_range(whole).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, total - n_band)
+    node = node.band_set_ast_build_options(isl.UnionSet.from_set(isolate.wrap().set_tuple_name("isolate")))
+    for k in range(n_band - n_point, n_band):
+        node = node.band_member_set_isolate_ast_loop_type(k, isl.ast_loop_type.unroll)
+    return node
+

@@ -1,0 +1,161 @@
+"""Empirical choice of a kernel's configuration: compile a few, time them, keep the fastest.
+
+A transformation that pays on one kernel can lose on another (tiling a kernel with no reuse,
+register tiles on a short loop). :func:`autotune` therefore measures instead of guessing: it
+compiles each :class:`Candidate` (the original loop order among them, so the result is never
+slower than that), skips candidates whose loops come out the same as an earlier one's (the cheap
+static pruning), runs each once on copies of the caller's arguments and checks that all agree,
+then times them interleaved and returns the fastest. The caller's arrays are never written.
+Decisions are cached per kernel, candidate list, thread count and parameter values.
+
+    tuned = po.autotune(gemm, alpha, beta, C, A, B)
+    tuned.best.label          # e.g. "pluto tiled+registers"
+    tuned.seconds             # best time of every timed candidate
+    tuned.compiled(alpha, beta, C, A, B)
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from polyopt.errors import PolyoptError
+from polyopt.runtime import CompiledKernel, _cache_key, bind_arguments, compile
+
+
+class TuningError(PolyoptError):
+    """Candidates that disagree on the result (a miscompilation), or none that compiles."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration: a scheduling algorithm and its options (as for :func:`polyopt.compile`)."""
+
+    label: str
+    algorithm: str
+    options: tuple[tuple[str, object], ...] = ()
+
+    def compile(self, kernel, num_threads: int | None) -> CompiledKernel:
+        threads = {} if num_threads is None else {"num_threads": num_threads}
+        return compile(kernel, algorithm=self.algorithm, **threads, **dict(self.options))
+
+
+#: Tried by default: the original order, our pluto untiled, tiled with cache-derived sizes, and
+#: with register tiles on top (with and without cache tiles).
+DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
+    Candidate("original", "original"),
+    Candidate("pluto", "pluto"),
+    Candidate("pluto tiled", "pluto", (("tile", "auto"),)),
+    Candidate("pluto tiled+registers", "pluto", (("tile", "auto"), ("register_tile", "auto"))),
+    Candidate("pluto registers", "pluto", (("register_tile", "auto"),)),
+)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """The fastest candidate's compiled kernel and the record of the decision.
+
+    ``seconds``: best time per timed candidate label; ``skipped``: label -> why it was not
+    timed (its loops equal an earlier candidate's, or it failed to compile); ``params``: the
+    size parameters the decision holds for."""
+
+    compiled: CompiledKernel
+    best: Candidate
+    seconds: dict[str, float]
+    skipped: dict[str, str] = field(default_factory=dict)
+    params: dict[str, int] = field(default_factory=dict)
+
+
+_DECISIONS: dict[tuple, TuneResult] = {}
+
+
+def clear_decisions() -> None:
+    """Forget every cached tuning decision."""
+    _DECISIONS.clear()
+
+
+def autotune(kernel, *args, candidates: tuple[Candidate, ...] | None = None, repeats: int = 3,
+             num_threads: int | None = None, rtol: float = 1e-6, **kwargs) -> TuneResult:
+    """Time ``candidates`` (default :data:`DEFAULT_CANDIDATES`) of ``kernel`` on copies of the
+    call arguments ``args``/``kwargs`` and return the fastest (see the module docstring).
+
+    ``repeats`` timed runs per candidate, interleaved (the minimum counts); results must agree
+    with the first candidate's within ``rtol`` (normwise) or :class:`TuningError` is raised."""
+    candidates = tuple(candidates or DEFAULT_CANDIDATES)
+    if not candidates or not all(isinstance(c, Candidate) for c in candidates):
+        raise TypeError("candidates must be a non-empty sequence of polyopt.autotune.Candidate")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a positive int, got {repeats!r}")
+    scop = getattr(kernel, "scop", kernel)
+    bound = bind_arguments(scop, args, kwargs)
+    key = (_cache_key(kernel, "cpu", "autotune", {}), candidates, num_threads,
+           tuple(sorted(bound.params.items())))
+    if key in _DECISIONS:
+        return _DECISIONS[key]
+
+    compiled, skipped = _compile_distinct(kernel, candidates, num_threads)
+    pristine = {name: array.copy() for name, array in bound.arrays.items()}
+    work = {name: array.copy() for name, array in pristine.items()}
+    call_args = {**{a.name: bound.params[a.name] for a in scop.arguments if a.kind == "param"},
+                 **bound.scalars, **work}
+
+    def run(kernel_: CompiledKernel) -> float:
+        for name, array in work.items():
+            np.copyto(array, pristine[name])
+        start = time.perf_counter()
+        kernel_(**call_args)
+        return time.perf_counter() - start
+
+    _check_agreement(compiled, run, work, rtol)  # also the warm-up run of each
+    samples: dict[Candidate, list[float]] = {c: [] for c in compiled}
+    for _ in range(repeats):
+        for candidate, kernel_ in compiled.items():
+            samples[candidate].append(run(kernel_))
+    seconds = {c.label: min(s) for c, s in samples.items()}
+    best = min(compiled, key=lambda c: seconds[c.label])
+    result = TuneResult(compiled[best], best, seconds, skipped, dict(bound.params))
+    _DECISIONS[key] = result
+    return result
+
+
+def _compile_distinct(kernel, candidates: tuple[Candidate, ...],
+                      num_threads: int | None) -> tuple[dict[Candidate, CompiledKernel], dict[str, str]]:
+    """Compile every candidate; drop those that fail or whose loops equal an earlier one's."""
+    compiled: dict[Candidate, CompiledKernel] = {}
+    skipped: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    for candidate in candidates:
+        try:
+            kernel_ = candidate.compile(kernel, num_threads)
+        except PolyoptError as exc:
+            skipped[candidate.label] = f"failed: {str(exc).splitlines()[0]}"
+            continue
+        loops = kernel_.loop_ast
+        if loops in seen:
+            skipped[candidate.label] = f"same loops as {seen[loops]!r}"
+            continue
+        seen[loops] = candidate.label
+        compiled[candidate] = kernel_
+    if not compiled:
+        raise TuningError(f"no candidate compiled: {skipped}")
+    return compiled, skipped
+
+
+def _check_agreement(compiled: dict[Candidate, CompiledKernel], run, work: dict[str, np.ndarray],
+                     rtol: float) -> None:
+    """Run every candidate once; each result must match the first candidate's (normwise, since
+    reordered floating-point sums differ in the last bits)."""
+    reference: dict[str, np.ndarray] | None = None
+    first = ""
+    for candidate, kernel_ in compiled.items():
+        run(kernel_)
+        if reference is None:
+            reference, first = {k: v.copy() for k, v in work.items()}, candidate.label
+            continue
+        for name, expected in reference.items():
+            scale = max(float(np.linalg.norm(expected.ravel())), 1e-300)
+            error = float(np.linalg.norm((work[name] - expected).ravel()))
+            if not error <= rtol * scale:
+                raise TuningError(f"autotune: candidate {candidate.label!r} computes a different "
+                                  f"{name!r} than {first!r} (relative error {error / scale:.3g})")

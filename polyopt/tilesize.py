@@ -1,0 +1,152 @@
+"""Tile sizes from the machine's caches: a footprint model of one band's tiles.
+
+For a band (members m_0..m_{n-1}) every array reference of every statement in it is rewritten in
+band coordinates: subscript row d = sum_k G[d, k] m_k. A tile of sizes T then touches about
+``prod_d sum_k |G[d, k]| T_k`` elements of that reference (references to one array with the same
+linear part, like stencil neighbours, count once). The sizes chosen minimise the elements moved
+per iteration (footprint / tile volume) under two capacity limits read from the OS:
+
+- the whole tile's working set fits half the L2 cache (it is reused across the tile), and
+- the working set of one iteration of the outermost point loop fits half the L1 cache (it is
+  reused across that loop).
+
+Subscript dimensions not expressible in the band's members (they vary outside the band) are
+left out of the footprint: the model is for the band alone.
+"""
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+import islpy as isl
+import numpy as np
+
+from polyopt.scop import Scop
+
+#: Sizes tried per band member (each filtered by its ``multiple_of``).
+CANDIDATE_SIZES = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+#: Used when the model cannot describe a band (no affine accesses in its members).
+FALLBACK_SIZE = 32
+_DEFAULT_CACHES = {1: 32 * 1024, 2: 512 * 1024}
+
+
+@lru_cache(maxsize=None)
+def cache_bytes(level: int) -> int:
+    """Size of the CPU data cache of ``level`` from sysfs (Linux); a common size when unknown."""
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    for index in sorted(root.glob("index*")) if root.is_dir() else []:
+        try:
+            if int((index / "level").read_text()) != level or "Instruction" in (index / "type").read_text():
+                continue
+            text = (index / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1024, "M": 1024 ** 2}.get(text[-1], 1)
+        return int(text.rstrip("KM")) * scale
+    return _DEFAULT_CACHES.get(level, _DEFAULT_CACHES[2])
+
+
+@lru_cache(maxsize=None)
+def vector_bytes() -> int:
+    """Width of the host's widest SIMD registers in bytes (64 with AVX-512, 32 with AVX2)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return 16
+    return 64 if "avx512f" in flags else 32 if "avx2" in flags else 16
+
+
+def _linear_part(aff: isl.Aff) -> list[int] | None:
+    """Coefficients of the input dimensions; None when integer divisions appear."""
+    if aff.dim(isl.dim_type.div):
+        return None
+    return [aff.get_coefficient_val(isl.dim_type.in_, k).to_python() for k in range(aff.dim(isl.dim_type.in_))]
+
+
+def _single_affs(pw_multi: isl.PwMultiAff) -> list[isl.Aff] | None:
+    pieces: list[isl.MultiAff] = []
+    pw_multi.foreach_piece(lambda _, multi: pieces.append(multi))
+    if len(pieces) != 1:
+        return None
+    return [pieces[0].get_at(d) for d in range(pieces[0].dim(isl.dim_type.out))]
+
+
+def _member_matrices(partial: isl.MultiUnionPwAff) -> dict[str, np.ndarray]:
+    """Per statement, the band members as rows of coefficients over its iterators."""
+    rows: dict[str, list] = {}
+    for k in range(partial.dim(isl.dim_type.set)):
+        def piece(pa: isl.PwAff, k=k) -> None:
+            name = pa.get_space().get_tuple_name(isl.dim_type.in_)
+            affs: list[isl.Aff] = []
+            pa.foreach_piece(lambda _, aff: affs.append(aff))
+            row = _linear_part(affs[0]) if len(affs) == 1 else None
+            rows.setdefault(name, [None] * partial.dim(isl.dim_type.set))[k] = row
+        partial.get_at(k).foreach_pw_aff(piece)
+    return {name: np.array(r, dtype=float) for name, r in rows.items() if all(x is not None for x in r)}
+
+
+def band_references(partial: isl.MultiUnionPwAff, scop: Scop) -> list[tuple[int, np.ndarray]]:
+    """(element bytes, |G|) per distinct array reference of the band's statements, where row d of
+    G gives subscript d in the band's members; rows outside the band's span are dropped."""
+    seen: dict[tuple, tuple[int, np.ndarray]] = {}
+    for name, members in _member_matrices(partial).items():
+        stmt = scop.statement(name)
+        for ref in stmt.accesses:
+            if ref.relation.dim(isl.dim_type.out) == 0:
+                continue
+            affs = _single_affs(isl.PwMultiAff.from_map(ref.relation))
+            subscripts = [_linear_part(a) for a in affs] if affs is not None else None
+            if not subscripts or any(s is None for s in subscripts):
+                continue
+            F = np.array(subscripts, dtype=float)
+            G, *_ = np.linalg.lstsq(members.T, F.T, rcond=None)  # F = G^T M
+            G = G.T
+            exact = np.all(np.abs(G @ members - F) < 1e-9, axis=1)
+            G = np.abs(np.round(G[exact], 9))
+            key = (ref.array, G.tobytes(), G.shape)
+            seen.setdefault(key, (scop.arrays[ref.array].dtype.bits // 8, G))
+    return list(seen.values())
+
+
+def _footprints(references: list[tuple[int, np.ndarray]], grids: list[np.ndarray]) -> np.ndarray:
+    """Bytes touched by a tile, for every combination of sizes in the broadcast ``grids``."""
+    total = np.zeros(np.broadcast(*grids).shape)
+    for element_bytes, G in references:
+        count = np.ones_like(total)
+        for row in G:
+            count = count * np.maximum(1.0, sum(c * g for c, g in zip(row, grids)))
+        total += element_bytes * count
+    return total
+
+
+def band_tile_sizes(partial: isl.MultiUnionPwAff, scop: Scop, *,
+                    multiple_of: Sequence[int] | None = None, uniform: bool = False) -> list[int]:
+    """Tile sizes for a band with the given partial schedule (see the module docstring).
+
+    ``multiple_of[k]`` (default 1) constrains member k's size, e.g. to whole register tiles;
+    ``uniform`` asks for one size for all members (a wavefront over tile origins has unit-step
+    fronts only then, and the verifier's sets stay small)."""
+    n = partial.dim(isl.dim_type.set)
+    multiples = list(multiple_of or []) + [1] * n
+    references = band_references(partial, scop)
+    if not references:
+        return [-(-FALLBACK_SIZE // m) * m for m in multiples[:n]]  # whole multiples
+    choices = []
+    for k in range(n):
+        sizes = [s for s in CANDIDATE_SIZES if s % multiples[k] == 0] or [multiples[k]]
+        choices.append(np.array(sizes, dtype=float))
+    grids = list(np.meshgrid(*choices, indexing="ij"))
+    volume = np.prod(np.stack(grids), axis=0)
+    whole = _footprints(references, grids)
+    one_row = _footprints(references, [np.ones_like(grids[0])] + grids[1:])
+    feasible = (whole <= cache_bytes(2) / 2) & (one_row <= cache_bytes(1) / 2)
+    if uniform:
+        feasible &= np.all(np.stack(grids) == grids[0], axis=0)
+    cost = np.where(feasible, whole / volume, np.inf)
+    if not np.isfinite(cost).any():  # nothing fits: the smallest tiles
+        return [int(c[0]) for c in choices]
+    # ties go to the larger inner sizes (the order of itertools.product walks them last)
+    best = min(itertools.product(*(range(len(c)) for c in choices)), key=lambda idx: (cost[idx], [-i for i in idx[::-1]]))
+    return [int(choices[k][i]) for k, i in enumerate(best)]

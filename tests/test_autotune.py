@@ -1,0 +1,94 @@
+"""po.autotune: picks the fastest candidate where one clearly wins, never writes the caller's
+arrays, caches its decision, prunes candidates with identical loops, and refuses candidates that
+disagree on the result."""
+import numpy as np
+import pytest
+
+import polyopt as po
+from polyopt import f64
+from polyopt.autotune import DEFAULT_CANDIDATES, Candidate, TuningError, clear_decisions
+
+
+@po.kernel
+def column_sweep(A: f64["N", "N"], B: f64["N", "N"]):
+    for j in range(N):
+        for i in range(N):
+            A[i, j] = A[i, j] + 2.0 * B[i, j]
+
+
+@po.kernel
+def triple(A: f64["N"], B: f64["N"]):
+    for i in range(N):
+        A[i] = 3.0 * B[i]
+
+
+@po.kernel
+def double(A: f64["N"], B: f64["N"]):
+    for i in range(N):
+        A[i] = 2.0 * B[i]
+
+
+ORIGINAL = Candidate("original", "original")
+PLUTO = Candidate("pluto", "pluto", (("parallel", False),))
+
+
+def test_autotune_picks_the_clear_winner_and_leaves_arrays_alone():
+    clear_decisions()
+    n = 1024  # the original order walks 8 MB arrays column by column: several times slower
+    A, B = np.ones((n, n)), np.arange(n * n, dtype=float).reshape(n, n)
+    before = A.copy(), B.copy()
+    tuned = po.autotune(column_sweep, A, B, candidates=(ORIGINAL, PLUTO), repeats=3, num_threads=1)
+    assert tuned.best == PLUTO
+    assert tuned.seconds["pluto"] < tuned.seconds["original"]
+    assert tuned.params == {"N": n}
+    np.testing.assert_array_equal(A, before[0])
+    np.testing.assert_array_equal(B, before[1])
+    tuned.compiled(A, B)  # the returned kernel is usable as is
+    np.testing.assert_array_equal(A, before[0] + 2.0 * before[1])
+
+
+def test_default_candidates_on_a_suite_kernel_agree_and_are_cached():
+    clear_decisions()
+    entry = po.suite.get("gemm")
+    args = entry.inputs(entry.sizes("MINI"))
+    pristine = {k: v.copy() for k, v in args.items() if isinstance(v, np.ndarray)}
+    tuned = po.autotune(entry.kernel, repeats=1, **args)
+    assert set(tuned.seconds) | set(tuned.skipped) == {c.label for c in DEFAULT_CANDIDATES}
+    assert tuned.best.label in tuned.seconds and tuned.seconds[tuned.best.label] == min(tuned.seconds.values())
+    for key, value in pristine.items():
+        np.testing.assert_array_equal(args[key], value)
+    assert po.autotune(entry.kernel, repeats=1, **args) is tuned  # same kernel and sizes: cached
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    entry.reference(**expected)
+    tuned.compiled(**args)
+    np.testing.assert_allclose(args["C"], expected["C"], rtol=1e-9)
+
+
+def test_candidates_with_the_same_loops_are_timed_once():
+    clear_decisions()
+    again = Candidate("original again", "original")
+    tuned = po.autotune(triple, np.zeros(64), np.ones(64), candidates=(ORIGINAL, again), repeats=1)
+    assert tuned.skipped == {"original again": "same loops as 'original'"}
+    assert set(tuned.seconds) == {"original"}
+
+
+class _Other(Candidate):
+    """A candidate that (wrongly) compiles another kernel: stands in for a miscompilation."""
+
+    def compile(self, kernel, num_threads):
+        return po.compile(double, algorithm=self.algorithm, num_threads=num_threads)
+
+
+def test_candidates_that_disagree_are_refused():
+    clear_decisions()
+    with pytest.raises(TuningError, match="'wrong' computes a different 'A'"):
+        po.autotune(triple, np.zeros(64), np.ones(64), candidates=(ORIGINAL, _Other("wrong", "pluto")))
+
+
+def test_bad_tuning_arguments_are_refused():
+    with pytest.raises(ValueError, match="repeats"):
+        po.autotune(triple, np.zeros(8), np.ones(8), repeats=0)
+    with pytest.raises(TypeError, match="candidates"):
+        po.autotune(triple, np.zeros(8), np.ones(8), candidates=("original",))
+    with pytest.raises(TypeError, match="dtype"):
+        po.autotune(triple, np.zeros(8, dtype=np.float32), np.ones(8))

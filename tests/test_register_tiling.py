@@ -1,0 +1,143 @@
+"""Register tiling (unroll-and-jam of point loops), intra-tile order, and tile sizes from the
+caches: results against the numpy references (sizes not divisible by the tiles included), the
+verifier, the shape of the loops and of the optimized IR, and refusals of bad options."""
+import re
+
+import islpy as isl
+import numpy as np
+import pytest
+
+import polyopt as po
+from polyopt import f64, transform
+from polyopt.tilesize import band_references, band_tile_sizes, cache_bytes
+
+KERNELS = ("gemm", "2mm", "syrk", "trmm", "jacobi-2d", "fdtd-2d", "lu")
+
+
+def check_against_reference(name: str, compiled, preset: str) -> None:
+    entry = po.suite.get(name)
+    args = entry.inputs(entry.sizes(preset))
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    entry.reference(**expected)
+    compiled(**args)
+    for key, value in expected.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_allclose(args[key], value, rtol=1e-9, atol=1e-12, err_msg=f"{name}: {key}")
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_cache_and_register_tiled_kernels_match_reference(name):
+    # SMALL sizes (e.g. gemm 60x70x80) leave partial cache and register tiles at the edges
+    compiled = po.compile(po.suite.get(name).kernel, algorithm="pluto", tile="auto", register_tile="auto")
+    po.verify(compiled.scop, compiled.schedule)
+    check_against_reference(name, compiled, "SMALL")
+
+
+@pytest.mark.parametrize("name", ("gemm", "2mm", "lu"))
+def test_multi_row_register_tiles_in_odd_cache_tiles_match_reference(name):
+    # rows x columns register tiles that do not divide the cache tiles, which do not divide MINI
+    compiled = po.compile(po.suite.get(name).kernel, algorithm="pluto", tile=(12, 7, 24), register_tile=(3, 8))
+    check_against_reference(name, compiled, "MINI")
+
+
+def test_gemm_register_tile_is_unrolled_with_accumulators_in_registers():
+    compiled = po.compile(po.suite.get("gemm").kernel, algorithm="pluto", tile="auto", register_tile="auto")
+    rows, columns = transform.register_tile_sizes(compiled.scop, "auto")
+    assert rows == 1 and columns >= 8
+    # the whole tiles: one k loop whose body is the unrolled row of `columns` instances
+    body = re.search(r"for (c\d+) = [^\n]*\n((?:\s+S1\([^\n]*\n)+)", compiled.loop_ast)
+    assert body is not None and body.group(2).count("S1(") == columns
+    # in the optimized IR, some loop keeps C in vector phis: no store in that loop's block
+    blocks = compiled.optimized_ir.split("\n\n")
+    register_loops = [b for b in blocks if re.search(r"phi <\d+ x double>", b) and "fmul" in b
+                      and not re.search(r"\bstore\b", b)]
+    assert register_loops, "no loop keeps its accumulators in registers"
+
+
+def test_register_tile_order_and_flags():
+    scop = po.suite.get("gemm").kernel.scop
+    sched = po.schedule(scop, "pluto", register_tile=(2, 8), parallel=False)
+    band = _bands(sched.tree)[-1]
+    members = [str(band.band_get_partial_schedule().get_at(k)) for k in range(band.band_n_member())]
+    # (j - j mod 8, i - i mod 2, k, i mod 2, j mod 8): parallel tile loops outside k, offsets inside
+    assert "mod 8" in members[0] and "mod 2" in members[1] and "[(k)]" in members[2]
+    assert "mod 2" in members[3] and "mod 8" in members[4]
+    assert [band.band_member_get_coincident(k) for k in range(5)] == [1, 1, 0, 1, 1]
+    po.verify(scop, sched)
+
+
+def test_register_tiling_leaves_bands_without_reuse_alone():
+    # gemm's C *= beta nest has no sequential loop to reuse registers along: unchanged
+    scop = po.suite.get("gemm").kernel.scop
+    plain = po.schedule(scop, "pluto")
+    tiled = po.schedule(scop, "pluto", register_tile="auto")
+    assert str(_bands(plain.tree)[0].band_get_partial_schedule()) == \
+        str(_bands(tiled.tree)[0].band_get_partial_schedule())
+
+
+@pytest.mark.parametrize("bad", [(0, 8), (1, 2, 3), "big", 4, (1.5, 8), (True, 8)])
+def test_bad_register_tile_sizes_are_refused(bad):
+    with pytest.raises(po.ScheduleError, match="register_tile"):
+        po.schedule(po.suite.get("gemm").kernel.scop, "pluto", register_tile=bad)
+
+
+@po.kernel
+def transpose_scale(A: f64["N", "M"], B: f64["N", "M"]):
+    for i in range(M):
+        for j in range(N):
+            A[j, i] = 2.0 * B[j, i]
+
+
+def test_vectorizable_innermost_reorders_point_band_of_a_tiled_band():
+    scop = transpose_scale.scop
+    sched = po.schedule(scop, "pluto", tile=8, vectorize=False, parallel=False)
+    tile_band, point_band = _bands(sched.tree)
+    assert "(j)" in str(point_band.band_get_partial_schedule().get_at(1))  # j innermost: stride M
+    reordered = transform.vectorizable_innermost(sched.tree, scop)
+    new_tile, new_point = _bands(reordered)
+    assert "(i) mod 8" in str(new_point.band_get_partial_schedule().get_at(1))  # stride 1 inside
+    assert str(new_tile.band_get_partial_schedule()) == str(tile_band.band_get_partial_schedule())
+    po.verify(scop, reordered)
+    a, b = np.zeros((13, 11)), np.arange(143.0).reshape(13, 11)
+    po.compile(transpose_scale, algorithm="pluto", tile=8)(a, b)
+    np.testing.assert_array_equal(a, 2.0 * b)
+
+
+def test_auto_tile_sizes_fit_the_caches_and_whole_register_tiles():
+    scop = po.suite.get("gemm").kernel.scop
+    sched = po.schedule(scop, "pluto", parallel=False)
+    band = _bands(sched.tree)[-1]  # (i, k, j) of the update statement
+    partial = band.band_get_partial_schedule()
+    sizes = band_tile_sizes(partial, scop, multiple_of=(1, 1, 32))
+    assert sizes[2] % 32 == 0
+    ti, tk, tj = sizes
+    assert 8 * (ti * tk + tk * tj + ti * tj) <= cache_bytes(2) / 2  # A, B, C tiles in L2
+    assert 8 * (tk + tk * tj + tj) <= cache_bytes(1) / 2  # one i row of them in L1
+    assert len(band_references(partial, scop)) == 3
+    tiled = po.schedule(scop, "pluto", tile="auto", register_tile="auto", parallel=False)
+    outer = str(_bands(tiled.tree)[2].band_get_partial_schedule())  # S1 tile loops
+    assert all(f"mod {s})" in outer for s in sizes)
+
+
+def test_tile_option_overrides_auto_and_bad_sizes_are_refused():
+    scop = po.suite.get("gemm").kernel.scop
+    sched = po.schedule(scop, "pluto", tile=(16, 8, 24), parallel=False)
+    assert "mod 24" in str(_bands(sched.tree)[2].band_get_partial_schedule())
+    with pytest.raises(po.ScheduleError, match="tile sizes"):
+        po.schedule(scop, "pluto", tile="big")
+    with pytest.raises(po.ScheduleError, match="auto"):
+        transform.tile(sched.tree, "auto")
+
+
+def _bands(tree: isl.Schedule) -> list[isl.ScheduleNode]:
+    """The band nodes of ``tree``, top-down (depth first)."""
+    found = []
+
+    def visit(node):
+        if node.get_type() == isl.schedule_node_type.band:
+            found.append(node)
+        for k in range(node.n_children()):
+            visit(node.child(k))
+
+    visit(tree.get_root())
+    return found
