@@ -5,7 +5,8 @@ register tiles on a short loop). :func:`autotune` therefore measures instead of 
 compiles each :class:`Candidate` (the original loop order among them, so the result is never
 slower than that), skips candidates whose loops come out the same as an earlier one's (the cheap
 static pruning), runs each once on copies of the caller's arguments and checks that all agree,
-then times them interleaved and returns the fastest. The caller's arrays are never written.
+times them interleaved (dropping after the first round those ``prune`` times slower than the
+fastest) and returns the fastest. The caller's arrays are never written.
 Decisions are cached per kernel, candidate list, thread count and parameter values.
 
     tuned = po.autotune(gemm, alpha, beta, C, A, B)
@@ -76,17 +77,22 @@ def clear_decisions() -> None:
 
 
 def autotune(kernel, *args, candidates: tuple[Candidate, ...] | None = None, repeats: int = 3,
-             num_threads: int | None = None, rtol: float = 1e-6, **kwargs) -> TuneResult:
+             num_threads: int | None = None, rtol: float = 1e-6, prune: float = 3.0,
+             **kwargs) -> TuneResult:
     """Time ``candidates`` (default :data:`DEFAULT_CANDIDATES`) of ``kernel`` on copies of the
     call arguments ``args``/``kwargs`` and return the fastest (see the module docstring).
 
-    ``repeats`` timed runs per candidate, interleaved (the minimum counts); results must agree
-    with the first candidate's within ``rtol`` (normwise) or :class:`TuningError` is raised."""
+    After one checked warm-up run each, ``repeats`` timed runs per candidate, interleaved (the
+    minimum counts); results must agree with the first candidate's within ``rtol`` (normwise)
+    or :class:`TuningError` is raised. Candidates ``prune`` times slower than the fastest in the
+    first timed round are not timed again (their ``seconds`` is that one run)."""
     candidates = tuple(candidates or DEFAULT_CANDIDATES)
     if not candidates or not all(isinstance(c, Candidate) for c in candidates):
         raise TypeError("candidates must be a non-empty sequence of polyopt.autotune.Candidate")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be a positive int, got {repeats!r}")
+    if not prune >= 1:
+        raise ValueError(f"prune must be a factor of at least 1, got {prune!r}")
     scop = getattr(kernel, "scop", kernel)
     bound = bind_arguments(scop, args, kwargs)
     key = (_cache_key(kernel, "cpu", "autotune", {}), candidates, num_threads,
@@ -107,10 +113,12 @@ def autotune(kernel, *args, candidates: tuple[Candidate, ...] | None = None, rep
         kernel_(**call_args)
         return time.perf_counter() - start
 
-    _check_agreement(compiled, run, work, rtol)  # also the warm-up run of each
-    samples: dict[Candidate, list[float]] = {c: [] for c in compiled}
-    for _ in range(repeats):
-        for candidate, kernel_ in compiled.items():
+    _check_agreement(compiled, run, work, rtol)  # also each one's warm-up run
+    samples = {c: [run(k)] for c, k in compiled.items()}
+    fastest = min(t for (t,) in samples.values())
+    contenders = {c: k for c, k in compiled.items() if samples[c][0] <= prune * fastest}
+    for _ in range(repeats - 1):
+        for candidate, kernel_ in contenders.items():
             samples[candidate].append(run(kernel_))
     seconds = {c.label: min(s) for c, s in samples.items()}
     best = min(compiled, key=lambda c: seconds[c.label])

@@ -37,7 +37,8 @@ def test_autotune_picks_the_clear_winner_and_leaves_arrays_alone():
     n = 1024  # the original order walks 8 MB arrays column by column: several times slower
     A, B = np.ones((n, n)), np.arange(n * n, dtype=float).reshape(n, n)
     before = A.copy(), B.copy()
-    tuned = po.autotune(column_sweep, A, B, candidates=(ORIGINAL, PLUTO), repeats=3, num_threads=1)
+    # prune=1e9: both are timed `repeats` times whatever the first round says
+    tuned = po.autotune(column_sweep, A, B, candidates=(ORIGINAL, PLUTO), repeats=3, num_threads=1, prune=1e9)
     assert tuned.best == PLUTO
     assert tuned.seconds["pluto"] < tuned.seconds["original"]
     assert tuned.params == {"N": n}
@@ -72,6 +73,24 @@ def test_candidates_with_the_same_loops_are_timed_once():
     assert set(tuned.seconds) == {"original"}
 
 
+def test_clearly_slower_candidates_are_timed_only_once(monkeypatch):
+    clear_decisions()
+    calls = []
+    original_run = po.CompiledKernel.__call__
+
+    def counting(self, *args, **kwargs):
+        calls.append(self.schedule.algorithm)
+        return original_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(po.CompiledKernel, "__call__", counting)
+    n = 1024
+    tuned = po.autotune(column_sweep, np.ones((n, n)), np.ones((n, n)), candidates=(ORIGINAL, PLUTO),
+                        repeats=4, num_threads=1, prune=1.0)
+    slower = "original" if tuned.best == PLUTO else "pluto"
+    assert calls.count(slower) == 2  # the checked warm-up and the first timed round
+    assert calls.count(tuned.best.algorithm) == 1 + 4
+
+
 class _Other(Candidate):
     """A candidate that (wrongly) compiles another kernel: stands in for a miscompilation."""
 
@@ -86,6 +105,8 @@ def test_candidates_that_disagree_are_refused():
 
 
 def test_bad_tuning_arguments_are_refused():
+    with pytest.raises(ValueError, match="prune"):
+        po.autotune(triple, np.zeros(8), np.ones(8), prune=0.5)
     with pytest.raises(ValueError, match="repeats"):
         po.autotune(triple, np.zeros(8), np.ones(8), repeats=0)
     with pytest.raises(TypeError, match="candidates"):
