@@ -73,6 +73,14 @@ def test_cli_two_kernels_writes_checked_json(tmp_path, capsys):
     assert summary["geomean_speedup_vs_gcc"] == pytest.approx(math.sqrt(speedups[0] * speedups[1]))
 
 
+def test_autotune_runs_what_it_picked(tmp_path):
+    status, report = _run(["atax", "--no-numpy", "--autotune"], tmp_path)
+    assert status == 0 and report["config"]["polyopt"] == "autotune"
+    ours = report["kernels"][0]["runners"]["polyopt"]
+    assert ours["correct"] and ours["autotune"]["best"] in ours["description"]
+    assert ours["autotune"]["best"] in ours["autotune"]["seconds"]
+
+
 @pytest.mark.parametrize("built_elsewhere", [False, True], ids=["c-file", "shared-library"])
 def test_external_code_runs_beside_gcc(tmp_path, built_elsewhere):
     external = tmp_path / "gemm_by_hand.c"
@@ -127,6 +135,7 @@ def test_a_kernel_polyopt_cannot_compile_is_recorded_and_the_run_goes_on(tmp_pat
     (["gemm", "--size", "HUGE"], "unknown preset 'HUGE'"),
     (["gemm", "--threads", "0"], "--threads and --repeats must be at least 1"),
     (["--einsum", "gemm"], "--einsum runs its own cases"),
+    (["gemm", "--autotune", "--tile", "32"], "--autotune picks the scheduler"),
     (["gemm", "--external", "2mm=x.c"], "2mm is not among the kernels"),
     (["gemm", "--external", "gemm"], "expected [LABEL:]KERNEL=FILE"),
     ([], "name suite kernels"),

@@ -41,6 +41,9 @@ def add_parser(commands) -> argparse.ArgumentParser:
     bench.add_argument("--tile", type=int, default=None, help="tile size (pluto)")
     bench.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                        help="another scheduler option (a Python literal or a word)")
+    bench.add_argument("--autotune", action="store_true",
+                       help="polyopt runs what po.autotune picks per kernel (instead of "
+                            "--algorithm/--tile/--option)")
     bench.add_argument("--repeats", type=int, default=5, help="timed runs of each (default 5)")
     bench.add_argument("--external", action="append", default=[], metavar="[LABEL:]KERNEL=FILE",
                        help="C file defining the kernel's function (benchmarks/README.md)")
@@ -86,11 +89,14 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     options = dict(_option(text) for text in args.option)
     if args.tile is not None:
         options["tile"] = args.tile
+    if args.autotune and (options or args.algorithm != DEFAULT_ALGORITHM):
+        raise BenchmarkError("--autotune picks the scheduler and its options itself: "
+                             "give no --algorithm, --tile or --option with it")
     check_target(args.target)
     return BenchConfig(size=args.size, threads=args.threads, algorithm=args.algorithm,
                        options=options, repeats=args.repeats, target=args.target,
                        externals=tuple(_external(text) for text in args.external),
-                       numpy=not args.no_numpy)
+                       numpy=not args.no_numpy, autotune=args.autotune)
 
 
 def _progress(row: dict) -> None:

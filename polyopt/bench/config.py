@@ -21,8 +21,9 @@ class External:
 class BenchConfig:
     """Options shared by every kernel of a run (see ``polyopt bench --help``).
 
-    ``options`` go to the scheduler (``tile=32``, ...); ``externals`` add one runner per file for
-    their kernel; ``numpy`` turns the numpy/BLAS baseline on or off.
+    ``options`` go to the scheduler (``tile=32``, ...); ``autotune`` lets ``po.autotune`` choose
+    the scheduler and options per kernel instead; ``externals`` add one runner per file for their
+    kernel; ``numpy`` turns the numpy/BLAS baseline on or off.
     """
 
     size: str = "LARGE"
@@ -33,6 +34,7 @@ class BenchConfig:
     target: str = "cpu"
     externals: tuple[External, ...] = ()
     numpy: bool = True
+    autotune: bool = False
 
     def describe_polyopt(self) -> str:
         """The scheduler and its options as one label, e.g. ``pluto tile=32``."""

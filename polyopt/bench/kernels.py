@@ -38,7 +38,7 @@ def bench_kernel(entry: Entry, config: BenchConfig) -> dict[str, object]:
             if isinstance(value, np.ndarray):
                 args[name][...] = value
 
-    runners = runners_for(entry, config)
+    runners = runners_for(entry, config, pristine)
     names = [runner.name for runner in runners]
     if len(set(names)) != len(names):
         raise BenchmarkError(f"{entry.name}: two runners named alike ({', '.join(names)}); "
@@ -47,7 +47,8 @@ def bench_kernel(entry: Entry, config: BenchConfig) -> dict[str, object]:
     for runner in runners:  # the first run of each is also its warm-up
         reset()
         runner.run(args)
-        results[runner.name] = {"description": runner.description, **check(args, expected)}
+        results[runner.name] = {"description": runner.description, **runner.details,
+                                **check(args, expected)}
     timed = {r.name: partial(r.run, args) for r in runners if results[r.name]["correct"]}
     flops = entry.flops(sizes)
     for name, samples in interleave(timed, config.repeats, reset).items():
@@ -130,7 +131,7 @@ def bench_kernels(names: Iterable[str], config: BenchConfig, *, command: str = "
                 on_result(kernels[-1])
     return {"kind": "kernels", "command": command, "date": started, "machine": machine,
             "config": {"size": config.size, "threads": config.threads,
-                       "polyopt": config.describe_polyopt(),
+                       "polyopt": "autotune" if config.autotune else config.describe_polyopt(),
                        "algorithm": config.algorithm, "options": dict(config.options),
                        "repeats": config.repeats, "target": config.target,
                        "externals": [vars(e) for e in config.externals],

@@ -16,9 +16,9 @@ seconds measured with CUDA events (the harness times the whole call as end-to-en
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -46,20 +46,30 @@ class Runner:
     """One implementation of one kernel: ``run(args)`` computes in place on the argument dict.
 
     ``run`` may return its own kernel-only seconds (CUDA events); ``None`` means the harness's
-    wall-clock time is all there is.
+    wall-clock time is all there is. ``details`` go into the report as they are (e.g. what the
+    autotuner chose).
     """
 
     name: str
     description: str
     run: Callable[[dict], float | None]
+    details: Mapping[str, object] = field(default_factory=dict)
 
 
-def polyopt_runner(entry: Entry, config: BenchConfig) -> Runner:
-    """polyopt's own code for the kernel, with the configured scheduler, options and threads."""
-    compiled = po.compile(entry.kernel, algorithm=config.algorithm, num_threads=config.threads,
-                          **config.options)
-    return Runner("polyopt", f"polyopt {config.describe_polyopt()}, LLVM, {config.threads} threads",
-                  lambda args: compiled(**args))
+def polyopt_runner(entry: Entry, config: BenchConfig, args: Mapping[str, object]) -> Runner:
+    """polyopt's own code for the kernel, with the configured scheduler, options and threads, or
+    the configuration ``po.autotune`` picks on ``args`` (which it copies, never writes)."""
+    threads = f"LLVM, {config.threads} threads"
+    if not config.autotune:
+        compiled = po.compile(entry.kernel, algorithm=config.algorithm,
+                              num_threads=config.threads, **config.options)
+        return Runner("polyopt", f"polyopt {config.describe_polyopt()}, {threads}",
+                      lambda args: compiled(**args))
+    tuned = po.autotune(entry.kernel, num_threads=config.threads, **args)
+    return Runner("polyopt", f"polyopt autotune: {tuned.best.label}, {threads}",
+                  lambda args: tuned.compiled(**args),
+                  {"autotune": {"best": tuned.best.label, "seconds": tuned.seconds,
+                                "skipped": tuned.skipped}})
 
 
 def _c_runner(name: str, entry: Entry, config: BenchConfig, what: str, **code) -> Runner:
@@ -111,13 +121,15 @@ def numpy_runners(entry: Entry, config: BenchConfig) -> list[Runner]:
                    lambda args: entry.reference(**args))]
 
 
-def cpu_runners(entry: Entry, config: BenchConfig) -> list[Runner]:
+def cpu_runners(entry: Entry, config: BenchConfig, args: Mapping[str, object]) -> list[Runner]:
     """The ``cpu`` target: polyopt's LLVM code, and numpy where it has a natural form."""
-    return [polyopt_runner(entry, config), *numpy_runners(entry, config)]
+    return [polyopt_runner(entry, config, args), *numpy_runners(entry, config)]
 
 
-#: Target name -> the runners of that target (gcc and external files are added for all).
-TARGET_RUNNERS: dict[str, Callable[[Entry, BenchConfig], list[Runner]]] = {"cpu": cpu_runners}
+#: Target name -> the runners of that target, given the kernel, the configuration and the input
+#: arguments (gcc and external files are added for every target).
+TARGET_RUNNERS: dict[str, Callable[[Entry, BenchConfig, Mapping[str, object]], list[Runner]]] = {
+    "cpu": cpu_runners}
 
 
 def check_target(target: str) -> None:
@@ -129,8 +141,8 @@ def check_target(target: str) -> None:
             "polyopt.bench.runners.TARGET_RUNNERS")
 
 
-def runners_for(entry: Entry, config: BenchConfig) -> list[Runner]:
+def runners_for(entry: Entry, config: BenchConfig, args: Mapping[str, object]) -> list[Runner]:
     """Every runner of one kernel: the target's, the gcc baseline, and the external files."""
     check_target(config.target)
-    return [*TARGET_RUNNERS[config.target](entry, config), gcc_runner(entry, config),
+    return [*TARGET_RUNNERS[config.target](entry, config, args), gcc_runner(entry, config),
             *external_runners(entry, config)]
