@@ -53,7 +53,7 @@ def test_cli_two_kernels_writes_checked_json(tmp_path, capsys):
     assert report["kind"] == "kernels" and report["correct"] is True
     assert report["command"].startswith("polyopt bench ") and "gemm atax" in report["command"]
     assert report["date"][:2] == "20"
-    assert {"cpu", "cores", "load_average", "c_compiler"} <= set(report["machine"])
+    assert {"cpu", "cores", "load_average", "c_compiler", "environment"} <= set(report["machine"])
     assert report["config"]["threads"] == 1 and report["config"]["size"] == "MINI"
     assert [k["kernel"] for k in report["kernels"]] == ["gemm", "atax"]
     for kernel in report["kernels"]:

@@ -42,8 +42,14 @@ def _compiler_version() -> str | None:
     return result.stdout.splitlines()[0] if result.returncode == 0 and result.stdout else compiler
 
 
+#: Environment variables that change threaded or BLAS speed (OPENBLAS_CORETYPE and
+#: OPENBLAS_L2_SIZE, set, halve OpenBLAS's dgemm here; OMP_WAIT_POLICY changes barrier costs).
+_TUNING_PREFIXES = ("OMP_", "GOMP_", "KMP_", "OPENBLAS_", "MKL_", "BLIS_")
+
+
 def machine_info() -> dict[str, object]:
-    """CPU model, cores, memory, load average now, and the versions of what generates code."""
+    """CPU model, cores, memory, load average now, the versions of what generates code, and the
+    environment variables that tune threads and BLAS (as the user set them)."""
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     return {
         "cpu": _cpu_model(),
@@ -56,6 +62,7 @@ def machine_info() -> dict[str, object]:
         "llvmlite": llvmlite.__version__,
         "llvm": ".".join(map(str, llvm.llvm_version_info)),
         "c_compiler": _compiler_version(),
+        "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_TUNING_PREFIXES)},
     }
 
 

@@ -191,12 +191,13 @@ def _markers(kind: str) -> tuple[str, str]:
 def _context(report: dict) -> str:
     m, c = report["machine"], report["config"]
     load = ", ".join(map(str, m["load_average"] or [])) or "unknown"
+    environment = " ".join(f"{k}={v}" for k, v in m.get("environment", {}).items()) or "none set"
     what = (f"size {c['size']}" if report["kind"] == "kernels" else f"scale {c['scale']}")
     what += f", {c['repeats']} interleaved runs; polyopt: {c['polyopt']}"
     return (f"`{report['command']}`, {report['date']}\n\n"
             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, load average "
             f"{load} at the start; Python {m['python']}, numpy {m['numpy']}, LLVM {m['llvm']}, "
-            f"{m['c_compiler']}.\n"
+            f"{m['c_compiler']}; thread/BLAS environment variables: {environment}.\n"
             f"Threads: {c['threads']} (OpenMP: {c['openmp']}; BLAS: {c['blas']}); {what}.\n"
             "Times: median milliseconds (minimum in parentheses); speedups are ratios of medians, "
             "above 1x faster. Every result is checked against the reference.")
