@@ -32,7 +32,11 @@ def add_parser(commands) -> argparse.ArgumentParser:
     """Add the ``bench`` sub-command to the ``polyopt`` command's sub-parsers."""
     bench = commands.add_parser(
         "bench", help="suite kernels against gcc -O3, external C files and numpy (or --einsum)",
-        description=__doc__.split("\n\n")[0])
+        description="Suite kernels (or, with --einsum, po.einsum cases): polyopt against gcc -O3\n"
+                    "on the original loops, other tools' code and numpy, in one process,\n"
+                    "interleaved on the same arrays, every result checked against the reference.",
+        epilog="examples:\n" + __doc__.split("\n\n")[1] + "\n\n" + __doc__.split("\n\n")[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_argument("kernels", nargs="*", metavar="KERNEL", help="suite kernels, or 'all'")
     bench.add_argument("--size", default="LARGE", help="PolyBench preset (default LARGE)")
     bench.add_argument("--threads", type=int, default=os.cpu_count() or 1,
@@ -46,7 +50,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
                             "--algorithm/--tile/--option)")
     bench.add_argument("--repeats", type=int, default=5, help="timed runs of each (default 5)")
     bench.add_argument("--external", action="append", default=[], metavar="[LABEL:]KERNEL=FILE",
-                       help="C file defining the kernel's function (benchmarks/README.md)")
+                       help="C file (or .so) defining the kernel's function with the C "
+                            "emitter's arguments (benchmarks/README.md)")
     bench.add_argument("--no-numpy", action="store_true", help="leave the numpy baseline out")
     bench.add_argument("--target", default="cpu", help="where polyopt's code runs (default cpu)")
     bench.add_argument("--einsum", action="store_true",
