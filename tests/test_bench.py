@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from polyopt.bench import BenchConfig, bench_einsum, bench_kernels, write_docs, write_json
 from polyopt.bench.measure import check, interleave
+from polyopt.bench.threads import blas_threads, openmp_threads
 from polyopt.cbuild import find_compiler
 from polyopt.errors import BenchmarkError
 from polyopt.cli import main
@@ -214,6 +216,16 @@ def test_check_refuses_nan_and_wrong_shapes():
     assert check({"x": np.array([1.0, np.nan, 1.0])}, expected) == {"max_rel_error": None,
                                                                    "correct": False}
     assert not check({"x": np.ones(4)}, expected)["correct"]
+
+
+def test_thread_settings_are_restored_and_said(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    with openmp_threads(1) as said:
+        assert os.environ["OMP_NUM_THREADS"] == "1" and "OMP_NUM_THREADS=1" in said
+    assert os.environ["OMP_NUM_THREADS"] == "7"
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)  # not installed
+    with blas_threads(1) as said:
+        assert "threadpoolctl is not installed" in said
 
 
 def test_interleave_keeps_runner_reported_kernel_times():

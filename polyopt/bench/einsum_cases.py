@@ -14,7 +14,7 @@ import numpy as np
 import polyopt as po
 from polyopt.bench.machine import machine_info, now_utc
 from polyopt.bench.measure import check, geometric_mean, interleave, summarize
-from polyopt.bench.threads import blas_threads, set_openmp_threads, thread_kwargs
+from polyopt.bench.threads import blas_threads, openmp_threads, thread_kwargs
 
 #: (subscripts, operand shapes at scale 1, the same computation as numpy matmul, or None).
 CASES: tuple[tuple[str, tuple[tuple[int, ...], ...], Callable | None], ...] = (
@@ -74,10 +74,9 @@ def bench_einsum(*, scale: float = 1.0, repeats: int = 5, threads: int = 1, comm
     and polyopt's speed as a fraction of numpy matmul on the matmul-shaped cases."""
     machine = machine_info()
     started = now_utc()
-    openmp = set_openmp_threads(threads)
     options = thread_kwargs(po.einsum, threads)
     cases = []
-    with blas_threads(threads) as blas:
+    with openmp_threads(threads) as openmp, blas_threads(threads) as blas:
         for subscripts, shapes, matmul in CASES:
             cases.append(bench_case(subscripts, shapes, matmul, scale=scale, repeats=repeats,
                                     options=options))

@@ -16,7 +16,7 @@ from polyopt.bench.config import BenchConfig
 from polyopt.bench.machine import machine_info, now_utc
 from polyopt.bench.measure import check, copy_args, geometric_mean, interleave, summarize
 from polyopt.bench.runners import BASELINE, runners_for
-from polyopt.bench.threads import blas_threads, set_openmp_threads
+from polyopt.bench.threads import blas_threads, openmp_threads
 from polyopt.errors import BenchmarkError, PolyoptError
 from polyopt.suite import Entry
 
@@ -122,9 +122,8 @@ def bench_kernels(names: Iterable[str], config: BenchConfig, *, command: str = "
                                  f"{external.kernel} is not among the kernels benchmarked")
     machine = machine_info()  # the load average before this run adds its own
     started = now_utc()
-    openmp = set_openmp_threads(config.threads)
     kernels = []
-    with blas_threads(config.threads) as blas:
+    with openmp_threads(config.threads) as openmp, blas_threads(config.threads) as blas:
         for name in names:
             kernels.append(_bench_or_record(po.suite.get(name), config))
             if on_result is not None:

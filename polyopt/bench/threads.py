@@ -26,18 +26,31 @@ def thread_kwargs(function: Callable, threads: int) -> dict[str, int]:
     return {"num_threads": threads} if accepts_num_threads(function) else {}
 
 
-def set_openmp_threads(threads: int) -> str:
-    """Make OpenMP code (gcc ``-fopenmp``) use ``threads`` threads; returns what was done.
+@contextlib.contextmanager
+def openmp_threads(threads: int) -> Iterator[str]:
+    """Make OpenMP code (gcc ``-fopenmp``) use ``threads`` threads inside the block; yields what
+    was done, and restores the previous setting afterwards (the harness is a library too).
 
     ``OMP_NUM_THREADS`` covers a libgomp loaded later; a libgomp already loaded read it at load
     time, so ``omp_set_num_threads`` is called on it as well.
     """
+    previous = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)
     name = ctypes.util.find_library("gomp")
-    if name is None:
-        return f"OMP_NUM_THREADS={threads} (no libgomp found)"
-    ctypes.CDLL(name).omp_set_num_threads(threads)
-    return f"OMP_NUM_THREADS={threads}, omp_set_num_threads({threads}) in {name}"
+    gomp = ctypes.CDLL(name) if name else None
+    before = gomp.omp_get_max_threads() if gomp else None
+    if gomp:
+        gomp.omp_set_num_threads(threads)
+    try:
+        yield (f"OMP_NUM_THREADS={threads}, omp_set_num_threads({threads}) in {name}" if gomp
+               else f"OMP_NUM_THREADS={threads} (no libgomp found)")
+    finally:
+        if previous is None:
+            del os.environ["OMP_NUM_THREADS"]
+        else:
+            os.environ["OMP_NUM_THREADS"] = previous
+        if gomp:
+            gomp.omp_set_num_threads(before)
 
 
 @contextlib.contextmanager
