@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from polyopt.bench import BenchConfig, bench_einsum, bench_kernels, write_docs, write_json
+from polyopt.bench.kernels import summarize_kernels
 from polyopt.bench.measure import check, interleave
 from polyopt.bench.threads import blas_threads, openmp_threads
 from polyopt.cbuild import find_compiler
@@ -216,6 +217,22 @@ def test_check_refuses_nan_and_wrong_shapes():
     assert check({"x": np.array([1.0, np.nan, 1.0])}, expected) == {"max_rel_error": None,
                                                                    "correct": False}
     assert not check({"x": np.ones(4)}, expected)["correct"]
+
+
+def test_summary_geometric_means_over_all_and_slow_kernels():
+    def row(gcc_s, ours_s, numpy_s=None):
+        runners = {"gcc": {"median_s": gcc_s}, "polyopt": {"median_s": ours_s,
+                                                           "speedup_vs_gcc": gcc_s / ours_s}}
+        if numpy_s:
+            runners["polyopt"]["speedup_vs_numpy"] = numpy_s / ours_s
+        return {"runners": runners}
+
+    summary = summarize_kernels([row(0.01, 0.04), row(0.2, 0.05, numpy_s=0.1)])["polyopt"]
+    assert summary["geomean_speedup_vs_gcc"] == pytest.approx(1.0)  # sqrt(0.25 * 4)
+    assert summary["kernels"] == 2 and summary["kernels_where_gcc_over_0.05s"] == 1
+    assert summary["geomean_speedup_vs_gcc_where_gcc_over_0.05s"] == pytest.approx(4.0)
+    assert summary["geomean_speedup_vs_numpy"] == pytest.approx(2.0)
+    assert summary["kernels_with_numpy"] == 1
 
 
 def test_thread_settings_are_restored_and_said(monkeypatch):
