@@ -22,18 +22,21 @@ from math import prod
 from polyopt import expr as E
 from polyopt.affine import extent_expr
 from polyopt.codegen.ast import Block, For, If, abi_arguments
-from polyopt.codegen.c import _PRIMARY, _CExpr, _ctype, c_prelude
+from polyopt.codegen.c import _AND, _PRIMARY, _CExpr, _ctype, c_prelude
 from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel
 from polyopt.codegen.kernel_body import (Assign, BodyNode, Promote, assignments,
                                          control_expressions, has_loop, jam, mentions, offset,
                                          promote_accumulators, rewrite)
+from polyopt.codegen.shared_memory import Staged, stage_reads
 from polyopt.errors import CodegenError
 from polyopt.scop import Scop
+from polyopt.types import boolean, i64
 
 #: Threads per block for 1, 2 and 3 thread coordinates (outermost first, last is x).
 DEFAULT_BLOCK = {1: (256,), 2: (8, 32), 3: (2, 4, 32)}
-#: Coordinates per thread in a register-tiled 2-d kernel.
-DEFAULT_UNROLL = (4, 4)
+#: Coordinates per thread in a register-tiled 2-d kernel, by element size in bytes (the best
+#: of the shapes measured for gemm at 4096^3 on an H200, docs/performance.md "GPU").
+DEFAULT_UNROLL = {4: (8, 4), 8: (4, 2)}
 #: Most blocks per grid dimension (x, y, z); the grid-stride loops cover the rest.
 GRID_LIMIT = (2**31 - 1, 65535, 65535)
 
@@ -71,9 +74,10 @@ class CudaSource:
     host_function: str
 
 
-def launch_shape(kernel: Kernel, block=None, tile=None) -> LaunchShape:
+def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None) -> LaunchShape:
     """The launch shape of ``kernel`` from the user's ``block``/``tile`` (per coordinate,
-    outermost first; an int applies to every coordinate) or the defaults."""
+    outermost first; an int applies to every coordinate) or the defaults (which depend on the
+    size of the arrays' elements)."""
     n = len(kernel.coords)
     if n == 0:
         return LaunchShape((), ())
@@ -86,7 +90,7 @@ def launch_shape(kernel: Kernel, block=None, tile=None) -> LaunchShape:
             raise CodegenError(f"CUDA: tile {sizes} must be a multiple of the block {threads}")
         unroll = tuple(s // t for s, t in zip(sizes, threads))
     elif n == 2 and has_loop(kernel.body):
-        unroll = DEFAULT_UNROLL
+        unroll = DEFAULT_UNROLL.get(element_bytes, DEFAULT_UNROLL[8])
     else:
         unroll = (1,) * n
     if any(u > 1 for u in unroll) and mentions(control_expressions(kernel.body), set(kernel.coords)):
@@ -109,13 +113,15 @@ class _CudaExpr(_CExpr):
     """C expressions with arrays as flat row-major pointers (CUDA has no VLA types)."""
 
     def emit(self, e: E.Expr) -> tuple[str, int]:
+        if isinstance(e, E.Access) and e.array not in self.scop.arrays:  # a shared buffer
+            return f"{e.array}[{self(e.indices[0])}]", _PRIMARY
         if isinstance(e, E.Access) and e.indices:
             shape = self.scop.arrays[e.array].shape
             flat = e.indices[0]
             for extent, index in zip(shape[1:], e.indices[1:]):
                 size = extent_expr(extent, self.scop.params)
                 flat = E.Binary("+", E.Binary("*", flat, size, flat.dtype), index, flat.dtype)
-            return f"{e.array}[{self(flat)}]", 16
+            return f"{e.array}[{self(flat)}]", _PRIMARY
         return super().emit(e)
 
 
@@ -125,7 +131,7 @@ def _prelude() -> str:
     for line in c_prelude().splitlines():
         if line.startswith("#include"):
             continue
-        lines.append(line.replace("static inline", "static __device__ inline"))
+        lines.append(line.replace("static inline", "__device__ inline"))
     return ("#ifdef __CUDACC_RTC__\ntypedef int int32_t;\ntypedef long long int64_t;\n#else\n"
             "#include <stdint.h>\n#endif\n" + "\n".join(lines) + "\n")
 
@@ -133,15 +139,18 @@ def _prelude() -> str:
 # ----- kernels -----------------------------------------------------------------------------------
 
 def cuda_source(scop: Scop, program: GpuProgram, host_function: str, *, block=None,
-                tile=None) -> CudaSource:
-    """The CUDA C source of ``program``: device scalars, kernels, and the host wrapper."""
+                tile=None, shared: bool = True) -> CudaSource:
+    """The CUDA C source of ``program``: device scalars, kernels, and the host wrapper;
+    ``shared`` allows shared-memory staging in register-tiled kernels."""
     emit = _CudaExpr(scop)
-    shapes = {k.name: launch_shape(k, block, tile) for k in program.kernels}
-    private, shared = _scalar_homes(scop, program)
+    element_bytes = max((a.dtype.numpy.itemsize for a in scop.arrays.values()), default=8)
+    shapes = {k.name: launch_shape(k, element_bytes, block, tile) for k in program.kernels}
+    private, on_device = _scalar_homes(scop, program)
     parts = [_prelude()]
-    parts += [f"__device__ {_ctype(scop.arrays[s].dtype)} {s};" for s in shared]
+    parts += [f"__device__ {_ctype(scop.arrays[s].dtype)} {s};" for s in on_device]
     for kernel in program.kernels:
-        parts.append(_kernel(scop, kernel, shapes[kernel.name], emit, private.get(kernel.name, ())))
+        parts.append(_kernel(scop, kernel, shapes[kernel.name], emit, private.get(kernel.name, ()),
+                             shared))
     parts.append(_host_wrapper(scop, program, shapes, host_function, emit))
     return CudaSource(program, "\n".join(parts) + "\n", shapes, host_function)
 
@@ -182,7 +191,7 @@ def _kernel_parameters(scop: Scop, kernel: Kernel) -> list[str]:
     return params + [f"long {v}" for v in kernel.host_vars]
 
 
-def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private) -> str:
+def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, shared: bool) -> str:
     threads = prod(shape.block) if shape.block else 1
     head = (f'extern "C" __global__ void __launch_bounds__({threads}) '
             f"{kernel.name}({', '.join(_kernel_parameters(scop, kernel))})")
@@ -193,25 +202,44 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private) -> st
         out.append("  if (blockIdx.x != 0 || threadIdx.x != 0) return;")
         _emit(promote_accumulators(body), emit, out, 1)
         return "\n".join(out + ["}"])
-    axes = "xyz"
-    depth = 1
     n = len(kernel.coords)
-    for d, coord in enumerate(kernel.coords):
-        axis = axes[n - 1 - d]
+    declarations = len(out)
+    for d in range(n):  # every thread of a block walks the same block origins
+        axis = "xyz"[n - 1 - d]
         span = shape.block[d] * shape.unroll[d]
-        out.append(f"{'  ' * depth}for (long {coord} = {emit.at(kernel.lower[d], _PRIMARY)} + "
-                   f"(long)blockIdx.{axis} * {span} + threadIdx.{axis}; "
-                   f"{coord} <= {emit.at(kernel.upper[d], _PRIMARY)}; "
-                   f"{coord} += (long)gridDim.{axis} * {span}) {{")
-        depth += 1
+        out.append(f"{'  ' * (d + 1)}for (long _b{d} = {emit.at(kernel.lower[d], _PRIMARY)} + "
+                   f"(long)blockIdx.{axis} * {span}; _b{d} <= {emit.at(kernel.upper[d], _PRIMARY)}; "
+                   f"_b{d} += (long)gridDim.{axis} * {span}) {{")
+    depth = n + 1
     pad = "  " * depth
-    if any(u > 1 for u in shape.unroll):
-        points = [offset(kernel.coords, tuple(r * b for r, b in zip(rs, shape.block)))
-                  for rs in product(*(range(u) for u in shape.unroll))]
-        every = " && ".join(f"({emit(E.substitute(kernel.guard, s))})" for s in points)
+    out.append(f"{pad}const long " + ", ".join(
+        f"{c} = _b{d} + threadIdx.{'xyz'[n - 1 - d]}" for d, c in enumerate(kernel.coords)) + ";")
+    if all(u == 1 for u in shape.unroll):
+        out.append(f"{pad}if ({emit(kernel.guard)}) {{")
+        _emit(promote_accumulators(body), emit, out, depth + 1)
+        out.append(f"{pad}}}")
+    else:
+        fast = promote_accumulators(jam(body, kernel.coords, shape.block, shape.unroll))
+        buffers = []
+        if shared and kernel.convex:
+            read_only = _read_only(scop, kernel)
+            if read_only:
+                size = max(scop.arrays[a].dtype.numpy.itemsize for a in read_only)
+                fast, buffers = stage_reads(fast, kernel.coords, shape.block, read_only, size)
+        if buffers:  # the whole block takes the staged path together: test the tile's corners
+            out[declarations:declarations] = [
+                f"  __shared__ {_ctype(scop.arrays[b.array].dtype)} {b.name}[{prod(b.extents)}];"
+                for b in buffers]
+            tile = [b * u for b, u in zip(shape.block, shape.unroll)]
+            points = [_placing(kernel.coords, [E.Binary("+", E.Var(f"_b{d}", "iter"), E.Const(c * (t - 1), i64), i64)
+                                               for d, (c, t) in enumerate(zip(corner, tile))])
+                      for corner in product((0, 1), repeat=n)]
+        else:  # each thread tests its own coordinates
+            points = [offset(kernel.coords, tuple(r * b for r, b in zip(rs, shape.block)))
+                      for rs in product(*(range(u) for u in shape.unroll))]
+        every = " && ".join(f"({emit(E.substitute(kernel.guard, p))})" for p in points)
         out.append(f"{pad}if ({every}) {{")
-        _emit(promote_accumulators(jam(body, kernel.coords, shape.block, shape.unroll)),
-              emit, out, depth + 1)
+        _emit(fast, emit, out, depth + 1)
         out.append(f"{pad}}} else {{  /* at the domain's edge: one coordinate at a time */")
         for d in range(n):
             out.append(f"{pad}  for (int _u{d} = 0; _u{d} < {shape.unroll[d]}; _u{d}++)")
@@ -224,14 +252,23 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private) -> st
         out.append(f"{pad}    }}")
         out.append(f"{pad}  }}")
         out.append(f"{pad}}}")
-    else:
-        out.append(f"{pad}if ({emit(kernel.guard)}) {{")
-        _emit(promote_accumulators(body), emit, out, depth + 1)
-        out.append(f"{pad}}}")
-    for d in range(n):
-        depth -= 1
-        out.append(f"{'  ' * depth}}}")
+    for d in reversed(range(n)):
+        out.append(f"{'  ' * (d + 1)}}}")
     return "\n".join(out + ["}"])
+
+
+def _read_only(scop: Scop, kernel: Kernel) -> set[str]:
+    """Arrays (not local scalars) the kernel reads and does not write."""
+    statements = [scop.statement(s) for s in kernel.statements]
+    written = {w.array for s in statements for w in s.writes}
+    return {r.array for s in statements for r in s.reads
+            if r.array not in written and not scop.arrays[r.array].local}
+
+
+def _placing(coords: tuple[str, ...], values: list[E.Expr]):
+    """A substitution putting ``values`` in place of the coordinates."""
+    table = dict(zip(coords, values))
+    return lambda e: table.get(e.name) if isinstance(e, E.Var) else None
 
 
 def _renamer(names: dict[str, str]):
@@ -260,19 +297,67 @@ def _emit(node: BodyNode, emit, out: list[str], depth: int) -> None:
             _emit(node.otherwise, emit, out, depth + 1)
         out.append(f"{pad}}}")
     elif isinstance(node, Promote):
-        loop = node.loop
+        loop = node.loop.loop if isinstance(node.loop, Staged) else node.loop
         first = E.substitute(loop.cond, _renamer_to(loop.var, loop.init))
         out.append(f"{pad}if ({emit(first)}) {{")
         for name, element in node.registers:
             out.append(f"{pad}  {_ctype(element.dtype)} {name} = {emit(element)};")
-        _emit(loop, emit, out, depth + 1)
+        _emit(node.loop, emit, out, depth + 1)
         for name, element in node.registers:
             out.append(f"{pad}  {emit(element)} = {name};")
         out.append(f"{pad}}}")
+    elif isinstance(node, Staged):
+        _emit_staged(node, emit, out, depth)
     elif isinstance(node, Assign):
         out.append(f"{pad}{emit(node.target)} = {emit(node.value)};  /* {node.statement} */")
     else:
         raise CodegenError(f"CUDA: cannot emit {node!r}")
+
+
+def _emit_staged(node: Staged, emit, out: list[str], depth: int) -> None:
+    """The strip-mined loop: per chunk, a cooperative copy of each buffer between barriers."""
+    pad = "  " * depth
+    loop, chunk = node.loop, node.chunk_var
+    out.append(f"{pad}for (long {chunk} = {emit(loop.init)}; "
+               f"{emit(E.substitute(loop.cond, _renamer_to(loop.var, E.Var(chunk, 'iter'))))}; "
+               f"{chunk} += {node.chunk}) {{")
+    out.append(f"{pad}  __syncthreads();")
+    for buffer in node.buffers:
+        size = prod(buffer.extents)
+        out.append(f"{pad}  for (int _e = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); "
+                   f"_e < {size}; _e += blockDim.x * blockDim.y * blockDim.z) {{")
+        stride, offsets, checks = 1, [], []
+        shape = emit.scop.arrays[buffer.array].shape
+        for d in reversed(range(len(buffer.extents))):
+            offsets.insert(0, f"_e / {stride} % {buffer.extents[d]}" if stride > 1 else f"_e % {buffer.extents[d]}")
+            stride *= buffer.extents[d]
+        index = []
+        for d, (base, text) in enumerate(zip(buffer.base, offsets)):
+            out.append(f"{pad}    const long _g{d} = {emit.at(base, _PRIMARY)} + {text};")
+            extent = emit.at(extent_expr(shape[d], emit.scop.params), _PRIMARY)
+            checks.append(f"_g{d} >= 0 && _g{d} < {extent}")
+            index.append(E.Var(f"_g{d}", "iter"))
+        element = emit(E.Access(buffer.array, tuple(index), buffer.dtype))
+        out.append(f"{pad}    if ({' && '.join(checks)}) {buffer.name}[_e] = {element};")
+        out.append(f"{pad}  }}")
+    out.append(f"{pad}  __syncthreads();")
+    # a full chunk runs a constant trip count (unrolled); isl's loop conditions are upper bounds
+    # of the iterator, so the condition at the chunk's last value covers the whole chunk
+    last = E.Binary("+", E.Var(chunk, "iter"), E.Const(node.chunk - 1, i64), i64)
+    out.append(f"{pad}  if ({emit(E.substitute(loop.cond, _renamer_to(loop.var, last)))}) {{")
+    out.append(f"{pad}    #pragma unroll")
+    out.append(f"{pad}    for (int _i = 0; _i < {node.chunk}; _i++) {{")
+    out.append(f"{pad}      const long {loop.var} = {chunk} + _i;")
+    _emit(loop.body, emit, out, depth + 3)
+    out.append(f"{pad}    }}")
+    out.append(f"{pad}  }} else {{")
+    bound = E.Binary("<", E.Var(loop.var, "iter"), E.Binary("+", E.Var(chunk, "iter"), E.Const(node.chunk, i64), i64), boolean)
+    out.append(f"{pad}    for (long {loop.var} = {chunk}; {emit(bound)} && {emit.at(loop.cond, _AND + 1)}; "
+               f"{loop.var} += 1) {{")
+    _emit(loop.body, emit, out, depth + 3)
+    out.append(f"{pad}    }}")
+    out.append(f"{pad}  }}")
+    out.append(f"{pad}}}")
 
 
 def _renamer_to(var: str, value: E.Expr):

@@ -38,7 +38,8 @@ class Kernel:
     ``coords`` are the thread-coordinate variables, outermost first (the last maps to ``x``);
     ``lower``/``upper`` their inclusive bounds (a box, expressions of parameters and
     ``host_vars``); ``guard`` is true exactly for the coordinates of the kernel's domain;
-    ``body`` the loop AST each thread runs (an empty ``coords`` is a single-thread kernel).
+    ``body`` the loop AST each thread runs (an empty ``coords`` is a single-thread kernel);
+    ``convex``: the guard's set is convex (true at a box's corners means true in the box).
     """
 
     name: str
@@ -49,6 +50,7 @@ class Kernel:
     body: Node
     host_vars: tuple[str, ...]
     statements: frozenset[str]
+    convex: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,8 @@ class _Mapper:
         for member, var in zip(members, coords):
             fixed = _fix(fixed, member, var)
         body = self.loop_ast(rest.get_subtree_schedule_union_map(), fixed, valid)
-        return Kernel(name, coords, tuple(lower), tuple(upper), guard, body, host_vars, statements)
+        return Kernel(name, coords, tuple(lower), tuple(upper), guard, body, host_vars, statements,
+                      valid.n_basic_set() == 1)
 
     def coordinate_members(self, node: isl.ScheduleNode, n_parallel: int
                            ) -> tuple[list[isl.UnionPwAff], isl.ScheduleNode]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.cuda import CudaSource, LaunchShape, cuda_source as emit_cuda
 from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel, map_to_gpu
 from polyopt.errors import TargetUnavailableError
@@ -29,8 +30,9 @@ from polyopt.scop import Scop
 from polyopt.verify import verify
 
 #: Options of the GPU mapping (the others go to the scheduler): threads per block and the
-#: coordinates one block covers, per thread coordinate (outermost first) or one int for all.
-GPU_OPTIONS = ("block", "tile")
+#: coordinates one block covers, per thread coordinate (outermost first) or one int for all;
+#: shared=False turns shared-memory staging off.
+GPU_OPTIONS = ("block", "tile", "shared")
 #: Scheduler options the CUDA target sets unless given: no CPU tiling, parallel marks or
 #: stride-1 reordering (the mapping finds the parallel loops and picks threadIdx.x itself).
 _SCHEDULER_DEFAULTS = {"pluto": {"parallel": False, "vectorize": False},
@@ -126,6 +128,7 @@ class CudaKernel:
     compiled: CudaSource
     compile_times: dict[str, float] = field(default_factory=dict)
     _checked_params: dict = field(default_factory=dict, repr=False)
+    _graphs: dict = field(default_factory=dict, repr=False)
 
     @property
     def cuda_source(self) -> str:
@@ -174,11 +177,14 @@ class CudaKernel:
                     copy_back[name] = value
         return bound, device, copy_back
 
-    def launch(self, params: dict[str, int], scalars: dict, arrays: dict) -> None:
-        """Run the host program on the current stream (no checks, no synchronization)."""
-        module = _raw_module(self.compiled.source)
+    def launch(self, params: dict[str, int], scalars: dict, arrays: dict, *,
+               graph: bool = False) -> None:
+        """Run the host program on the current stream (no checks, no synchronization).
+
+        With ``graph``, the launches are captured once per argument set (parameters, scalars,
+        array addresses) into a CUDA graph and replayed: no Python work per launch, which
+        matters for host loops of many short kernels (stencil time steps)."""
         values = []
-        from polyopt.codegen.ast import abi_arguments
         for arg in abi_arguments(self.scop):
             if arg.kind == "param":
                 values.append(np.int64(params[arg.name]))
@@ -186,7 +192,25 @@ class CudaKernel:
                 values.append(arg.dtype.numpy.type(scalars[arg.name]))
             else:
                 values.append(arrays[arg.name])
-        _run_steps(self.program.host, dict(params), values, module, self.compiled.shapes)
+        module = _raw_module(self.compiled.source)
+        if not graph:
+            _run_steps(self.program.host, dict(params), values, module, self.compiled.shapes)
+            return
+        cupy = cupy_module()
+        key = tuple(v.data.ptr if _is_cupy(v) else v.item() for v in values)
+        if key not in self._graphs:
+            for kernel in self.program.kernels:  # build and load outside the capture
+                module.get_function(kernel.name)
+            stream = cupy.cuda.Stream(non_blocking=True)
+            with stream:
+                stream.begin_capture()
+                _run_steps(self.program.host, dict(params), values, module, self.compiled.shapes)
+                self._graphs[key] = (stream, stream.end_capture())
+        stream, captured = self._graphs[key]
+        current = cupy.cuda.get_current_stream()
+        stream.wait_event(current.record())
+        captured.launch(stream)
+        current.wait_event(stream.record())
 
 
 def _run_steps(steps, env: dict, values: list, module, shapes: dict[str, LaunchShape]) -> None:

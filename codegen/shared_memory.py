@@ -1,0 +1,145 @@
+"""Shared-memory promotion of reused read-only tile footprints (register-tiled kernels).
+
+In an innermost loop of a register-tiled kernel body (a reduction loop, e.g. gemm's ``k``), a
+read of an array the kernel does not write, whose subscripts walk the loop and some but not all
+thread coordinates (``A[i][k]`` is the same for every ``j``), is reused by the threads of a
+block. The loop is strip-mined by ``chunk``; per chunk the block copies the footprint of each
+such read group (a box: per subscript, a coordinate's block extent, the chunk, or one element)
+from global into shared memory cooperatively, with ``__syncthreads`` before and after, and the
+loop reads the copy. Subscripts must be affine, each walking at most one coordinate or the loop
+variable with coefficient 1, so the box is exactly what the block reads (plus the edges of the
+last chunk, where the copy is guarded by the array bounds).
+
+The kernel runs the staged body only when the whole block tile is inside the domain, so all
+threads of a block take it together and reach every barrier.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import prod
+
+from polyopt import expr as E
+from polyopt.codegen.ast import Block, For
+from polyopt.codegen.kernel_body import Assign, BodyNode, Promote, _linear, rewrite
+from polyopt.types import i64
+
+#: Largest shared memory a kernel's buffers may take (bytes; the default static limit).
+SHARED_BYTES = 48 * 1024
+
+
+@dataclass(frozen=True)
+class SharedBuffer:
+    """``name[prod(extents)]`` holding ``array[base + d]`` for ``0 <= d < extents``."""
+
+    name: str
+    array: str
+    dtype: object
+    base: tuple[E.Expr, ...]
+    extents: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Staged:
+    """``loop`` strip-mined by ``chunk`` (chunk variable ``chunk_var``), copying ``buffers``
+    into shared memory at the start of every chunk."""
+
+    loop: For
+    chunk: int
+    chunk_var: str
+    buffers: tuple[SharedBuffer, ...]
+
+
+def stage_reads(node: BodyNode, coords: tuple[str, ...], threads: tuple[int, ...],
+                read_only: set[str], element_bytes: int, chunk: int = 16
+                ) -> tuple[BodyNode, list[SharedBuffer]]:
+    """``node`` with reused read-only footprints of its innermost loops staged in shared
+    memory (see the module docstring); ``threads`` is the block size per coordinate."""
+    buffers: list[SharedBuffer] = []
+
+    def visit(n: BodyNode) -> BodyNode:
+        if isinstance(n, For):
+            if _straight_line(n.body) and n.step == 1:
+                return _stage(n, coords, threads, read_only, element_bytes, chunk, buffers)
+            return replace(n, body=visit(n.body))
+        if isinstance(n, Promote):
+            return Promote(n.registers, visit(n.loop))
+        if isinstance(n, Block):
+            return Block(tuple(visit(c) for c in n.body))
+        return n  # statements; conditionals keep their loops in global memory
+
+    return visit(node), buffers
+
+
+def _straight_line(node: BodyNode) -> bool:
+    body = node.body if isinstance(node, Block) else (node,)
+    return all(isinstance(c, Assign) for c in body)
+
+
+def _classify(index: E.Expr, loop_var: str, coords: tuple[str, ...]):
+    """(walking variable or None, uniform part without constant, constant) of an affine
+    subscript, or None when it is not of the supported form."""
+    form = _linear(index)
+    if form is None:
+        return None
+    walking = [v for v in form if v in coords or v == loop_var]
+    if len(walking) > 1 or (walking and form[walking[0]] != 1):
+        return None
+    var = walking[0] if walking else None
+    uniform = tuple(sorted((k, v) for k, v in form.items() if k not in (1, var) and v))
+    return var, uniform, form.get(1, 0)
+
+
+def _stage(loop: For, coords, threads, read_only, element_bytes, chunk, buffers) -> BodyNode:
+    groups: dict[tuple, list[tuple[E.Access, tuple]]] = {}
+    for assign in (loop.body.body if isinstance(loop.body, Block) else (loop.body,)):
+        for access in (n for n in E.walk(assign.value) if isinstance(n, E.Access)):
+            if access.array not in read_only or not access.indices:
+                continue
+            parts = [_classify(i, loop.var, coords) for i in access.indices]
+            if any(p is None for p in parts):
+                continue
+            walked = [p[0] for p in parts if p[0] is not None]
+            if loop.var not in walked or len(set(walked)) != len(walked) or \
+                    set(coords) <= set(walked):
+                continue  # no reuse across the block, or a subscript pattern not handled
+            key = (access.array, tuple((p[0], p[1]) for p in parts))
+            groups.setdefault(key, []).append((access, tuple(p[2] for p in parts)))
+    chunk_var = f"{loop.var}_chunk"
+    new_buffers, table = [], {}
+    used = sum(prod(b.extents) for b in buffers) * element_bytes
+    for (array, dims), members in groups.items():
+        low = [min(m[1][d] for m in members) for d in range(len(dims))]
+        high = [max(m[1][d] for m in members) for d in range(len(dims))]
+        extents, base = [], []
+        for d, (var, uniform) in enumerate(dims):
+            spread = high[d] - low[d]
+            if var == loop.var:
+                origin, size = E.Var(chunk_var, "iter", i64), chunk + spread
+            elif var is not None:
+                k = coords.index(var)
+                origin, size = E.Var(f"_b{k}", "iter", i64), threads[k] + spread
+            else:
+                origin, size = None, spread + 1
+            term = E.Const(low[d], i64)
+            for name, coef in uniform:
+                term = E.Binary("+", term, E.Binary("*", E.Const(coef, i64), E.Var(name, "iter", i64), i64), i64)
+            base.append(term if origin is None else E.Binary("+", origin, term, i64))
+            extents.append(size)
+        size_bytes = prod(extents) * element_bytes
+        if used + size_bytes > SHARED_BYTES:
+            continue
+        used += size_bytes
+        buffer = SharedBuffer(f"_s{len(buffers) + len(new_buffers)}", array,
+                              members[0][0].dtype, tuple(base), tuple(extents))
+        new_buffers.append(buffer)
+        for access, _ in members:
+            flat: E.Expr = E.Const(0, i64)
+            for index, origin, extent in zip(access.indices, buffer.base, buffer.extents):
+                local = E.Binary("-", index, origin, i64)
+                flat = E.Binary("+", E.Binary("*", flat, E.Const(extent, i64), i64), local, i64)
+            table[access] = E.Access(buffer.name, (flat,), access.dtype)
+    if not new_buffers:
+        return loop
+    buffers.extend(new_buffers)
+    body = rewrite(loop.body, lambda e: table.get(e) if isinstance(e, E.Access) else None)
+    return Staged(replace(loop, body=body), chunk, chunk_var, tuple(new_buffers))
