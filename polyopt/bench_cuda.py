@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--tile", type=int, nargs="*")
     parser.add_argument("--block", type=int, nargs="*")
+    parser.add_argument("--no-shared", action="store_true", help="no shared-memory staging")
     parser.add_argument("--no-check", action="store_true", help="skip the numpy reference check")
     parser.add_argument("--json", help="append the rows to this file (JSON lines)")
     args = parser.parse_args(argv)
@@ -123,6 +124,8 @@ def main(argv: list[str] | None = None) -> None:
 
     dtype = np.float32 if args.dtype == "f32" else np.float64
     options = {k: tuple(v) for k, v in (("tile", args.tile), ("block", args.block)) if v}
+    if args.no_shared:
+        options["shared"] = False
     for name in args.kernels:
         sizes = json.loads(args.sizes) if args.sizes else po.suite.get(name).sizes(args.preset)
         row = bench_kernel(name, sizes, dtype, repeats=args.repeats, check=not args.no_check,
