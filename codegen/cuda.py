@@ -37,16 +37,22 @@ DEFAULT_BLOCK = {1: (256,), 2: (8, 32), 3: (2, 4, 32)}
 #: Coordinates per thread in a register-tiled 2-d kernel, by element size in bytes (the best
 #: of the shapes measured for gemm at 4096^3 on an H200, docs/performance.md "GPU").
 DEFAULT_UNROLL = {4: (8, 4), 8: (4, 2)}
+#: Adjacent coordinates per thread in shared-memory kernels, by element size (measured as for
+#: DEFAULT_UNROLL: faster for f32, slower for f64).
+ADJACENT = {4: True, 8: False}
 #: Most blocks per grid dimension (x, y, z); the grid-stride loops cover the rest.
 GRID_LIMIT = (2**31 - 1, 65535, 65535)
 
 
 @dataclass(frozen=True)
 class LaunchShape:
-    """Threads per block and coordinates per thread, per coordinate (outermost first)."""
+    """Threads per block and coordinates per thread, per coordinate (outermost first);
+    ``adjacent``: in a shared-memory kernel, a thread's coordinates are adjacent (its reads of
+    a staged tile are contiguous words) rather than ``block`` apart."""
 
     block: tuple[int, ...]
     unroll: tuple[int, ...]
+    adjacent: bool = False
 
     def cuda_block(self) -> tuple[int, int, int]:
         """``blockDim`` as (x, y, z)."""
@@ -95,7 +101,7 @@ def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None) -> L
         unroll = (1,) * n
     if any(u > 1 for u in unroll) and mentions(control_expressions(kernel.body), set(kernel.coords)):
         unroll = (1,) * n  # control flow differs between coordinates: no lockstep
-    return LaunchShape(threads, unroll)
+    return LaunchShape(threads, unroll, ADJACENT.get(element_bytes, False))
 
 
 def _per_coordinate(value, n: int, what: str) -> tuple[int, ...] | None:
@@ -212,30 +218,35 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
                    f"_b{d} += (long)gridDim.{axis} * {span}) {{")
     depth = n + 1
     pad = "  " * depth
-    out.append(f"{pad}const long " + ", ".join(
-        f"{c} = _b{d} + threadIdx.{'xyz'[n - 1 - d]}" for d, c in enumerate(kernel.coords)) + ";")
+    placeholder = f"{pad}/* coordinates */"
+    out.append(placeholder)  # filled in once the thread layout is known
+    steps = shape.block  # a thread's coordinates: ``block`` apart (coalesced global accesses)
     if all(u == 1 for u in shape.unroll):
         out.append(f"{pad}if ({emit(kernel.guard)}) {{")
         _emit(promote_accumulators(body), emit, out, depth + 1)
         out.append(f"{pad}}}")
     else:
-        fast = promote_accumulators(jam(body, kernel.coords, shape.block, shape.unroll))
         buffers = []
-        if shared and kernel.convex:
-            read_only = _read_only(scop, kernel)
-            if read_only:
-                size = max(scop.arrays[a].dtype.numpy.itemsize for a in read_only)
-                fast, buffers = stage_reads(fast, kernel.coords, shape.block, read_only, size)
+        read_only = _read_only(scop, kernel) if shared and kernel.convex else set()
+        if read_only:
+            size = max(scop.arrays[a].dtype.numpy.itemsize for a in read_only)
+            staged_steps = (1,) * n if shape.adjacent else shape.block
+            reach = tuple((b - 1) * s + 1 for b, s in zip(shape.block, (
+                shape.unroll if shape.adjacent else (1,) * n)))
+            fast = promote_accumulators(jam(body, kernel.coords, staged_steps, shape.unroll))
+            fast, buffers = stage_reads(fast, kernel.coords, reach, read_only, size)
         if buffers:  # the whole block takes the staged path together: test the tile's corners
+            steps = staged_steps
             out[declarations:declarations] = [
-                f"  __shared__ {_ctype(scop.arrays[b.array].dtype)} {b.name}[{prod(b.extents)}];"
+                f"  __shared__ __align__(16) {_ctype(scop.arrays[b.array].dtype)} {b.name}[{prod(b.extents)}];"
                 for b in buffers]
             tile = [b * u for b, u in zip(shape.block, shape.unroll)]
             points = [_placing(kernel.coords, [E.Binary("+", E.Var(f"_b{d}", "iter"), E.Const(c * (t - 1), i64), i64)
                                                for d, (c, t) in enumerate(zip(corner, tile))])
                       for corner in product((0, 1), repeat=n)]
         else:  # each thread tests its own coordinates
-            points = [offset(kernel.coords, tuple(r * b for r, b in zip(rs, shape.block)))
+            fast = promote_accumulators(jam(body, kernel.coords, steps, shape.unroll))
+            points = [offset(kernel.coords, tuple(r * b for r, b in zip(rs, steps)))
                       for rs in product(*(range(u) for u in shape.unroll))]
         every = " && ".join(f"({emit(E.substitute(kernel.guard, p))})" for p in points)
         out.append(f"{pad}if ({every}) {{")
@@ -246,12 +257,16 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
         out.append(f"{pad}  {{")
         names = {c: c + "_" for c in kernel.coords}
         out.append(f"{pad}    const long " + ", ".join(
-            f"{c}_ = {c} + _u{d} * {shape.block[d]}" for d, c in enumerate(kernel.coords)) + ";")
+            f"{c}_ = {c} + _u{d} * {steps[d]}" for d, c in enumerate(kernel.coords)) + ";")
         out.append(f"{pad}    if ({emit(E.substitute(kernel.guard, _renamer(names)))}) {{")
         _emit(promote_accumulators(rewrite(body, _renamer(names))), emit, out, depth + 3)
         out.append(f"{pad}    }}")
         out.append(f"{pad}  }}")
         out.append(f"{pad}}}")
+    spread = [u if s == 1 else 1 for s, u in zip(steps, shape.unroll)]
+    out[out.index(placeholder)] = (f"{pad}const long " + ", ".join(
+        f"{c} = _b{d} + threadIdx.{'xyz'[n - 1 - d]}{f' * {spread[d]}' if spread[d] > 1 else ''}"
+        for d, c in enumerate(kernel.coords)) + ";")
     for d in reversed(range(n)):
         out.append(f"{'  ' * (d + 1)}}}")
     return "\n".join(out + ["}"])
@@ -328,17 +343,18 @@ def _emit_staged(node: Staged, emit, out: list[str], depth: int) -> None:
                    f"_e < {size}; _e += blockDim.x * blockDim.y * blockDim.z) {{")
         stride, offsets, checks = 1, [], []
         shape = emit.scop.arrays[buffer.array].shape
-        for d in reversed(range(len(buffer.extents))):
+        for d in reversed(range(len(buffer.extents))):  # _e walks the array's own order: coalesced
             offsets.insert(0, f"_e / {stride} % {buffer.extents[d]}" if stride > 1 else f"_e % {buffer.extents[d]}")
             stride *= buffer.extents[d]
-        index = []
+        index, local = [], []
         for d, (base, text) in enumerate(zip(buffer.base, offsets)):
-            out.append(f"{pad}    const long _g{d} = {emit.at(base, _PRIMARY)} + {text};")
+            out.append(f"{pad}    const long _d{d} = {text}, _g{d} = {emit.at(base, _PRIMARY)} + _d{d};")
             extent = emit.at(extent_expr(shape[d], emit.scop.params), _PRIMARY)
             checks.append(f"_g{d} >= 0 && _g{d} < {extent}")
             index.append(E.Var(f"_g{d}", "iter"))
+            local.append(E.Var(f"_d{d}", "iter"))
         element = emit(E.Access(buffer.array, tuple(index), buffer.dtype))
-        out.append(f"{pad}    if ({' && '.join(checks)}) {buffer.name}[_e] = {element};")
+        out.append(f"{pad}    if ({' && '.join(checks)}) {buffer.name}[{emit(buffer.local_index(local))}] = {element};")
         out.append(f"{pad}  }}")
     out.append(f"{pad}  __syncthreads();")
     # a full chunk runs a constant trip count (unrolled); isl's loop conditions are upper bounds

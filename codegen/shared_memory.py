@@ -29,13 +29,24 @@ SHARED_BYTES = 48 * 1024
 
 @dataclass(frozen=True)
 class SharedBuffer:
-    """``name[prod(extents)]`` holding ``array[base + d]`` for ``0 <= d < extents``."""
+    """``name[prod(extents)]`` holding ``array[base + d]`` for ``0 <= d < extents`` (per array
+    dimension), stored with the array dimensions in ``order`` (outermost first): the dimension
+    the loop walks goes first, so a thread's consecutive coordinates are adjacent words."""
 
     name: str
     array: str
     dtype: object
     base: tuple[E.Expr, ...]
     extents: tuple[int, ...]
+    order: tuple[int, ...]
+
+    def local_index(self, offsets: list[E.Expr]) -> E.Expr:
+        """The buffer position of the element at ``offsets`` from ``base`` (array order)."""
+        flat: E.Expr = E.Const(0, i64)
+        for d in self.order:
+            flat = E.Binary("+", E.Binary("*", flat, E.Const(self.extents[d], i64), i64),
+                            offsets[d], i64)
+        return flat
 
 
 @dataclass(frozen=True)
@@ -53,7 +64,8 @@ def stage_reads(node: BodyNode, coords: tuple[str, ...], threads: tuple[int, ...
                 read_only: set[str], element_bytes: int, chunk: int = 16
                 ) -> tuple[BodyNode, list[SharedBuffer]]:
     """``node`` with reused read-only footprints of its innermost loops staged in shared
-    memory (see the module docstring); ``threads`` is the block size per coordinate."""
+    memory (see the module docstring); ``threads[k]`` is how far coordinate ``k`` reaches over
+    a block's threads (its values span ``threads[k]`` consecutive integers, jam offsets aside)."""
     buffers: list[SharedBuffer] = []
 
     def visit(n: BodyNode) -> BodyNode:
@@ -129,15 +141,15 @@ def _stage(loop: For, coords, threads, read_only, element_bytes, chunk, buffers)
         if used + size_bytes > SHARED_BYTES:
             continue
         used += size_bytes
+        walked_first = [d for d, (var, _) in enumerate(dims) if var == loop.var]
+        order = tuple(walked_first + [d for d in range(len(dims)) if d not in walked_first])
         buffer = SharedBuffer(f"_s{len(buffers) + len(new_buffers)}", array,
-                              members[0][0].dtype, tuple(base), tuple(extents))
+                              members[0][0].dtype, tuple(base), tuple(extents), order)
         new_buffers.append(buffer)
         for access, _ in members:
-            flat: E.Expr = E.Const(0, i64)
-            for index, origin, extent in zip(access.indices, buffer.base, buffer.extents):
-                local = E.Binary("-", index, origin, i64)
-                flat = E.Binary("+", E.Binary("*", flat, E.Const(extent, i64), i64), local, i64)
-            table[access] = E.Access(buffer.name, (flat,), access.dtype)
+            offsets = [E.Binary("-", index, origin, i64)
+                       for index, origin in zip(access.indices, buffer.base)]
+            table[access] = E.Access(buffer.name, (buffer.local_index(offsets),), access.dtype)
     if not new_buffers:
         return loop
     buffers.extend(new_buffers)
