@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Iterator
 
 import islpy as isl
 
@@ -50,6 +51,28 @@ class Run:
 
 
 Node = For | If | Block | Run
+
+
+def nodes(node: Node) -> Iterator[Node]:
+    """``node`` and every node below it, parents first."""
+    yield node
+    if isinstance(node, For):
+        yield from nodes(node.body)
+    elif isinstance(node, If):
+        yield from nodes(node.then)
+        if node.otherwise is not None:
+            yield from nodes(node.otherwise)
+    elif isinstance(node, Block):
+        for child in node.body:
+            yield from nodes(child)
+
+
+def runs_on_threads(loop: Node) -> bool:
+    """Whether a loop marked parallel runs on a thread team (in both emitters): only when each
+    of its iterations runs a loop. An innermost parallel loop does too little per iteration to
+    pay for starting a team, or for a barrier per iteration of a loop around it; it runs
+    sequentially and is vectorized instead (Polly's rule)."""
+    return isinstance(loop, For) and loop.parallel and any(isinstance(n, For) for n in nodes(loop.body))
 _MAX_DEPTH = 64  # loop iterator names handed to isl; deeper nests get isl's own names
 
 _BINARY = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from polyopt import expr as E
 from polyopt.affine import extent_expr
-from polyopt.codegen.ast import Block, For, If, Node, Run, abi_arguments, instantiate
+from polyopt.codegen.ast import Block, For, If, Node, Run, abi_arguments, instantiate, runs_on_threads
 from polyopt.scop import Scop
 from polyopt.types import DType
 
@@ -155,12 +155,13 @@ def _emit_node(node: Node, scop: Scop, emit, out: list[str], depth: int, openmp:
         for child in node.body:
             _emit_node(child, scop, emit, out, depth, openmp)
     elif isinstance(node, For):
-        if node.parallel and openmp:
+        threaded = openmp and runs_on_threads(node)
+        if threaded:
             out.append(f"{pad}#pragma omp parallel for")
         out.append(f"{pad}for (long {node.var} = {emit(node.init)}; {emit(node.cond)}; "
                    f"{node.var} += {node.step}) {{")
-        # a parallel loop inside a parallel loop runs sequentially (as in the LLVM backend)
-        _emit_node(node.body, scop, emit, out, depth + 1, openmp and not node.parallel)
+        # a parallel loop inside a threaded loop runs sequentially (as in the LLVM backend)
+        _emit_node(node.body, scop, emit, out, depth + 1, openmp and not threaded)
         out.append(f"{pad}}}")
     elif isinstance(node, If):
         out.append(f"{pad}if ({emit(node.cond)}) {{")

@@ -5,14 +5,16 @@ flat pointers, aligned to their element size (checked at call time), indexed row
 strides computed once from the parameters. Floating-point multiply-adds may be contracted into
 FMAs (as gcc does by default); nothing else is reassociated.
 
-Parallel loops run on a thread team of the OpenMP runtime libgomp through its ``GOMP_*`` entry
-points, as Polly does: the loop is outlined into a function that receives the values it uses in
-a struct, ``GOMP_parallel`` runs it on every thread, and each thread takes one contiguous chunk
-of the iterations (static schedule). A sequential loop around a parallel loop (a wavefront) is
-outlined whole: every thread walks the fronts, shares out each parallel loop and meets the others
-at ``GOMP_barrier``; code outside the parallel loops runs on thread 0 only. A parallel loop inside
-another one's chunk runs sequentially. The kernel function takes the team size as one extra,
-last ``i32`` argument after :func:`~polyopt.codegen.ast.abi_arguments`.
+Parallel loops that run a loop in each iteration (:func:`~polyopt.codegen.ast.runs_on_threads`;
+innermost parallel loops are vectorized instead) run on a thread team of the OpenMP runtime
+libgomp through its ``GOMP_*`` entry points, as Polly does: the loop is outlined into a function
+that receives the values it uses in a struct, ``GOMP_parallel`` runs it on every thread, and each
+thread takes one contiguous chunk of the iterations (static schedule). A sequential loop around a
+parallel loop (a wavefront) is outlined whole: every thread walks the fronts, shares out each
+parallel loop and meets the others at ``GOMP_barrier``; code outside the parallel loops runs on
+thread 0 only. A parallel loop inside another one's chunk runs sequentially. The kernel function
+takes the team size as one extra, last ``i32`` argument after
+:func:`~polyopt.codegen.ast.abi_arguments`.
 
 Innermost loops the schedule proves parallel carry ``llvm.loop.vectorize.enable`` and put their
 array accesses in an access group named by ``llvm.loop.parallel_accesses``, so the vectorizer needs
@@ -27,14 +29,15 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Iterator
+from typing import Callable
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from polyopt import expr as E
 from polyopt.affine import extent_expr
-from polyopt.codegen.ast import Block, For, If, Node, Run, abi_arguments, instantiate
+from polyopt.codegen.ast import (Block, For, If, Node, abi_arguments, instantiate, nodes,
+                                 runs_on_threads)
 from polyopt.errors import CodegenError
 from polyopt.scop import Scop
 from polyopt.types import DType
@@ -83,25 +86,17 @@ def _upper_bound(loop: For) -> E.Expr | None:
 
 
 def _shared(loop: Node) -> bool:
-    """A loop whose iterations a thread team shares out: marked parallel, with a plain bound."""
-    return isinstance(loop, For) and loop.parallel and _upper_bound(loop) is not None
-
-
-def _nodes(node: Node) -> Iterator[Node]:
-    """``node`` and every node below it."""
-    yield node
-    children = {For: lambda n: (n.body,), If: lambda n: (n.then,) + ((n.otherwise,) if n.otherwise else ()),
-                Block: lambda n: n.body, Run: lambda n: ()}[type(node)](node)
-    for child in children:
-        yield from _nodes(child)
+    """A loop whose iterations a thread team shares out (:func:`runs_on_threads`), with a plain
+    upper bound."""
+    return runs_on_threads(loop) and _upper_bound(loop) is not None
 
 
 def _has_shared_loop(node: Node) -> bool:
-    return any(_shared(n) for n in _nodes(node))
+    return any(_shared(n) for n in nodes(node))
 
 
 def _innermost(loop: For) -> bool:
-    return not any(isinstance(n, For) for n in _nodes(loop.body))
+    return not any(isinstance(n, For) for n in nodes(loop.body))
 
 
 class _FunctionEmitter:
