@@ -36,7 +36,7 @@ from polyopt.types import boolean, i64
 DEFAULT_BLOCK = {1: (256,), 2: (8, 32), 3: (2, 4, 32)}
 #: Coordinates per thread in a register-tiled 2-d kernel, by element size in bytes (the best
 #: of the shapes measured for gemm at 4096^3 on an H200, docs/performance.md "GPU").
-DEFAULT_UNROLL = {4: (8, 4), 8: (4, 2)}
+DEFAULT_UNROLL = {4: (8, 4), 8: (4, 4)}
 #: Adjacent coordinates per thread in shared-memory kernels, by element size (measured as for
 #: DEFAULT_UNROLL: faster for f32, slower for f64).
 ADJACENT = {4: True, 8: False}
