@@ -122,12 +122,13 @@ def _footprints(references: list[tuple[int, np.ndarray]], grids: list[np.ndarray
 
 
 def band_tile_sizes(partial: isl.MultiUnionPwAff, scop: Scop, *,
-                    multiple_of: Sequence[int] | None = None, uniform: bool = False) -> list[int]:
+                    multiple_of: Sequence[int] | None = None, uniform: bool = False,
+                    largest: int | None = None) -> list[int]:
     """Tile sizes for a band with the given partial schedule (see the module docstring).
 
     ``multiple_of[k]`` (default 1) constrains member k's size, e.g. to whole register tiles;
     ``uniform`` asks for one size for all members (a wavefront over tile origins has unit-step
-    fronts only then, and the verifier's sets stay small)."""
+    fronts only then, and the verifier's sets stay small); ``largest`` caps every size."""
     n = partial.dim(isl.dim_type.set)
     multiples = list(multiple_of or []) + [1] * n
     references = band_references(partial, scop)
@@ -135,7 +136,7 @@ def band_tile_sizes(partial: isl.MultiUnionPwAff, scop: Scop, *,
         return [-(-FALLBACK_SIZE // m) * m for m in multiples[:n]]  # whole multiples
     choices = []
     for k in range(n):
-        sizes = [s for s in CANDIDATE_SIZES if s % multiples[k] == 0] or [multiples[k]]
+        sizes = [s for s in CANDIDATE_SIZES if s % multiples[k] == 0 and s <= (largest or s)] or [multiples[k]]
         choices.append(np.array(sizes, dtype=float))
     grids = list(np.meshgrid(*choices, indexing="ij"))
     volume = np.prod(np.stack(grids), axis=0)

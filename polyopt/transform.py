@@ -16,6 +16,10 @@ from polyopt.scop import Scop
 from polyopt.tilesize import band_tile_sizes, vector_bytes
 
 PARALLEL_MARK = "parallel"
+#: Largest "auto" tile size of a band without parallel members (it gets a wavefront): isl's AST
+#: generation time grows steeply with the tile size of such skewed bands (jacobi-1d: 0.5 s at
+#: 32, 6.6 s at 64, over 30 s at 192).
+WAVEFRONT_TILE_CAP = 32
 
 NodeRewrite = Callable[[isl.ScheduleNode], isl.ScheduleNode]
 
@@ -77,9 +81,9 @@ def tile(tree: isl.Schedule, sizes: int | Sequence[int] | str, *, min_depth: int
             return node
         if sizes == "auto":
             plan = _register_plan(node, register_tile) if register_tile is not None else None
-            parallel = any(node.band_member_get_coincident(k) for k in range(node.band_n_member()))
-            inner = band_tile_sizes(node.band_get_partial_schedule(), scop, multiple_of=plan,
-                                    uniform=not parallel)  # no parallel member: a wavefront
+            wavefront = not any(node.band_member_get_coincident(k) for k in range(node.band_n_member()))
+            inner = band_tile_sizes(node.band_get_partial_schedule(), scop, multiple_of=plan, uniform=wavefront,
+                                    largest=WAVEFRONT_TILE_CAP if wavefront else None)
         else:
             inner = _values(node, sizes)
         if second_level is not None:

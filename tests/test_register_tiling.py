@@ -119,6 +119,17 @@ def test_auto_tile_sizes_fit_the_caches_and_whole_register_tiles():
     assert all(f"mod {s})" in outer for s in sizes)
 
 
+def test_auto_tiles_of_wavefront_bands_are_uniform_and_small():
+    # jacobi-1d's skewed band has no parallel member: equal sizes, capped (isl's AST time)
+    scop = po.suite.get("jacobi-1d").kernel.scop
+    tiled = po.schedule(scop, "pluto", tile="auto")
+    point = str(_bands(tiled.tree)[-1].band_get_partial_schedule())
+    sizes = {int(m) for m in re.findall(r"mod (\d+)\)", point)}
+    assert len(sizes) == 1 and sizes.pop() <= transform.WAVEFRONT_TILE_CAP
+    check_against_reference("jacobi-1d", po.compile(po.suite.get("jacobi-1d").kernel, algorithm="pluto",
+                                                    tile="auto"), "SMALL")
+
+
 def test_tile_option_overrides_auto_and_bad_sizes_are_refused():
     scop = po.suite.get("gemm").kernel.scop
     sched = po.schedule(scop, "pluto", tile=(16, 8, 24), parallel=False)
