@@ -181,7 +181,7 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
     if options.get("parallel", True):
         tree = transform.mark_parallel(tree)
     if registers is not None:
-        tree = transform.register_tile(tree, registers)
+        tree = transform.register_tile(tree, scop, registers)
     return tree
 
 

@@ -80,7 +80,7 @@ def tile(tree: isl.Schedule, sizes: int | Sequence[int] | str, *, min_depth: int
         if not (node.band_get_permutable() and node.band_n_member() >= min_depth):
             return node
         if sizes == "auto":
-            plan = _register_plan(node, register_tile) if register_tile is not None else None
+            plan = _register_plan(node, scop, register_tile) if register_tile is not None else None
             wavefront = not any(node.band_member_get_coincident(k) for k in range(node.band_n_member()))
             inner = band_tile_sizes(node.band_get_partial_schedule(), scop, multiple_of=plan, uniform=wavefront,
                                     largest=WAVEFRONT_TILE_CAP if wavefront else None)
@@ -175,10 +175,17 @@ def _divs_only_of(aff: isl.Aff, position: int) -> bool:
 
 def _stride_one_score(member: isl.UnionPwAff, scop: Scop) -> int:
     """How many accesses walk their last dimension with unit stride along this member."""
+    counts = _stride_counts(member, scop)
+    return -1 if counts is None else counts[0]
+
+
+def _stride_counts(member: isl.UnionPwAff, scop: Scop) -> tuple[int, int] | None:
+    """(accesses walked with unit stride, accesses walked with a larger stride) along this
+    member; None when the member is not one iterator per statement."""
     positions = _unit_iterator(member, scop)
     if not positions:
-        return -1
-    score = 0
+        return None
+    unit = strided = 0
     for stmt_name, position in positions.items():
         stmt = scop.statement(stmt_name)
         for ref in stmt.accesses:
@@ -190,12 +197,13 @@ def _stride_one_score(member: isl.UnionPwAff, scop: Scop) -> int:
             if len(outputs) != 1:
                 continue
             multi = outputs[0]
-            last = multi.get_at(multi.dim(isl.dim_type.out) - 1)
-            if abs(last.get_coefficient_val(isl.dim_type.in_, position).to_python()) == 1 and all(
-                    multi.get_at(d).get_coefficient_val(isl.dim_type.in_, position).to_python() == 0
-                    for d in range(multi.dim(isl.dim_type.out) - 1)):
-                score += 1
-    return score
+            steps = [abs(multi.get_at(d).get_coefficient_val(isl.dim_type.in_, position).to_python())
+                     for d in range(multi.dim(isl.dim_type.out))]
+            if steps[-1] == 1 and not any(steps[:-1]):
+                unit += 1
+            elif any(steps):
+                strided += 1
+    return unit, strided
 
 
 def _replace_band(node: isl.ScheduleNode, members: list[isl.UnionPwAff], coincident: list[bool],
@@ -271,23 +279,27 @@ def register_tile_sizes(scop: Scop, sizes: Sequence[int] | str = "auto") -> tupl
     return int(sizes[0]), int(sizes[1])
 
 
-def _register_plan(node: isl.ScheduleNode, sizes: Sequence[int]) -> list[int] | None:
+def _register_plan(node: isl.ScheduleNode, scop: Scop, sizes: Sequence[int]) -> list[int] | None:
     """Register tile size per member of a band, None when it does not qualify.
 
-    A band qualifies when it is permutable, its innermost member is parallel (the vector loop:
-    ``sizes[1]``) and some member is not (the loop, like gemm's k, along which the register
-    tile's accumulators are reused). The outermost parallel member gets ``sizes[0]``."""
+    A band qualifies when it is permutable, its innermost member is parallel and walks every
+    array it moves in with unit stride (the vector loop: ``sizes[1]``), and some member is not
+    parallel (the loop, like gemm's k, along which the register tile's accumulators are
+    reused). The outermost parallel member gets ``sizes[0]``."""
     n = node.band_n_member()
     coincident = [bool(node.band_member_get_coincident(k)) for k in range(n)]
     if n < 2 or not node.band_get_permutable() or not coincident[-1] or all(coincident):
         return None
+    counts = _stride_counts(node.band_get_partial_schedule().get_at(n - 1), scop)
+    if counts is None or counts[0] == 0 or counts[1] > 0:
+        return None  # e.g. syrk's j also walks A[j, k] down a column: gathers, not vectors
     plan = [1] * n
     plan[coincident.index(True)] = sizes[0]
     plan[-1] = sizes[1]
     return plan if any(v > 1 for v in plan) else None
 
 
-def register_tile(tree: isl.Schedule, sizes: Sequence[int]) -> isl.Schedule:
+def register_tile(tree: isl.Schedule, scop: Scop, sizes: Sequence[int]) -> isl.Schedule:
     """Unroll-and-jam the innermost qualifying band (see :func:`_register_plan`) by ``sizes``.
 
     gemm's point band (i, k, j) with sizes (1, 32) becomes (j - j mod 32, i, k, j mod 32)::
@@ -302,7 +314,7 @@ def register_tile(tree: isl.Schedule, sizes: Sequence[int]) -> isl.Schedule:
     isl's isolate option and fully unrolled; partial ones at the edges stay loops."""
 
     def rewrite(node: isl.ScheduleNode) -> isl.ScheduleNode:
-        plan = _register_plan(node, sizes)
+        plan = _register_plan(node, scop, sizes)
         if plan is None or _has_band_below(node):
             return node
         partial = node.band_get_partial_schedule()
