@@ -7,7 +7,10 @@ coordinate with stride-1 accesses), so any grid covers any problem size; arrays 
 the read-only path). A 2-d kernel whose body loops (gemm-like) gets register tiling: each thread
 runs ``unroll`` coordinates per dimension, ``block`` apart (coalesced), in lockstep when all of
 them are inside the domain (a slower per-coordinate path handles the edges); accumulators are
-promoted to registers in both paths.
+promoted to registers in both paths. Where reused read-only tiles can be staged in shared
+memory (:mod:`polyopt.codegen.shared_memory`), the whole block takes the staged path together
+when its tile is inside the (convex) domain, and for 4-byte elements a thread's coordinates are
+adjacent instead (contiguous shared-memory reads).
 
 The source compiles with NVRTC (kernels only) and with nvcc, where the host wrapper
 ``void <name>(...)`` (device pointers; launches in host order) is compiled too. The Python

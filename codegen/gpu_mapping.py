@@ -15,7 +15,7 @@ parameters, built under the context "this thread's coordinates are in the kernel
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
@@ -90,17 +90,20 @@ def kernels_in(steps) -> list[Kernel]:
 
 def map_to_gpu(scop: Scop, tree: isl.Schedule, name: str) -> GpuProgram:
     """The host program of schedule ``tree``; kernels are named ``{name}_k0``, ``_k1``, ..."""
-    mapper = _Mapper(scop, name)
-    host = tuple(mapper.steps(tree.get_root(), ()))
+    host = _numbered(_Mapper(scop).steps(tree.get_root(), ()), name, iter(range(1 << 30)))
     return GpuProgram(scop, host, tuple(kernels_in(host)))
 
 
+def _numbered(steps, name: str, numbers) -> tuple[HostStep, ...]:
+    """``steps`` with the kernels named ``{name}_k0``, ``_k1``, ... in launch-site order."""
+    return tuple(replace(s, body=_numbered(s.body, name, numbers)) if isinstance(s, HostLoop)
+                 else replace(s, name=f"{name}_k{next(numbers)}") for s in steps)
+
+
 class _Mapper:
-    def __init__(self, scop: Scop, name: str):
+    def __init__(self, scop: Scop):
         self.scop = scop
-        self.name = name
         self.deps = dependences(scop).all
-        self.count = 0
         self.prefix = _iterator_prefix(scop)
 
     # ----- the walk over the tree ------------------------------------------------------------
@@ -126,11 +129,10 @@ class _Mapper:
         inner = node.band_split(1).child(0) if n > 1 else node.child(0)
         var = f"_h{len(host)}"
         body = self.steps(inner, host + ((member, var),))
-        if not any(k.coords for k in kernels_in(body)):
-            self.count -= len(kernels_in(body))  # drop them: one sequential kernel instead
+        if not any(k.coords for k in kernels_in(body)):  # one sequential kernel instead
             return [self.kernel(node, 0, host)]
         values = _image(self.restrict(node.get_domain(), host), member)
-        lower, upper = self.bounds(values, 0, host)
+        lower, upper = self.bounds(values, 0)
         return [HostLoop(var, lower, upper, tuple(body))]
 
     def parallel_members(self, node: isl.ScheduleNode) -> int:
@@ -161,8 +163,7 @@ class _Mapper:
         domain = self.restrict(node.get_domain(), host)
         host_vars = tuple(var for _, var in host)
         statements = frozenset(s.get_tuple_name() for s in _sets(domain))
-        name = f"{self.name}_k{self.count}"
-        self.count += 1
+        name = ""  # numbered once the whole program is known
         if n_coords == 0:
             body = self.loop_ast(node.get_subtree_schedule_union_map(), domain, None)
             true = E.Const(1, boolean)
@@ -173,7 +174,7 @@ class _Mapper:
         members = [members[k] for k in order]
         coords = tuple(f"_p{k}" for k in range(n_coords))
         values = _image(domain, *members)
-        lower, upper = zip(*(self.bounds(values, d, host) for d in range(n_coords)))
+        lower, upper = zip(*(self.bounds(values, d) for d in range(n_coords)))
         valid = _as_params(values, coords)
         guard = self.expr_of_set(valid)
         fixed = domain
@@ -223,7 +224,7 @@ class _Mapper:
         """An AST build under the Scop's context, knowing the parameters of ``space_of``."""
         return isl.AstBuild.from_context(self.scop.context.align_params(space_of.get_space()))
 
-    def bounds(self, values: isl.Set, dim: int, host: tuple) -> tuple[E.Expr, E.Expr]:
+    def bounds(self, values: isl.Set, dim: int) -> tuple[E.Expr, E.Expr]:
         """Inclusive lower and upper bound of dimension ``dim`` of ``values``."""
         build = self.build(values)
         low, high = values.dim_min(dim), values.dim_max(dim)

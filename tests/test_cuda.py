@@ -9,7 +9,6 @@ import pytest
 
 import polyopt as po
 from polyopt.codegen.gpu_mapping import HostLoop
-from polyopt.codegen.kernel_body import Promote
 from polyopt.cuda import plan
 
 SUITE = po.suite.names()
