@@ -87,6 +87,13 @@ def test_promotion_needs_every_access_to_be_promoted():
     assert "_r0" not in source
 
 
+@pytest.mark.parametrize("algorithm", ["feautrier", "isl"])
+def test_other_schedulers_map_to_the_gpu(algorithm):
+    result = plan(po.suite.get("gemm").kernel, algorithm=algorithm)
+    assert result.schedule.algorithm == algorithm
+    assert [len(k.coords) for k in result.source.program.kernels] == [2]
+
+
 def test_block_and_tile_options():
     source = po.cuda_source(po.suite.get("gemm").kernel, block=(16, 16), tile=(32, 64))
     assert "dim3(16, 16, 1)" in source and "blockIdx.x * 64" in source
@@ -137,6 +144,13 @@ def _check(name: str, sizes: dict, dtype=np.float64, **options):
 @pytest.mark.parametrize("name", SUITE)
 def test_gpu_matches_reference(name):
     _check(name, po.suite.get(name).sizes("SMALL"))
+
+
+@needs_gpu
+@pytest.mark.parametrize("algorithm", ["feautrier", "isl", "original"])
+@pytest.mark.parametrize("name", ["gemm", "lu", "jacobi-2d", "covariance"])
+def test_gpu_other_schedulers(name, algorithm):
+    _check(name, po.suite.get(name).sizes("MINI"), algorithm=algorithm)
 
 
 @needs_gpu
