@@ -83,10 +83,12 @@ class CudaSource:
     host_function: str
 
 
-def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None) -> LaunchShape:
+def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None, *,
+                 uses_scalars: bool = False) -> LaunchShape:
     """The launch shape of ``kernel`` from the user's ``block``/``tile`` (per coordinate,
     outermost first; an int applies to every coordinate) or the defaults (which depend on the
-    size of the arrays' elements)."""
+    size of the arrays' elements). A kernel that ``uses_scalars`` (local scalars, one register
+    per thread) runs one coordinate per thread: jammed copies would share the register."""
     n = len(kernel.coords)
     if n == 0:
         return LaunchShape((), ())
@@ -102,8 +104,9 @@ def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None) -> L
         unroll = DEFAULT_UNROLL.get(element_bytes, DEFAULT_UNROLL[8])
     else:
         unroll = (1,) * n
-    if any(u > 1 for u in unroll) and mentions(control_expressions(kernel.body), set(kernel.coords)):
-        unroll = (1,) * n  # control flow differs between coordinates: no lockstep
+    if any(u > 1 for u in unroll) and (uses_scalars or mentions(control_expressions(kernel.body),
+                                                                set(kernel.coords))):
+        unroll = (1,) * n  # no lockstep: control flow differs between coordinates, or scalars
     return LaunchShape(threads, unroll, ADJACENT.get(element_bytes, False))
 
 
@@ -153,7 +156,10 @@ def cuda_source(scop: Scop, program: GpuProgram, host_function: str, *, block=No
     ``shared`` allows shared-memory staging in register-tiled kernels."""
     emit = _CudaExpr(scop)
     element_bytes = max((a.dtype.numpy.itemsize for a in scop.arrays.values()), default=8)
-    shapes = {k.name: launch_shape(k, element_bytes, block, tile) for k in program.kernels}
+    scalars = {name for name, array in scop.arrays.items() if array.local}
+    shapes = {k.name: launch_shape(k, element_bytes, block, tile, uses_scalars=any(
+        ref.array in scalars for s in k.statements for ref in scop.statement(s).accesses))
+        for k in program.kernels}
     private, on_device = _scalar_homes(scop, program)
     parts = [_prelude()]
     parts += [f"__device__ {_ctype(scop.arrays[s].dtype)} {s};" for s in on_device]

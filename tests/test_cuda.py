@@ -9,6 +9,7 @@ import pytest
 
 import polyopt as po
 from polyopt.codegen.gpu_mapping import HostLoop
+from polyopt.codegen.cuda import launch_shape
 from polyopt.cuda import plan
 
 SUITE = po.suite.names()
@@ -73,6 +74,23 @@ def test_gemm_is_register_tiled_with_promoted_accumulators():
 def test_bounds_are_parenthesized():
     source = po.cuda_source(po.suite.get("covariance").kernel)
     assert "_b0 <= (M >= N ? M - 1 : N - 1);" in source
+
+
+def test_no_register_tiling_with_local_scalars_or_varying_control_flow():
+    update = plan(po.suite.get("gemm").kernel).source.program.kernels[1]
+    assert launch_shape(update, 8).unroll == (4, 4)
+    assert launch_shape(update, 8, uses_scalars=True).unroll == (1, 1)
+
+    @po.kernel
+    def lower_product(A: po.f64["N", "N"], B: po.f64["N", "N"], C: po.f64["N", "N"]):
+        for i in range(N):
+            for j in range(N):
+                for k in range(i):
+                    C[i, j] += A[i, k] * B[k, j]
+
+    # the k loop's bound depends on the coordinate i: no lockstep
+    (kernel,) = plan(lower_product).source.program.kernels
+    assert len(kernel.coords) == 2 and launch_shape(kernel, 8).unroll == (1, 1)
 
 
 def test_promotion_needs_every_access_to_be_promoted():
