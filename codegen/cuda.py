@@ -247,7 +247,7 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
         if buffers:  # the whole block takes the staged path together: test the tile's corners
             steps = staged_steps
             out[declarations:declarations] = [
-                f"  __shared__ __align__(16) {_ctype(scop.arrays[b.array].dtype)} {b.name}[{prod(b.extents)}];"
+                f"  __shared__ __align__(16) {_ctype(b.dtype)} {b.name}[{prod(b.extents)}];"
                 for b in buffers]
             tile = [b * u for b, u in zip(shape.block, shape.unroll)]
             points = [_placing(kernel.coords, [E.Binary("+", E.Var(f"_b{d}", "iter"), E.Const(c * (t - 1), i64), i64)
@@ -355,15 +355,14 @@ def _emit_staged(node: Staged, emit, out: list[str], depth: int) -> None:
         for d in reversed(range(len(buffer.extents))):  # _e walks the array's own order: coalesced
             offsets.insert(0, f"_e / {stride} % {buffer.extents[d]}" if stride > 1 else f"_e % {buffer.extents[d]}")
             stride *= buffer.extents[d]
-        index, local = [], []
+        local = []
         for d, (base, text) in enumerate(zip(buffer.base, offsets)):
             out.append(f"{pad}    const long _d{d} = {text}, _g{d} = {emit.at(base, _PRIMARY)} + _d{d};")
             extent = emit.at(extent_expr(shape[d], emit.scop.params), _PRIMARY)
             checks.append(f"_g{d} >= 0 && _g{d} < {extent}")
-            index.append(E.Var(f"_g{d}", "iter"))
             local.append(E.Var(f"_d{d}", "iter"))
-        element = emit(E.Access(buffer.array, tuple(index), buffer.dtype))
-        out.append(f"{pad}    if ({' && '.join(checks)}) {buffer.name}[{emit(buffer.local_index(local))}] = {element};")
+        out.append(f"{pad}    if ({' && '.join(checks)}) "
+                   f"{buffer.name}[{emit(buffer.local_index(local))}] = {emit(buffer.value)};")
         out.append(f"{pad}  }}")
     out.append(f"{pad}  __syncthreads();")
     # a full chunk runs a constant trip count (unrolled); isl's loop conditions are upper bounds

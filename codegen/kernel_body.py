@@ -157,7 +157,7 @@ def _promote(loop: For, prefix: str, counter: list[int]) -> BodyNode:
     for element in chosen:
         registers.append((f"{prefix}{counter[0]}", element))
         counter[0] += 1
-    table = {element: E.Var(name, "scalar", element.dtype) for name, element in registers}
+    table = {element: E.Var(name, "register", element.dtype) for name, element in registers}
     body = rewrite(loop.body, lambda e: table.get(e) if isinstance(e, E.Access) else None)
     return Promote(tuple(registers), replace(loop, body=body))
 

@@ -3,7 +3,7 @@
 In an innermost loop of a register-tiled kernel body (a reduction loop, e.g. gemm's ``k``), a
 read of an array the kernel does not write, whose subscripts walk the loop and some but not all
 thread coordinates (``A[i][k]`` is the same for every ``j``), is reused by the threads of a
-block. The loop is strip-mined by ``chunk``; per chunk the block copies the footprint of each
+block; so is a subexpression of such a read and of kernel scalars (``alpha * A[i][k]``). The loop is strip-mined by ``chunk``; per chunk the block copies the footprint of each
 such read group (a box: per subscript, a coordinate's block extent, the chunk, or one element)
 from global into shared memory cooperatively, with ``__syncthreads`` before and after, and the
 loop reads the copy. Subscripts must be affine, each walking at most one coordinate or the loop
@@ -29,9 +29,13 @@ SHARED_BYTES = 48 * 1024
 
 @dataclass(frozen=True)
 class SharedBuffer:
-    """``name[prod(extents)]`` holding ``array[base + d]`` for ``0 <= d < extents`` (per array
-    dimension), stored with the array dimensions in ``order`` (outermost first): the dimension
-    the loop walks goes first, so a thread's consecutive coordinates are adjacent words."""
+    """``name[prod(extents)]`` holding ``value`` at ``array[base + d]`` for ``0 <= d < extents``
+    (per array dimension), stored with the array dimensions in ``order`` (outermost first): the
+    dimension the loop walks goes first, so a thread's consecutive coordinates are adjacent.
+
+    ``value`` is the staged read: the element ``array[_g0, _g1, ...]`` itself, or an expression
+    of it and of block-uniform values (``alpha * A[i][k]`` is computed once per element, in
+    the copy, instead of once per use)."""
 
     name: str
     array: str
@@ -39,6 +43,7 @@ class SharedBuffer:
     base: tuple[E.Expr, ...]
     extents: tuple[int, ...]
     order: tuple[int, ...]
+    value: E.Expr
 
     def local_index(self, offsets: list[E.Expr]) -> E.Expr:
         """The buffer position of the element at ``offsets`` from ``base`` (array order)."""
@@ -101,12 +106,24 @@ def _classify(index: E.Expr, loop_var: str, coords: tuple[str, ...]):
     return var, uniform, form.get(1, 0)
 
 
+def _reads(value: E.Expr, read_only: set[str]):
+    """The largest subexpressions of ``value`` that read one element of a ``read_only`` array
+    and otherwise only kernel scalars, parameters and constants: (subexpression, access)."""
+    accesses = [n for n in E.walk(value) if isinstance(n, E.Access)]
+    if len(accesses) == 1 and accesses[0].array in read_only and accesses[0].indices:
+        inside = {id(n) for n in E.walk(accesses[0])}
+        if all(n.kind in ("scalar", "param") for n in E.walk(value)
+               if isinstance(n, E.Var) and id(n) not in inside):
+            yield value, accesses[0]
+            return
+    for child in value.children():
+        yield from _reads(child, read_only)
+
+
 def _stage(loop: For, coords, threads, read_only, element_bytes, chunk, buffers) -> BodyNode:
-    groups: dict[tuple, list[tuple[E.Access, tuple]]] = {}
+    groups: dict[tuple, list[tuple[E.Expr, E.Access, tuple]]] = {}
     for assign in (loop.body.body if isinstance(loop.body, Block) else (loop.body,)):
-        for access in (n for n in E.walk(assign.value) if isinstance(n, E.Access)):
-            if access.array not in read_only or not access.indices:
-                continue
+        for read, access in _reads(assign.value, read_only):
             parts = [_classify(i, loop.var, coords) for i in access.indices]
             if any(p is None for p in parts):
                 continue
@@ -114,14 +131,17 @@ def _stage(loop: For, coords, threads, read_only, element_bytes, chunk, buffers)
             if loop.var not in walked or len(set(walked)) != len(walked) or \
                     set(coords) <= set(walked):
                 continue  # no reuse across the block, or a subscript pattern not handled
-            key = (access.array, tuple((p[0], p[1]) for p in parts))
-            groups.setdefault(key, []).append((access, tuple(p[2] for p in parts)))
+            element = E.Access(access.array, tuple(E.Var(f"_g{d}", "iter", i64)
+                                                   for d in range(len(parts))), access.dtype)
+            value = E.substitute(read, lambda n, a=access, g=element: g if n == a else None)
+            key = (value, tuple((p[0], p[1]) for p in parts))
+            groups.setdefault(key, []).append((read, access, tuple(p[2] for p in parts)))
     chunk_var = f"{loop.var}_chunk"
     new_buffers, table = [], {}
     used = sum(prod(b.extents) for b in buffers) * element_bytes
-    for (array, dims), members in groups.items():
-        low = [min(m[1][d] for m in members) for d in range(len(dims))]
-        high = [max(m[1][d] for m in members) for d in range(len(dims))]
+    for (value, dims), members in groups.items():
+        low = [min(m[2][d] for m in members) for d in range(len(dims))]
+        high = [max(m[2][d] for m in members) for d in range(len(dims))]
         extents, base = [], []
         for d, (var, uniform) in enumerate(dims):
             spread = high[d] - low[d]
@@ -143,15 +163,16 @@ def _stage(loop: For, coords, threads, read_only, element_bytes, chunk, buffers)
         used += size_bytes
         walked_first = [d for d, (var, _) in enumerate(dims) if var == loop.var]
         order = tuple(walked_first + [d for d in range(len(dims)) if d not in walked_first])
-        buffer = SharedBuffer(f"_s{len(buffers) + len(new_buffers)}", array,
-                              members[0][0].dtype, tuple(base), tuple(extents), order)
+        array = members[0][1].array
+        buffer = SharedBuffer(f"_s{len(buffers) + len(new_buffers)}", array, value.dtype,
+                              tuple(base), tuple(extents), order, value)
         new_buffers.append(buffer)
-        for access, _ in members:
+        for read, access, _ in members:
             offsets = [E.Binary("-", index, origin, i64)
                        for index, origin in zip(access.indices, buffer.base)]
-            table[access] = E.Access(buffer.name, (buffer.local_index(offsets),), access.dtype)
+            table[read] = E.Access(buffer.name, (buffer.local_index(offsets),), read.dtype)
     if not new_buffers:
         return loop
     buffers.extend(new_buffers)
-    body = rewrite(loop.body, lambda e: table.get(e) if isinstance(e, E.Access) else None)
+    body = rewrite(loop.body, table.get)
     return Staged(replace(loop, body=body), chunk, chunk_var, tuple(new_buffers))

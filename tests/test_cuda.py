@@ -56,14 +56,16 @@ def test_gemm_is_register_tiled_with_promoted_accumulators():
     update = program.kernels[1]
     assert shapes[update.name].unroll == (4, 4)
     text = result.source.source
-    assert "double _r15 = C[" in text and "_r15 = _r15 + alpha *" in text
+    assert "double _r15 = C[" in text and "_r15 = _r15 + _s0[" in text
     # threadIdx.x walks j, the stride-1 subscript of C and B
     assert "B[c0 * NJ + _p1_]" in text and "_p1 = _b1 + threadIdx.x" in text
     # A's and B's tiles are staged in shared memory, chunks of k between barriers
     assert "__shared__ __align__(16) double _s0[512];" in text
     assert "__shared__ __align__(16) double _s1[2048];" in text
     # copied in A's own order (coalesced), stored k-major: a thread's rows are adjacent words
-    assert "_s0[(0 * 16 + _d1) * 32 + _d0] = A[_g0 * NK + _g1];" in text
+    # alpha * A[i][k] is staged as a whole: one multiplication per element, not per use
+    assert "_s0[(0 * 16 + _d1) * 32 + _d0] = alpha * A[_g0 * NK + _g1];" in text
+    assert "_r0 = _r0 + _s0[" in text
     assert "__syncthreads();" in text and "_p0 = _b0 + threadIdx.y, _p1 = _b1 + threadIdx.x;" in text
     # f32: a thread's coordinates are adjacent (contiguous shared-memory reads)
     f32 = po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32"))
