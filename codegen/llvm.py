@@ -29,6 +29,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import groupby
 from typing import Callable
 
 import llvmlite.binding as llvm
@@ -339,23 +340,20 @@ class _FunctionEmitter:
             self._barrier()
         elif not _has_shared_loop(node):
             self._on_one_thread(node)
-        elif isinstance(node, Block):
-            serial: list[Node] = []
-            for child in node.body + (None,):
-                if child is not None and not _has_shared_loop(child):
-                    serial.append(child)
-                    continue
-                if serial:
-                    self._on_one_thread(Block(tuple(serial)))
-                    serial = []
-                if child is not None:
-                    self.emit(child)
+        elif isinstance(node, Block):  # runs of children without parallel loops: one barrier each
+            for threaded, children in groupby(node.body, key=_has_shared_loop):
+                if threaded:
+                    for child in children:
+                        self.emit(child)
+                else:
+                    self._on_one_thread(Block(tuple(children)))
         elif isinstance(node, For):
             self._loop(node, self.expr(node.init), lambda: self.expr(node.cond))
         else:
             self._if(node)
 
     def _on_one_thread(self, node: Node) -> None:
+        """``node`` on thread 0 while the others wait at the barrier after it."""
         b = self.builder
         with b.if_then(b.icmp_signed("==", self.team[0], ir.Constant(_I64, 0))):
             with self._in_mode("serial"):
