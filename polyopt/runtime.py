@@ -263,9 +263,11 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
     """
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; available: {', '.join(TARGETS)}")
-    if target == "cuda":
-        return _compile_cuda(kernel, algorithm, schedule_options)
     num_threads = check_num_threads(num_threads)
+    if target == "cuda":
+        if num_threads is not None:
+            raise ValueError("num_threads is an option of target='cpu' (CPU thread teams)")
+        return _compile_cuda(kernel, algorithm, schedule_options)
     key = _cache_key(kernel, target, algorithm, schedule_options)
     if key not in _CACHE:
         _CACHE[key] = _compile(kernel, algorithm, schedule_options)

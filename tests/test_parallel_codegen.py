@@ -210,6 +210,8 @@ def test_num_threads_option_and_keyword():
     _check(entry, lambda **args: two(**args, num_threads=3))
     with pytest.raises(ValueError, match="num_threads"):
         po.compile(entry.kernel, num_threads=0)
+    with pytest.raises(ValueError, match="target='cpu'"):
+        po.compile(entry.kernel, target="cuda", num_threads=2)
     with pytest.raises(TypeError, match="num_threads"):
         _check(entry, lambda **args: default(**args, num_threads=1.5))
 
