@@ -69,6 +69,10 @@ class TuneResult:
 
 
 _DECISIONS: dict[tuple, TuneResult] = {}
+#: A round of timing runs each candidate this long at least (short kernels run several times)...
+MIN_ROUND_SECONDS = 0.02
+#: ...but at most this many times.
+MAX_RUNS_PER_ROUND = 20
 
 
 def clear_decisions() -> None:
@@ -82,10 +86,11 @@ def autotune(kernel, *args, candidates: tuple[Candidate, ...] | None = None, rep
     """Time ``candidates`` (default :data:`DEFAULT_CANDIDATES`) of ``kernel`` on copies of the
     call arguments ``args``/``kwargs`` and return the fastest (see the module docstring).
 
-    After one checked warm-up run each, ``repeats`` timed runs per candidate, interleaved (the
-    minimum counts); results must agree with the first candidate's within ``rtol`` (normwise)
-    or :class:`TuningError` is raised. Candidates ``prune`` times slower than the fastest in the
-    first timed round are not timed again (their ``seconds`` is that one run)."""
+    After one checked warm-up run each, ``repeats`` rounds of timed runs, interleaved (the
+    minimum counts; a short kernel runs several times a round, see :data:`MIN_ROUND_SECONDS`);
+    results must agree with the first candidate's within ``rtol`` (normwise) or
+    :class:`TuningError` is raised. Candidates ``prune`` times slower than the fastest in the
+    first round are not timed again (their ``seconds`` is that round's)."""
     candidates = tuple(candidates or DEFAULT_CANDIDATES)
     if not candidates or not all(isinstance(c, Candidate) for c in candidates):
         raise TypeError("candidates must be a non-empty sequence of polyopt.autotune.Candidate")
@@ -113,14 +118,16 @@ def autotune(kernel, *args, candidates: tuple[Candidate, ...] | None = None, rep
         kernel_(**call_args)
         return time.perf_counter() - start
 
-    _check_agreement(compiled, run, work, rtol)  # also each one's warm-up run
-    samples = {c: [run(k)] for c, k in compiled.items()}
-    fastest = min(t for (t,) in samples.values())
-    contenders = {c: k for c, k in compiled.items() if samples[c][0] <= prune * fastest}
+    warm = _check_agreement(compiled, run, work, rtol)  # also each one's warm-up run
+    # short kernels: several runs per candidate and round, so a round takes about MIN_ROUND_SECONDS
+    runs = max(1, min(MAX_RUNS_PER_ROUND, int(MIN_ROUND_SECONDS / max(min(warm.values()), 1e-9))))
+    samples = {c: min(run(k) for _ in range(runs)) for c, k in compiled.items()}
+    fastest = min(samples.values())
+    contenders = {c: k for c, k in compiled.items() if samples[c] <= prune * fastest}
     for _ in range(repeats - 1):
         for candidate, kernel_ in contenders.items():
-            samples[candidate].append(run(kernel_))
-    seconds = {c.label: min(s) for c, s in samples.items()}
+            samples[candidate] = min(samples[candidate], min(run(kernel_) for _ in range(runs)))
+    seconds = {c.label: samples[c] for c in compiled}
     best = min(compiled, key=lambda c: seconds[c.label])
     result = TuneResult(compiled[best], best, seconds, skipped, dict(bound.params))
     _DECISIONS[key] = result
@@ -151,13 +158,14 @@ def _compile_distinct(kernel, candidates: tuple[Candidate, ...],
 
 
 def _check_agreement(compiled: dict[Candidate, CompiledKernel], run, work: dict[str, np.ndarray],
-                     rtol: float) -> None:
-    """Run every candidate once; each result must match the first candidate's (normwise, since
-    reordered floating-point sums differ in the last bits)."""
+                     rtol: float) -> dict[Candidate, float]:
+    """Run every candidate once (returned: the times); each result must match the first
+    candidate's (normwise, since reordered floating-point sums differ in the last bits)."""
     reference: dict[str, np.ndarray] | None = None
     first = ""
+    seconds = {}
     for candidate, kernel_ in compiled.items():
-        run(kernel_)
+        seconds[candidate] = run(kernel_)
         if reference is None:
             reference, first = {k: v.copy() for k, v in work.items()}, candidate.label
             continue
@@ -167,3 +175,4 @@ def _check_agreement(compiled: dict[Candidate, CompiledKernel], run, work: dict[
             if not error <= rtol * scale:
                 raise TuningError(f"autotune: candidate {candidate.label!r} computes a different "
                                   f"{name!r} than {first!r} (relative error {error / scale:.3g})")
+    return seconds

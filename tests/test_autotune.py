@@ -1,12 +1,16 @@
 """po.autotune: picks the fastest candidate where one clearly wins, never writes the caller's
 arrays, caches its decision, prunes candidates with identical loops, and refuses candidates that
 disagree on the result."""
+import sys
+
 import numpy as np
 import pytest
 
 import polyopt as po
 from polyopt import f64
 from polyopt.autotune import DEFAULT_CANDIDATES, Candidate, TuningError, clear_decisions
+
+TUNING = sys.modules["polyopt.autotune"]  # (po.autotune is the function)
 
 
 @po.kernel
@@ -83,12 +87,23 @@ def test_clearly_slower_candidates_are_timed_only_once(monkeypatch):
         return original_run(self, *args, **kwargs)
 
     monkeypatch.setattr(po.CompiledKernel, "__call__", counting)
+    monkeypatch.setattr(TUNING, "MIN_ROUND_SECONDS", 0.0)  # one run per round
     n = 1024
     tuned = po.autotune(column_sweep, np.ones((n, n)), np.ones((n, n)), candidates=(ORIGINAL, PLUTO),
                         repeats=4, num_threads=1, prune=1.0)
     slower = "original" if tuned.best == PLUTO else "pluto"
-    assert calls.count(slower) == 2  # the checked warm-up and the first timed round
-    assert calls.count(tuned.best.algorithm) == 1 + 4
+    assert calls.count(slower) == 2  # the checked warm-up and the first round
+    assert calls.count(tuned.best.algorithm) == 1 + 4  # warm-up, then one run in each of 4 rounds
+
+
+def test_short_kernels_run_several_times_a_round(monkeypatch):
+    clear_decisions()
+    calls = []
+    original_run = po.CompiledKernel.__call__
+    monkeypatch.setattr(po.CompiledKernel, "__call__",
+                        lambda self, *a, **k: (calls.append(1), original_run(self, *a, **k)))
+    po.autotune(triple, np.zeros(16), np.ones(16), candidates=(ORIGINAL,), repeats=2)
+    assert len(calls) == 1 + 2 * TUNING.MAX_RUNS_PER_ROUND  # microseconds: the most runs a round
 
 
 class _Other(Candidate):
