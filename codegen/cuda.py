@@ -25,12 +25,12 @@ from math import prod
 from polyopt import expr as E
 from polyopt.affine import extent_expr
 from polyopt.codegen.ast import Block, For, If, abi_arguments
-from polyopt.codegen.c import _AND, _PRIMARY, _CExpr, _ctype, c_prelude
+from polyopt.codegen.c import _AND, _COND, _PRIMARY, _CExpr, _ctype, c_prelude
 from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel
 from polyopt.codegen.kernel_body import (Assign, BodyNode, Promote, assignments,
                                          control_expressions, has_loop, jam, mentions, offset,
                                          promote_accumulators, rewrite)
-from polyopt.codegen.shared_memory import Staged, stage_reads
+from polyopt.codegen.shared_memory import HALF, Staged, stage_reads
 from polyopt.errors import CodegenError
 from polyopt.scop import Scop
 from polyopt.types import boolean, i64
@@ -243,11 +243,12 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
             reach = tuple((b - 1) * s + 1 for b, s in zip(shape.block, (
                 shape.unroll if shape.adjacent else (1,) * n)))
             fast = promote_accumulators(jam(body, kernel.coords, staged_steps, shape.unroll))
-            fast, buffers = stage_reads(fast, kernel.coords, reach, read_only, size)
+            fast, buffers = stage_reads(fast, kernel.coords, reach, read_only, size,
+                                            prod(shape.block))
         if buffers:  # the whole block takes the staged path together: test the tile's corners
             steps = staged_steps
             out[declarations:declarations] = [
-                f"  __shared__ __align__(16) {_ctype(b.dtype)} {b.name}[{prod(b.extents)}];"
+                f"  __shared__ __align__(16) {_ctype(b.dtype)} {b.name}[{2 * prod(b.extents)}];"
                 for b in buffers]
             tile = [b * u for b, u in zip(shape.block, shape.unroll)]
             points = [_placing(kernel.coords, [E.Binary("+", E.Var(f"_b{d}", "iter"), E.Const(c * (t - 1), i64), i64)
@@ -339,49 +340,89 @@ def _emit(node: BodyNode, emit, out: list[str], depth: int) -> None:
 
 
 def _emit_staged(node: Staged, emit, out: list[str], depth: int) -> None:
-    """The strip-mined loop: per chunk, a cooperative copy of each buffer between barriers."""
+    """The strip-mined loop over double buffers: the first chunk is copied before the loop;
+    each chunk loads the next one into registers, runs on the current half, stores the
+    registers into the other half, and ends with the one barrier it needs."""
     pad = "  " * depth
-    loop, chunk = node.loop, node.chunk_var
-    out.append(f"{pad}for (long {chunk} = {emit(loop.init)}; "
-               f"{emit(E.substitute(loop.cond, _renamer_to(loop.var, E.Var(chunk, 'iter'))))}; "
-               f"{chunk} += {node.chunk}) {{")
-    out.append(f"{pad}  __syncthreads();")
-    for buffer in node.buffers:
-        size = prod(buffer.extents)
-        out.append(f"{pad}  for (int _e = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); "
-                   f"_e < {size}; _e += blockDim.x * blockDim.y * blockDim.z) {{")
-        stride, offsets, checks = 1, [], []
-        shape = emit.scop.arrays[buffer.array].shape
-        for d in reversed(range(len(buffer.extents))):  # _e walks the array's own order: coalesced
-            offsets.insert(0, f"_e / {stride} % {buffer.extents[d]}" if stride > 1 else f"_e % {buffer.extents[d]}")
-            stride *= buffer.extents[d]
-        local = []
-        for d, (base, text) in enumerate(zip(buffer.base, offsets)):
-            out.append(f"{pad}    const long _d{d} = {text}, _g{d} = {emit.at(base, _PRIMARY)} + _d{d};")
-            extent = emit.at(extent_expr(shape[d], emit.scop.params), _PRIMARY)
-            checks.append(f"_g{d} >= 0 && _g{d} < {extent}")
-            local.append(E.Var(f"_d{d}", "iter"))
-        out.append(f"{pad}    if ({' && '.join(checks)}) "
-                   f"{buffer.name}[{emit(buffer.local_index(local))}] = {emit(buffer.value)};")
+    loop, chunk, threads = node.loop, node.chunk_var, node.threads
+    at = lambda value: _renamer_to(loop.var, value)  # noqa: E731
+    out.append(f"{pad}{{")
+    out.append(f"{pad}  const int _t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);")
+    out.append(f"{pad}  const long _first = {emit(loop.init)};")
+    out.append(f"{pad}  int {HALF} = 0;")
+    for buffer in node.buffers:  # the first chunk, straight into half 0
+        out.append(f"{pad}  for (int _e = _t; _e < {prod(buffer.extents)}; _e += {threads}) {{")
+        local, value = _copy_element(buffer, emit, out, depth + 2, "_first", chunk)
+        out.append(f"{pad}    {buffer.name}[{local}] = {value};")
         out.append(f"{pad}  }}")
     out.append(f"{pad}  __syncthreads();")
+    out.append(f"{pad}  for (long {chunk} = _first; "
+               f"{emit(E.substitute(loop.cond, at(E.Var(chunk, 'iter'))))}; {chunk} += {node.chunk}) {{")
+    out.append(f"{pad}    const long _next = {chunk} + {node.chunk};")
+    out.append(f"{pad}    const bool _more = {emit(E.substitute(loop.cond, at(E.Var('_next', 'iter'))))};")
+    counts = [-(-prod(b.extents) // threads) for b in node.buffers]
+    for k, (buffer, count) in enumerate(zip(node.buffers, counts)):  # next chunk -> registers
+        out.append(f"{pad}    {_ctype(buffer.dtype)} _q{k}[{count}];")
+        out.append(f"{pad}    #pragma unroll")
+        out.append(f"{pad}    for (int _n = 0; _n < {count}; _n++) {{")
+        out.append(f"{pad}      const int _e = _t + _n * {threads};")
+        out.append(f"{pad}      if (_more && _e < {prod(buffer.extents)}) {{")
+        _, value = _copy_element(buffer, emit, out, depth + 4, "_next", chunk)
+        out.append(f"{pad}        _q{k}[_n] = {value};")
+        out.append(f"{pad}      }}")
+        out.append(f"{pad}    }}")
     # a full chunk runs a constant trip count (unrolled); isl's loop conditions are upper bounds
     # of the iterator, so the condition at the chunk's last value covers the whole chunk
     last = E.Binary("+", E.Var(chunk, "iter"), E.Const(node.chunk - 1, i64), i64)
-    out.append(f"{pad}  if ({emit(E.substitute(loop.cond, _renamer_to(loop.var, last)))}) {{")
-    out.append(f"{pad}    #pragma unroll")
-    out.append(f"{pad}    for (int _i = 0; _i < {node.chunk}; _i++) {{")
-    out.append(f"{pad}      const long {loop.var} = {chunk} + _i;")
-    _emit(loop.body, emit, out, depth + 3)
-    out.append(f"{pad}    }}")
-    out.append(f"{pad}  }} else {{")
+    out.append(f"{pad}    if ({emit(E.substitute(loop.cond, at(last)))}) {{")
+    out.append(f"{pad}      #pragma unroll")
+    out.append(f"{pad}      for (int _i = 0; _i < {node.chunk}; _i++) {{")
+    out.append(f"{pad}        const long {loop.var} = {chunk} + _i;")
+    _emit(loop.body, emit, out, depth + 4)
+    out.append(f"{pad}      }}")
+    out.append(f"{pad}    }} else {{")
     bound = E.Binary("<", E.Var(loop.var, "iter"), E.Binary("+", E.Var(chunk, "iter"), E.Const(node.chunk, i64), i64), boolean)
-    out.append(f"{pad}    for (long {loop.var} = {chunk}; {emit(bound)} && {emit.at(loop.cond, _AND + 1)}; "
+    out.append(f"{pad}      for (long {loop.var} = {chunk}; {emit(bound)} && {emit.at(loop.cond, _AND + 1)}; "
                f"{loop.var} += 1) {{")
-    _emit(loop.body, emit, out, depth + 3)
+    _emit(loop.body, emit, out, depth + 4)
+    out.append(f"{pad}      }}")
     out.append(f"{pad}    }}")
+    for k, (buffer, count) in enumerate(zip(node.buffers, counts)):  # registers -> other half
+        out.append(f"{pad}    #pragma unroll")
+        out.append(f"{pad}    for (int _n = 0; _n < {count}; _n++) {{")
+        out.append(f"{pad}      const int _e = _t + _n * {threads};")
+        out.append(f"{pad}      if (_more && _e < {prod(buffer.extents)}) {{")
+        local, _ = _copy_element(buffer, emit, out, depth + 4, "_next", chunk)
+        out.append(f"{pad}        {buffer.name}[(1 - {HALF}) * {prod(buffer.extents)} + {local}] = _q{k}[_n];")
+        out.append(f"{pad}      }}")
+        out.append(f"{pad}    }}")
+    out.append(f"{pad}    __syncthreads();")
+    out.append(f"{pad}    {HALF} ^= 1;")
     out.append(f"{pad}  }}")
     out.append(f"{pad}}}")
+
+
+def _copy_element(buffer, emit, out: list[str], depth: int, chunk_value: str,
+                  chunk_var: str) -> tuple[str, str]:
+    """Lines placing element ``_e`` of ``buffer`` (the array's own order, so consecutive
+    threads read consecutive addresses) for the chunk starting at ``chunk_value``: (its
+    position in a half of the buffer, its value or 0 outside the array)."""
+    pad = "  " * depth
+    shape = emit.scop.arrays[buffer.array].shape
+    stride, offsets = 1, []
+    for d in reversed(range(len(buffer.extents))):
+        offsets.insert(0, f"_e / {stride} % {buffer.extents[d]}" if stride > 1 else f"_e % {buffer.extents[d]}")
+        stride *= buffer.extents[d]
+    checks, local = [], []
+    rename = _renamer_to(chunk_var, E.Var(chunk_value, "iter", i64))
+    for d, (base, text) in enumerate(zip(buffer.base, offsets)):
+        origin = emit.at(E.substitute(base, rename), _PRIMARY)
+        out.append(f"{pad}const long _d{d} = {text}, _g{d} = {origin} + _d{d};")
+        extent = emit.at(extent_expr(shape[d], emit.scop.params), _PRIMARY)
+        checks.append(f"_g{d} >= 0 && _g{d} < {extent}")
+        local.append(E.Var(f"_d{d}", "iter"))
+    value = f"({' && '.join(checks)}) ? {emit.at(buffer.value, _COND)} : ({_ctype(buffer.dtype)})0"
+    return emit(buffer.local_index(local)), value
 
 
 def _renamer_to(var: str, value: E.Expr):

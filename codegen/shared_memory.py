@@ -25,6 +25,8 @@ from polyopt.types import i64
 
 #: Largest shared memory a kernel's buffers may take (bytes; the default static limit).
 SHARED_BYTES = 48 * 1024
+#: The variable selecting the half of the double buffers the loop reads (0 or 1).
+HALF = "_half"
 
 
 @dataclass(frozen=True)
@@ -56,17 +58,19 @@ class SharedBuffer:
 
 @dataclass(frozen=True)
 class Staged:
-    """``loop`` strip-mined by ``chunk`` (chunk variable ``chunk_var``), copying ``buffers``
-    into shared memory at the start of every chunk."""
+    """``loop`` strip-mined by ``chunk`` (chunk variable ``chunk_var``) over double-buffered
+    ``buffers``: the block's ``threads`` load the next chunk into registers while the loop runs
+    on the current half (:data:`HALF` selects it), then store them into the other half."""
 
     loop: For
     chunk: int
     chunk_var: str
     buffers: tuple[SharedBuffer, ...]
+    threads: int
 
 
 def stage_reads(node: BodyNode, coords: tuple[str, ...], threads: tuple[int, ...],
-                read_only: set[str], element_bytes: int, chunk: int = 16
+                read_only: set[str], element_bytes: int, block_threads: int, chunk: int = 16
                 ) -> tuple[BodyNode, list[SharedBuffer]]:
     """``node`` with reused read-only footprints of its innermost loops staged in shared
     memory (see the module docstring); ``threads[k]`` is how far coordinate ``k`` reaches over
@@ -76,7 +80,8 @@ def stage_reads(node: BodyNode, coords: tuple[str, ...], threads: tuple[int, ...
     def visit(n: BodyNode) -> BodyNode:
         if isinstance(n, For):
             if _straight_line(n.body) and n.step == 1:
-                return _stage(n, coords, threads, read_only, element_bytes, chunk, buffers)
+                return _stage(n, coords, threads, read_only, element_bytes, block_threads, chunk,
+                              buffers)
             return replace(n, body=visit(n.body))
         if isinstance(n, Promote):
             return Promote(n.registers, visit(n.loop))
@@ -120,7 +125,8 @@ def _reads(value: E.Expr, read_only: set[str]):
         yield from _reads(child, read_only)
 
 
-def _stage(loop: For, coords, threads, read_only, element_bytes, chunk, buffers) -> BodyNode:
+def _stage(loop: For, coords, threads, read_only, element_bytes, block_threads, chunk,
+           buffers) -> BodyNode:
     groups: dict[tuple, list[tuple[E.Expr, E.Access, tuple]]] = {}
     for assign in (loop.body.body if isinstance(loop.body, Block) else (loop.body,)):
         for read, access in _reads(assign.value, read_only):
@@ -138,7 +144,7 @@ def _stage(loop: For, coords, threads, read_only, element_bytes, chunk, buffers)
             groups.setdefault(key, []).append((read, access, tuple(p[2] for p in parts)))
     chunk_var = f"{loop.var}_chunk"
     new_buffers, table = [], {}
-    used = sum(prod(b.extents) for b in buffers) * element_bytes
+    used = sum(2 * prod(b.extents) for b in buffers) * element_bytes
     for (value, dims), members in groups.items():
         low = [min(m[2][d] for m in members) for d in range(len(dims))]
         high = [max(m[2][d] for m in members) for d in range(len(dims))]
@@ -157,7 +163,7 @@ def _stage(loop: For, coords, threads, read_only, element_bytes, chunk, buffers)
                 term = E.Binary("+", term, E.Binary("*", E.Const(coef, i64), E.Var(name, "iter", i64), i64), i64)
             base.append(term if origin is None else E.Binary("+", origin, term, i64))
             extents.append(size)
-        size_bytes = prod(extents) * element_bytes
+        size_bytes = 2 * prod(extents) * element_bytes  # double-buffered
         if used + size_bytes > SHARED_BYTES:
             continue
         used += size_bytes
@@ -170,9 +176,11 @@ def _stage(loop: For, coords, threads, read_only, element_bytes, chunk, buffers)
         for read, access, _ in members:
             offsets = [E.Binary("-", index, origin, i64)
                        for index, origin in zip(access.indices, buffer.base)]
-            table[read] = E.Access(buffer.name, (buffer.local_index(offsets),), read.dtype)
+            half = E.Binary("*", E.Var(HALF, "iter", i64), E.Const(prod(extents), i64), i64)
+            table[read] = E.Access(buffer.name, (E.Binary("+", half, buffer.local_index(offsets), i64),),
+                                   read.dtype)
     if not new_buffers:
         return loop
     buffers.extend(new_buffers)
     body = rewrite(loop.body, table.get)
-    return Staged(replace(loop, body=body), chunk, chunk_var, tuple(new_buffers))
+    return Staged(replace(loop, body=body), chunk, chunk_var, tuple(new_buffers), block_threads)

@@ -60,12 +60,16 @@ def test_gemm_is_register_tiled_with_promoted_accumulators():
     # threadIdx.x walks j, the stride-1 subscript of C and B
     assert "B[c0 * NJ + _p1_]" in text and "_p1 = _b1 + threadIdx.x" in text
     # A's and B's tiles are staged in shared memory, chunks of k between barriers
-    assert "__shared__ __align__(16) double _s0[512];" in text
-    assert "__shared__ __align__(16) double _s1[2048];" in text
-    # copied in A's own order (coalesced), stored k-major: a thread's rows are adjacent words
+    # double-buffered: two halves of 32x16 (A) and 16x128 (B)
+    assert "__shared__ __align__(16) double _s0[1024];" in text
+    assert "__shared__ __align__(16) double _s1[4096];" in text
+    # copied in A's own order (coalesced), stored k-major: a thread's rows are adjacent words;
     # alpha * A[i][k] is staged as a whole: one multiplication per element, not per use
-    assert "_s0[(0 * 16 + _d1) * 32 + _d0] = alpha * A[_g0 * NK + _g1];" in text
-    assert "_r0 = _r0 + _s0[" in text
+    assert ("_s0[(0 * 16 + _d1) * 32 + _d0] = (_g0 >= 0 && _g0 < NI && _g1 >= 0 && _g1 < NK) "
+            "? alpha * A[_g0 * NK + _g1] : (double)0;") in text
+    assert "_r0 = _r0 + _s0[_half * 512 + " in text
+    # the next chunk goes through registers into the other half, one barrier per chunk
+    assert "_s0[(1 - _half) * 512 + (0 * 16 + _d1) * 32 + _d0] = _q0[_n];" in text
     assert "__syncthreads();" in text and "_p0 = _b0 + threadIdx.y, _p1 = _b1 + threadIdx.x;" in text
     # f32: a thread's coordinates are adjacent (contiguous shared-memory reads)
     f32 = po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32"))
