@@ -102,6 +102,8 @@ def cupy_module():
 
 
 _MODULES: dict[str, object] = {}
+#: Captured host programs one compiled kernel keeps (one per argument set).
+_MAX_GRAPHS = 16
 
 
 def _raw_module(source: str):
@@ -164,7 +166,7 @@ class CudaKernel:
         args = tuple(stand_in(n, v) for n, v in zip(names, args))
         kwargs = {k: stand_in(k, v) for k, v in kwargs.items()}
         bound = bind_arguments(self.scop, args, kwargs)
-        CompiledKernel._check_params(self, bound.params)
+        CompiledKernel._check_params(self, bound.params)  # the CPU target's check, same fields
         written = {w.array for s in self.scop.statements for w in s.writes}
         _check_device_aliasing(self.scop.name, on_device, written)
         device, copy_back = {}, {}
@@ -199,6 +201,8 @@ class CudaKernel:
         cupy = cupy_module()
         key = tuple(v.data.ptr if _is_cupy(v) else v.item() for v in values)
         if key not in self._graphs:
+            if len(self._graphs) >= _MAX_GRAPHS:
+                self._graphs.clear()
             for kernel in self.program.kernels:  # build and load outside the capture
                 module.get_function(kernel.name)
             stream = cupy.cuda.Stream(non_blocking=True)
