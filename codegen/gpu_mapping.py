@@ -74,11 +74,6 @@ class GpuProgram:
     host: tuple[HostStep, ...]
     kernels: tuple[Kernel, ...]
 
-    @property
-    def parallel_kernels(self) -> int:
-        """How many kernels run more than one thread."""
-        return sum(1 for k in self.kernels if k.coords)
-
 
 def kernels_in(steps) -> list[Kernel]:
     """The kernels of a host program, in launch-site order."""

@@ -213,3 +213,13 @@ def test_gpu_graph_replay_of_a_host_loop():
     compiled.launch(bound.params, bound.scalars, device, graph=True)
     np.testing.assert_allclose(device["A"].get(), expected["A"], rtol=1e-12)
     np.testing.assert_allclose(device["B"].get(), expected["B"], rtol=1e-12)
+
+
+@needs_gpu
+def test_gpu_benchmark_rows():
+    from polyopt.bench_cuda import bench_suite
+
+    (row,) = bench_suite(["gemm"], "MINI", repeats=2)
+    assert row["max_rel_error"] < 1e-9 and row["kernels"] == 2
+    assert 0 < row["graph_best_ms"] and 0 < row["kernel_best_ms"] <= row["kernel_median_ms"]
+    assert row["cublas_best_ms"] > 0 and row["fraction_of_cublas"] > 0
