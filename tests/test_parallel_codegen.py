@@ -67,6 +67,12 @@ def _outermost_threaded(node: Node) -> int:
     return sum(_outermost_threaded(c) for c in children.get(type(node), lambda n: [])(node) if c is not None)
 
 
+def _fronts(node: Node) -> list[For]:
+    """Sequential loops around a loop that runs on threads (wavefront fronts)."""
+    return [loop for loop in _loops(node) if not loop.parallel
+            and any(runs_on_threads(inner) for inner in _loops(loop.body))]
+
+
 def _team_starts(ir_text: str) -> int:
     return len(re.findall(r'call void @"GOMP_parallel"\(', ir_text))
 
@@ -92,9 +98,7 @@ def test_parallel_kernels_match_reference(name, options):
 def test_wavefront_is_one_team_with_barriers():
     """jacobi-2d's parallel loop sits in a sequential front loop: one team walks all fronts."""
     compiled = po.compile(po.suite.get("jacobi-2d").kernel, algorithm="pluto")
-    front = compiled.loops
-    assert isinstance(front, For) and not front.parallel
-    assert any(runs_on_threads(loop) for loop in _loops(front.body))
+    assert _fronts(compiled.loops)
     assert _team_starts(compiled.llvm_ir) == 1
     assert '@"GOMP_barrier"()' in compiled.llvm_ir
 
@@ -124,9 +128,7 @@ def test_c_pragmas_match_thread_teams(name, options):
     compiled = po.compile(po.suite.get(name).kernel, algorithm="pluto", **options)
     pragmas = compiled.c_source.count("#pragma omp parallel for")
     assert pragmas == _outermost_threaded(compiled.loops) >= 1
-    fronts = [loop for loop in _loops(compiled.loops) if not loop.parallel
-              and any(runs_on_threads(inner) for inner in _loops(loop.body))]
-    if not fronts:
+    if not _fronts(compiled.loops):
         assert _team_starts(compiled.llvm_ir) == pragmas
     else:
         assert 1 <= _team_starts(compiled.llvm_ir) <= pragmas
