@@ -84,15 +84,20 @@ class PlutoScheduler:
     CONST_BOUND = 8
     U_BOUND = 4
     W_BOUND = 32
+    SHIFT_BOUND = 2
 
     def __init__(self, scop: Scop, deps: Dependences, *, fuse: str = "smart",
-                 negative_coeffs: bool | None = None):
+                 negative_coeffs: bool | None = None, param_shifts: bool = False):
         if fuse not in FUSION_POLICIES:
             raise ScheduleError(f"unknown fusion policy {fuse!r}; use one of {', '.join(FUSION_POLICIES)}")
         self.scop = scop
         self.fuse = fuse
         self.negative = negative_coeffs  # None: per component, only where non-negative fails
         self.used_negative = False
+        # parameters a statement's schedule may be shifted by (phi = c.i + d.p + c0, d >= 0):
+        # fuses loops that follow one another (atax: S3 at N + j after S2 at j), as isl does;
+        # off by default: with it, fuse="max" fuses everything at parametric offsets (3mm)
+        self._shift_params = tuple(scop.params) if param_shifts else ()
         self.statements = [s.name for s in scop.statements]
         self.dims = {s.name: len(s.iterators) for s in scop.statements}
         self.order = {name: k for k, name in enumerate(self.statements)}
@@ -113,6 +118,7 @@ class PlutoScheduler:
             for k in reversed(range(self.dims[s])):  # inner iterators first: lexmin keeps outer loops outer
                 names += [f"{s}_p{k}", f"{s}_n{k}"] if negative else [f"{s}_c{k}"]
         names += [f"{s}_cst" for s in stmts]
+        names += [f"{s}_d{p}" for s in stmts for p in self._shift_params]
         return Unknowns(tuple(names))
 
     @staticmethod
@@ -136,26 +142,30 @@ class PlutoScheduler:
                 for name in ([f"{s}_p{k}", f"{s}_n{k}"] if negative else [f"{s}_c{k}"]):
                     box.between(name, 0, self.COEFF_BOUND)
             box.between(f"{s}_cst", 0, self.CONST_BOUND)
+            for p in self._shift_params:
+                box.between(f"{s}_d{p}", 0, self.SHIFT_BOUND)
         return box
 
     # ----- constraints ---------------------------------------------------------------------------
-    def _delta_form(self, edge: Edge, sign: int, negative: bool, extra_constant: Form):
-        """Coefficients of sign * (phi_sink(t) - phi_source(s)) + extra_constant."""
+    def _delta_form(self, edge: Edge, sign: int, negative: bool, extra_constant: Form,
+                    extra_params: dict[str, Form]):
+        """Coefficients of sign * (phi_sink(t) - phi_source(s)) + extra_constant + extra_params.p."""
         constant = linear((1, extra_constant), (sign, var(f"{edge.sink}_cst")), (-sign, var(f"{edge.source}_cst")))
+        params = {p: linear((1, extra_params.get(p, {})), (sign, var(f"{edge.sink}_d{p}")),
+                            (-sign, var(f"{edge.source}_d{p}"))) for p in self._shift_params}
+        params.update({p: form for p, form in extra_params.items() if p not in params})
         source = [linear((-sign, self.coefficient(edge.source, k, negative))) for k in range(self.dims[edge.source])]
         sink = [linear((sign, self.coefficient(edge.sink, k, negative))) for k in range(self.dims[edge.sink])]
-        return constant, source, sink
+        return constant, params, source, sink
 
     def _band_problem(self, stmts: tuple[str, ...], edges: list[Edge], negative: bool):
         """Unknowns and legality + bounding constraints of one component for a whole band."""
         unknowns = self._unknowns(stmts, negative)
         constraints = self._bounds(stmts, negative)
-        params = {p: var(f"u_{p}") for p in self.scop.params}
+        bound = {p: var(f"u_{p}") for p in self.scop.params}
         for edge in edges:
-            constant, source, sink = self._delta_form(edge, +1, negative, {})
-            constraints.extend(nonnegative_on(edge.relation, constant, {}, source, sink))
-            constant, source, sink = self._delta_form(edge, -1, negative, var("w"))
-            constraints.extend(nonnegative_on(edge.relation, constant, params, source, sink))
+            constraints.extend(nonnegative_on(edge.relation, *self._delta_form(edge, +1, negative, {}, {})))
+            constraints.extend(nonnegative_on(edge.relation, *self._delta_form(edge, -1, negative, var("w"), bound)))
         return unknowns, unknowns.basic_set(constraints)
 
     def _independence(self, stmt: str, sign: int, negative: bool, into: Constraints) -> None:
@@ -233,7 +243,8 @@ class PlutoScheduler:
                 coeffs = tuple(values[f"{s}_p{k}"] - values[f"{s}_n{k}"] for k in range(self.dims[s]))
             else:
                 coeffs = tuple(values[f"{s}_c{k}"] for k in range(self.dims[s]))
-            row[s] = (coeffs, values[f"{s}_cst"])
+            shifts = tuple((p, values[f"{s}_d{p}"]) for p in self._shift_params if values[f"{s}_d{p}"])
+            row[s] = (coeffs, values[f"{s}_cst"], shifts) if shifts else (coeffs, values[f"{s}_cst"])
         return row
 
     # ----- strongly connected components and cuts --------------------------------------------
@@ -375,9 +386,9 @@ def _stable_topological(components: list[list[str]], edges: list[Edge], order: d
 
 
 def pluto_levels(scop: Scop, deps: Dependences, *, fuse: str = "smart",
-                 negative_coeffs: bool | None = None) -> tuple[list[Level], bool]:
+                 negative_coeffs: bool | None = None, param_shifts: bool = False) -> tuple[list[Level], bool]:
     """The Pluto schedule of ``scop`` as levels (bands and cuts), and whether it used negative
     coefficients. ``negative_coeffs``: False = Pluto (non-negative), True = Pluto+ (bounded
     negative), None = Pluto, switching a component to Pluto+ only where Pluto finds nothing."""
-    scheduler = PlutoScheduler(scop, deps, fuse=fuse, negative_coeffs=negative_coeffs)
+    scheduler = PlutoScheduler(scop, deps, fuse=fuse, negative_coeffs=negative_coeffs, param_shifts=param_shifts)
     return scheduler.run(), scheduler.used_negative

@@ -151,7 +151,10 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
     """Our Pluto-style scheduler (:mod:`polyopt.pluto`) followed by the tree transformations.
 
     Options: ``fuse`` ("smart" | "max" | "no"), ``negative_coeffs`` (None = only where needed,
-    True = Pluto+, False = Pluto), ``tile`` (None, an int, per-dimension sizes, or "auto": per
+    True = Pluto+, False = Pluto), ``param_shifts`` (False; True lets a statement's hyperplane be
+    shifted by the size parameters, phi = c.i + d.p + c0, which fuses loops that run one after
+    the other, as isl's scheduler does on atax and doitgen, at the price of fusions that rarely
+    pay), ``tile`` (None, an int, per-dimension sizes, or "auto": per
     band from the cache sizes), ``tile2`` (tiles per second-level tile), ``parallel`` (mark the
     outermost parallel loop, with a wavefront where a band has none), ``vectorize`` (reorder the
     innermost band so its innermost loop is parallel and stride-1), ``register_tile`` (None,
@@ -162,7 +165,7 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
     from polyopt.levels import tree_from_levels
     from polyopt.pluto import pluto_levels
 
-    allowed = {"fuse", "negative_coeffs", "tile", "tile2", "parallel", "vectorize", "register_tile"}
+    allowed = {"fuse", "negative_coeffs", "param_shifts", "tile", "tile2", "parallel", "vectorize", "register_tile"}
     unknown = set(options) - allowed
     if unknown:
         raise ScheduleError(f"pluto: unknown option(s) {', '.join(sorted(unknown))}; "
@@ -170,7 +173,8 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
     registers = options.get("register_tile")
     registers = None if registers is None else transform.register_tile_sizes(scop, registers)
     levels, _ = pluto_levels(scop, deps, fuse=options.get("fuse", "smart"),
-                             negative_coeffs=options.get("negative_coeffs"))
+                             negative_coeffs=options.get("negative_coeffs"),
+                             param_shifts=options.get("param_shifts", False))
     tree = tree_from_levels(scop, levels)
     if options.get("vectorize", True):  # before tiling: the tile loops take the same order
         tree = transform.vectorizable_innermost(tree, scop)

@@ -127,6 +127,20 @@ def test_parallel_mark_is_checked_by_the_verifier():
         po.verify(scop, racy)
 
 
+@pytest.mark.parametrize("name", ["atax", "doitgen"])
+def test_parametric_shifts_reach_isl_tilable_depth(name):
+    """isl fuses atax's and doitgen's loops at parametric offsets (S3 at N + j); with
+    ``param_shifts=True`` our Pluto does too, and the result is legal and correct."""
+    entry = po.suite.get(name)
+    plain = po.schedule(entry.kernel.scop, "pluto", parallel=False)
+    shifted = po.schedule(entry.kernel.scop, "pluto", param_shifts=True, parallel=False)
+    isl_depth = tree_statistics(po.schedule(entry.kernel.scop, "isl").tree)["permutable_depth"]
+    assert tree_statistics(plain.tree)["permutable_depth"] < isl_depth
+    assert tree_statistics(shifted.tree)["permutable_depth"] >= isl_depth
+    po.verify(entry.kernel.scop, shifted)
+    run_and_compare(entry, po.compile(entry.kernel, algorithm="pluto", param_shifts=True, tile=4), "SMALL")
+
+
 def test_options_are_checked():
     scop = po.suite.get("gemm").kernel.scop
     with pytest.raises(po.ScheduleError, match="unknown option"):
