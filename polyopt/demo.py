@@ -40,7 +40,7 @@ def run_demo(size: str = "LARGE", algorithm: str = po.runtime.DEFAULT_ALGORITHM,
     print(compiled.schedule.pretty())
     _section("Generated C (the LLVM backend compiles the same loop AST)")
     print(compiled.c_source.split("\n\n", 1)[1])
-    print(f"compile times (s): " + ", ".join(f"{k} {v:.4f}" for k, v in compiled.compile_times.items()))
+    print("compile times (s): " + ", ".join(f"{k} {v:.4f}" for k, v in compiled.compile_times.items()))
 
     _section("Correctness against the numpy reference")
     for preset in ("MINI", "SMALL", "MEDIUM"):

@@ -165,7 +165,7 @@ def test_min_max_bounds_match_python_range(n):
     assert _points(s3.domain, N=n) == sorted((i,) for i in range(max(2, n - 5), min(n, 7)))
     # the descending min/max loop is scheduled descending
     sched = loops.scop.schedule.get_map().intersect_domain(isl.UnionSet.from_set(s2.domain))
-    assert sched.is_equal(isl.UnionMap(f"[N] -> {{ S2[i] -> [2, -i] }}").intersect_domain(
+    assert sched.is_equal(isl.UnionMap("[N] -> { S2[i] -> [2, -i] }").intersect_domain(
         isl.UnionSet.from_set(s2.domain)))
 
 
