@@ -48,9 +48,10 @@ def _rewrite_bands(tree: isl.Schedule, rewrite: NodeRewrite, *, outermost_only: 
 def _values(node: isl.ScheduleNode, sizes) -> list[int]:
     """Per-member sizes for a band: an int for all, or a list (its last entry repeats)."""
     n = node.band_n_member()
-    if isinstance(sizes, str) or not (isinstance(sizes, int) or all(isinstance(v, int) for v in sizes)):
+    values = [sizes] if isinstance(sizes, int) else list(sizes) if isinstance(sizes, (list, tuple)) else []
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         raise ScheduleError(f'tile sizes must be an int, a list of ints or "auto", got {sizes!r}')
-    values = [sizes] * n if isinstance(sizes, int) else (list(sizes) + [list(sizes)[-1]] * n)[:n]
+    values = (values + [values[-1]] * n)[:n]
     if any(int(v) < 1 for v in values):
         raise ScheduleError(f"tile sizes must be positive, got {sizes!r}")
     return [int(v) for v in values]
@@ -271,7 +272,7 @@ def register_tile_sizes(scop: Scop, sizes: Sequence[int] | str = "auto") -> tupl
     row length is a parameter: with several rows, the accumulators of the other rows may alias
     and LLVM keeps them in memory. Within a row, LLVM keeps them in registers."""
     if sizes == "auto":
-        element = max(array.dtype.bits // 8 for array in scop.arrays.values())
+        element = max((array.dtype.bits // 8 for array in scop.arrays.values()), default=8)
         return 1, 4 * vector_bytes() // element
     if (isinstance(sizes, (str, int)) or len(sizes) != 2
             or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes)):

@@ -140,8 +140,9 @@ def test_tile_option_overrides_auto_and_bad_sizes_are_refused():
     scop = po.suite.get("gemm").kernel.scop
     sched = po.schedule(scop, "pluto", tile=(16, 8, 24), parallel=False)
     assert "mod 24" in str(_bands(sched.tree)[2].band_get_partial_schedule())
-    with pytest.raises(po.ScheduleError, match="tile sizes"):
-        po.schedule(scop, "pluto", tile="big")
+    for bad in ("big", [], True, (8, 2.5), 0):
+        with pytest.raises(po.ScheduleError, match="tile sizes"):
+            po.schedule(scop, "pluto", tile=bad)
     with pytest.raises(po.ScheduleError, match="auto"):
         transform.tile(sched.tree, "auto")
 
