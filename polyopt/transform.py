@@ -301,7 +301,7 @@ def _register_plan(node: isl.ScheduleNode, scop: Scop, sizes: Sequence[int]) -> 
 
 
 def register_tile(tree: isl.Schedule, scop: Scop, sizes: Sequence[int]) -> isl.Schedule:
-    """Unroll-and-jam the innermost qualifying band (see :func:`_register_plan`) by ``sizes``.
+    """Unroll-and-jam every innermost band that qualifies (see :func:`_register_plan`) by ``sizes``.
 
     gemm's point band (i, k, j) with sizes (1, 32) becomes (j - j mod 32, i, k, j mod 32)::
 
@@ -321,7 +321,7 @@ def register_tile(tree: isl.Schedule, scop: Scop, sizes: Sequence[int]) -> isl.S
         partial = node.band_get_partial_schedule()
         n = len(plan)
         coincident = [bool(node.band_member_get_coincident(k)) for k in range(n)]
-        tiled = [n - 1] + [k for k in range(n - 1) if plan[k] > 1]
+        tiled = [k for k in [n - 1, *range(n - 1)] if plan[k] > 1]  # the vector loop's tiles outermost
         rest = sorted((k for k in range(n) if plan[k] == 1), key=lambda k: not coincident[k])
         order = [(k, "tile") for k in tiled] + [(k, "whole") for k in rest] + [(k, "point") for k in sorted(tiled)]
         members, flags = [], []

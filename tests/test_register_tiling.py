@@ -66,6 +66,15 @@ def test_register_tile_order_and_flags():
     po.verify(scop, sched)
 
 
+def test_rows_only_register_tile_keeps_the_vector_loop_whole():
+    scop = po.suite.get("gemm").kernel.scop
+    sched = po.schedule(scop, "pluto", register_tile=(4, 1), parallel=False)
+    band = _bands(sched.tree)[-1]
+    assert band.band_n_member() == 4  # (i - i mod 4, j, k, i mod 4)
+    check_against_reference("gemm", po.compile(po.suite.get("gemm").kernel, algorithm="pluto",
+                                               register_tile=(4, 1)), "MINI")
+
+
 def test_register_tiling_skips_bands_whose_vector_loop_would_gather():
     # syrk's j walks C[i, j] along a row but A[j, k] down a column
     scop = po.suite.get("syrk").kernel.scop
