@@ -116,13 +116,23 @@ def _wavefront(node: isl.ScheduleNode) -> isl.ScheduleNode:
 
 
 def mark_parallel(tree: isl.Schedule, *, wavefront: bool = True) -> isl.Schedule:
-    """Mark the outermost coincident loop of every outermost band as parallel; where such a
-    permutable band has no coincident member, skew it into a wavefront first."""
+    """Mark the outermost coincident loop of every outermost band as parallel.
+
+    On a tiled band (a band with the point band below it) the coincident tile loops move
+    outermost first -- legal in a permutable band, and it gives one thread team for the whole
+    band instead of one per outer tile iteration; where no tile loop is coincident, the tile
+    loops are skewed into a wavefront. An untiled band keeps its loop order (the innermost
+    loop was chosen for vectorization) and gets no wavefront: a wavefront of single iterations
+    has neither locality nor enough work per front to pay for its barriers."""
 
     def rewrite(node: isl.ScheduleNode) -> isl.ScheduleNode:
         n = node.band_n_member()
         coincident = [node.band_member_get_coincident(k) for k in range(n)]
-        if not any(coincident) and wavefront and n >= 2 and node.band_get_permutable():
+        tiled = n >= 2 and node.band_get_permutable() and _has_band_below(node)
+        if tiled and any(coincident) and not coincident[0]:
+            node = _permute(node, [k for k in range(n) if coincident[k]] + [k for k in range(n) if not coincident[k]])
+            coincident = [node.band_member_get_coincident(k) for k in range(n)]
+        if not any(coincident) and wavefront and tiled:
             node = _wavefront(node)
             coincident = [node.band_member_get_coincident(k) for k in range(n)]
         if not any(coincident):
@@ -178,6 +188,13 @@ def _stride_one_score(member: isl.UnionPwAff, scop: Scop) -> int:
     """How many accesses walk their last dimension with unit stride along this member."""
     counts = _stride_counts(member, scop)
     return -1 if counts is None else counts[0]
+
+
+def _vector_score(member: isl.UnionPwAff, scop: Scop) -> int:
+    """Unit-stride accesses along this member, or -1 where some access would be strided (a loop
+    over gesummv's i walks A[i, j] by rows: innermost, it gathers and loses the cache lines)."""
+    counts = _stride_counts(member, scop)
+    return -1 if counts is None or counts[1] else counts[0]
 
 
 def _stride_counts(member: isl.UnionPwAff, scop: Scop) -> tuple[int, int] | None:
@@ -239,7 +256,7 @@ def vectorizable_innermost(tree: isl.Schedule, scop: Scop) -> isl.Schedule:
         if n < 2 or not node.band_get_permutable() or _has_band_below(node):
             return node
         partial = node.band_get_partial_schedule()
-        scores = [(_stride_one_score(partial.get_at(k), scop) if node.band_member_get_coincident(k) else -1, k)
+        scores = [(_vector_score(partial.get_at(k), scop) if node.band_member_get_coincident(k) else -1, k)
                   for k in range(n)]
         best_score, best = max(scores, key=lambda item: (item[0], item[1]))
         if best_score <= 0 or best == n - 1:

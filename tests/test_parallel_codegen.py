@@ -22,11 +22,11 @@ from polyopt.codegen.ast import Block, For, If, Node, runs_on_threads
 RTOL, ATOL = 1e-9, 1e-12
 THREADS = (1, 2, 4)
 
-# (kernel, options): outer parallel loops tiled and untiled, wavefronts (jacobi-2d, seidel-2d),
+# (kernel, options): outer parallel loops tiled and untiled, wavefronts of tiles (jacobi-2d, seidel-2d),
 # several parallel nests in one kernel (covariance, 2mm), triangular loops (trmm, syrk)
 PARALLEL_CASES = [
     ("gemm", {}), ("gemm", {"tile": 32}), ("2mm", {"tile": 32}), ("covariance", {}),
-    ("jacobi-2d", {}), ("jacobi-2d", {"tile": 32}), ("seidel-2d", {"tile": 32}),
+    ("gesummv", {}), ("jacobi-2d", {"tile": 32}), ("seidel-2d", {"tile": 32}),
     ("trmm", {}), ("syrk", {"tile": 32}),
 ]
 
@@ -96,8 +96,8 @@ def test_parallel_kernels_match_reference(name, options):
 
 
 def test_wavefront_is_one_team_with_barriers():
-    """jacobi-2d's parallel loop sits in a sequential front loop: one team walks all fronts."""
-    compiled = po.compile(po.suite.get("jacobi-2d").kernel, algorithm="pluto")
+    """jacobi-2d's parallel tile loop sits in a sequential front loop: one team walks all fronts."""
+    compiled = po.compile(po.suite.get("jacobi-2d").kernel, algorithm="pluto", tile=32)
     assert _fronts(compiled.loops)
     assert _team_starts(compiled.llvm_ir) == 1
     assert '@"GOMP_barrier"()' in compiled.llvm_ir
@@ -109,9 +109,9 @@ def test_no_team_without_parallel_loops():
 
 
 def test_innermost_parallel_loops_are_vectorized_not_threaded():
-    """gesummv's parallel loops are innermost: a team start or a barrier per iteration of the
-    loop around them would cost more than their work, so neither emitter threads them."""
-    entry = po.suite.get("gesummv")
+    """trisolv's parallel loop is innermost: a team start or a barrier per iteration of the
+    loop around it would cost more than its work, so neither emitter threads it."""
+    entry = po.suite.get("trisolv")
     compiled = po.compile(entry.kernel, algorithm="pluto")
     marked = [loop for loop in _loops(compiled.loops) if loop.parallel]
     assert marked and not any(runs_on_threads(loop) for loop in marked)
@@ -196,7 +196,7 @@ def test_without_libgomp_parallel_loops_run_sequentially(monkeypatch):
         assert llvm_backend.openmp_available.__wrapped__() is False
     monkeypatch.setattr(llvm_backend, "openmp_available", lambda: False)
     entry = po.suite.get("jacobi-2d")
-    compiled = po.compile(entry.kernel, algorithm="pluto")
+    compiled = po.compile(entry.kernel, algorithm="pluto", tile=32)
     sequential = _with_loops(compiled, compiled.loops)
     assert "GOMP" not in sequential.llvm_ir and "omp_get" not in sequential.llvm_ir
     _check(entry, lambda **args: sequential(**args, num_threads=2))
