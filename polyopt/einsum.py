@@ -16,7 +16,14 @@ per contraction step); dtypes follow numpy's promotion and casting rules. How ea
 - longdouble, complex64, complex128, clongdouble, object: polyopt's reference interpreter runs
   the same Scop on Python/numpy scalars of that type (slow, exact in that type).
 
-numpy is used only to allocate, copy and cast arrays; every sum of products is polyopt's.
+On the GPU (``target="cuda"``, or any CuPy operand or ``out``) the same Scop is compiled by the
+CUDA backend with the same storage types (so the same widening and reinterpreting rules hold);
+the interpreted dtypes have no GPU code and raise :class:`TargetUnavailableError` naming the
+dtype. CuPy operands give a CuPy result and never leave the GPU; numpy operands with
+``target="cuda"`` are copied to the GPU and the result back (a numpy array, as on the CPU).
+
+numpy (CuPy on the GPU) is used only to allocate, copy and cast arrays; every sum of products
+is polyopt's.
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from polyopt.cuda import cupy_module
 from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, contraction_path, einsum_scop, label_sizes,
                                       parse_subscripts, size_parameter, sublists_to_subscripts)
@@ -76,35 +84,59 @@ def _element_type(storage: np.dtype) -> DType:
 
 
 @lru_cache(maxsize=256)
-def _plan(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, algorithm: str) -> _Plan:
+def _plan(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, algorithm: str,
+          target: str = "cpu") -> _Plan:
     """The (cached) plan of one pattern; sizes are parameters, so new shapes reuse it."""
     element = _element_type(storage)
     scop, temporaries = einsum_scop(spec, broadcast, path, element)
-    kernel = None if storage in _INTERPRETED else compile(scop, algorithm=algorithm)
-    return _Plan(scop, temporaries, kernel)
+    if storage not in _INTERPRETED:
+        return _Plan(scop, temporaries, compile(scop, target=target, algorithm=algorithm))
+    if target == "cuda":
+        raise TargetUnavailableError(
+            f"einsum: {storage} data has no CUDA code in polyopt (the GPU compiles bool, integer "
+            "and float16/32/64 data); pass numpy arrays and target=None for the CPU")
+    return _Plan(scop, temporaries, None)
 
 
-def _check_target(target: str | None, arrays: list) -> None:
-    on_gpu = any(type(a).__module__.split(".")[0] == "cupy" for a in arrays)
+def _is_cupy(value) -> bool:
+    return type(value).__module__.split(".")[0] == "cupy"
+
+
+def _target_of(target: str | None, operands: list, out) -> str:
+    """Where this call runs: 'cuda' when asked or when an operand or ``out`` is a CuPy array
+    (TargetUnavailableError without CuPy and a GPU), else 'cpu'."""
+    if target not in (None, "cpu", "cuda"):
+        raise ValueError(f"einsum: unknown target {target!r}; available: 'cpu', 'cuda'")
+    on_gpu = any(_is_cupy(a) for a in [*operands, out])
+    if target == "cpu" and on_gpu:
+        raise ValueError("einsum: CuPy arrays are on the GPU: pass target='cuda' (or None) for "
+                         "them, or numpy arrays for target='cpu'")
     if target == "cuda" or on_gpu:
-        raise TargetUnavailableError("einsum: the CUDA target is not available yet in polyopt "
-                                     "(CPU only); pass numpy arrays and target=None or 'cpu'")
-    if target not in (None, "cpu"):
-        raise ValueError(f"einsum: unknown target {target!r}; available: 'cpu'")
+        cupy_module()
+        return "cuda"
+    return "cpu"
+
+
+def _stand_in(value):
+    """A CuPy array as numpy's checks see it: a zero-size-in-memory numpy array of its shape and
+    dtype (other values as numpy would convert them)."""
+    if _is_cupy(value):
+        return np.broadcast_to(np.empty((), value.dtype), value.shape)
+    return np.asarray(value)
 
 
 def _prepare(subscripts, operands, dtype, casting: str, out, optimize):
     """Parse and check everything numpy checks; returns (spec, arrays, sizes, broadcast, path,
-    result dtype)."""
-    arrays = [np.asarray(op) for op in operands]
-    if out is not None and not isinstance(out, np.ndarray):
+    result dtype). CuPy operands are checked through stand-ins (:func:`_stand_in`)."""
+    arrays = [_stand_in(op) for op in operands]
+    if out is not None and not isinstance(out, np.ndarray) and not _is_cupy(out):
         raise TypeError("keyword parameter out must be an array for einsum")
     spec = parse_subscripts(subscripts, [a.ndim for a in arrays])
     sizes, broadcast = label_sizes(spec, [a.shape for a in arrays])
     if dtype is not None:
         result = np.dtype(dtype)
     else:
-        result = np.result_type(*arrays, *([] if out is None else [out]))
+        result = np.result_type(*arrays, *([] if out is None else [_stand_in(out)]))
     for k, a in enumerate(arrays):
         if not np.can_cast(a.dtype, result, casting):
             raise TypeError(f"Iterator operand {k} dtype could not be cast from {a.dtype!r} to "
@@ -124,13 +156,14 @@ def _prepare(subscripts, operands, dtype, casting: str, out, optimize):
     return spec, arrays, sizes, broadcast, path, result
 
 
-def _as_storage(array: np.ndarray, storage: np.dtype, out) -> np.ndarray:
-    """A C-contiguous array of the kernel's element type (never sharing memory with ``out``)."""
+def _as_storage(xp, array, storage: np.dtype, out):
+    """A C-contiguous array (of the array module ``xp``: numpy or CuPy) of the kernel's element
+    type, never sharing memory with ``out``."""
     if array.dtype in _REINTERPRETED and _REINTERPRETED[array.dtype] == storage:
-        array = np.asarray(array, order="C").view(storage)
-    if out is not None and np.may_share_memory(array, out):
-        return np.array(array, dtype=storage, order="C")
-    return np.asarray(array, dtype=storage, order="C")
+        array = xp.asarray(array, order="C").view(storage)
+    if out is not None and xp.may_share_memory(array, out):
+        return xp.array(array, dtype=storage, order="C")
+    return xp.asarray(array, dtype=storage, order="C")
 
 
 def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str = "K",
@@ -140,9 +173,9 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     ``einsum("ij,jk->ik", A, B)`` or the interleaved form ``einsum(A, [0, 1], B, [1, 2], [0, 2])``;
     ``out``, ``dtype``, ``order``, ``casting`` and ``optimize`` (False, True, "greedy", "optimal"
     or an ``["einsum_path", ...]`` list) as numpy's. The arithmetic is polyopt-compiled code (or
-    its reference interpreter for complex, longdouble and object data). ``target="cuda"`` and
-    CuPy operands raise :class:`TargetUnavailableError` (no CUDA backend yet). With ``order``
-    "K" or "A" the result is C-contiguous.
+    its reference interpreter for complex, longdouble and object data). ``target="cuda"`` or
+    CuPy operands run polyopt's CUDA code (module docstring; without CuPy and a GPU:
+    :class:`TargetUnavailableError`). With ``order`` "K" or "A" the result is C-contiguous.
     """
     if order not in _ORDERS:
         raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
@@ -155,16 +188,22 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
         subscripts, ops = operands[0], list(operands[1:])
     else:
         subscripts, ops = sublists_to_subscripts(operands)
-    _check_target(target, ops + [out])
+    where = _target_of(target, ops, out)
     spec, arrays, sizes, broadcast, path, result = _prepare(subscripts, ops, dtype, casting, out, optimize)
     storage = _storage_dtype(result)
-    plan = _plan(spec, broadcast, path, storage, DEFAULT_ALGORITHM)
-    buffers = {f"op{k}": _as_storage(a, storage, out) for k, a in enumerate(arrays)}
+    plan = _plan(spec, broadcast, path, storage, DEFAULT_ALGORITHM, where)
+    on_gpu = where == "cuda" and (any(_is_cupy(a) for a in ops) or _is_cupy(out))
+    if on_gpu and out is not None and not _is_cupy(out):
+        raise TypeError("einsum: out must be a CuPy array when the operands are on the GPU")
+    xp = cupy_module() if on_gpu else np
+    buffers = {f"op{k}": _as_storage(xp, op if _is_cupy(op) else a, storage, out)
+               for k, (op, a) in enumerate(zip(ops, arrays))}
     for name, labels in plan.temporaries:
-        buffers[name] = np.empty(tuple(sizes[label] for label in labels), dtype=storage)
+        buffers[name] = xp.empty(tuple(sizes[label] for label in labels), dtype=storage)
     shape = tuple(sizes[label] for label in spec.output)
-    direct = out is not None and out.dtype == storage and out.flags.c_contiguous and out.flags.writeable
-    buffers[OUTPUT] = out if direct else np.empty(shape, dtype=storage)
+    direct = (out is not None and out.dtype == storage and out.flags.c_contiguous
+              and getattr(out.flags, "writeable", True))  # CuPy arrays are always writeable
+    buffers[OUTPUT] = out if direct else xp.empty(shape, dtype=storage)
     if plan.kernel is not None:
         plan.kernel(**buffers)
     else:
@@ -175,33 +214,36 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
         value = value.view(result) if result in _REINTERPRETED else value.astype(result)
     if out is not None:
         if not direct:
-            np.copyto(out, value, casting="unsafe")
+            xp.copyto(out, value, casting="unsafe")
         return out
     if order == "F":
-        value = np.asfortranarray(value)
-    return value[()] if value.ndim == 0 else value
+        value = xp.asfortranarray(value)
+    return value[()] if value.ndim == 0 and xp is np else value
 
 
 def einsum_kernel(subscripts: str, *shapes_or_arrays, dtype=None, optimize=False,
-                  algorithm: str = DEFAULT_ALGORITHM) -> CompiledKernel:
+                  algorithm: str = DEFAULT_ALGORITHM, target: str = "cpu"):
     """The compiled kernel that :func:`einsum` runs for these subscripts, operand shapes (tuples)
     or arrays, and result ``dtype`` (default: numpy's result type of the arrays, else float64).
 
-    Inspect it (``.scop``, ``.schedule``, ``.c_source``, ``.llvm_ir``) or call it with keyword
-    arrays ``op0, op1, ..., out`` (and the temporaries ``t0, ...`` of a contraction path). The
-    kernel is cached: other sizes with the same pattern return the same object.
+    Inspect it (``.scop``, ``.schedule``, ``.c_source``, ``.llvm_ir``; ``.cuda_source`` with
+    ``target="cuda"``, which needs no GPU to compile) or call it with keyword arrays
+    ``op0, op1, ..., out`` (and the temporaries ``t0, ...`` of a contraction path). The kernel
+    is cached: other sizes with the same pattern return the same object.
     """
-    arrays = [a if hasattr(a, "shape") and hasattr(a, "dtype") else np.broadcast_to(np.int8(0), tuple(a))
-              for a in shapes_or_arrays]
+    if target not in ("cpu", "cuda"):
+        raise ValueError(f"einsum_kernel: unknown target {target!r}; available: 'cpu', 'cuda'")
+    arrays = [_stand_in(a) if hasattr(a, "shape") and hasattr(a, "dtype")
+              else np.broadcast_to(np.int8(0), tuple(a)) for a in shapes_or_arrays]
     if dtype is None:
-        given = [a for a, raw in zip(arrays, shapes_or_arrays) if raw is a]
+        given = [a for a, raw in zip(arrays, shapes_or_arrays) if hasattr(raw, "dtype")]
         dtype = np.result_type(*given) if given else np.float64
     spec, _, _, broadcast, path, result = _prepare(subscripts, arrays, dtype, "unsafe", None, optimize)
     storage = _storage_dtype(result)
     if storage in _INTERPRETED:
         raise TypeError(f"einsum on {result} data runs on polyopt's reference interpreter and has no "
                         "compiled kernel (polyopt.frontends.einsum.einsum_scop builds its Scop)")
-    return _plan(spec, broadcast, path, storage, algorithm).kernel
+    return _plan(spec, broadcast, path, storage, algorithm, target).kernel
 
 
 __all__ = ["TargetUnavailableError", "einsum", "einsum_kernel"]

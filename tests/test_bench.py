@@ -9,15 +9,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import time
+
 import numpy as np
 import pytest
 
-from polyopt.bench import BenchConfig, bench_einsum, bench_kernels, write_docs, write_json
+import polyopt as po
+from polyopt.bench import (TARGET_RUNNERS, BenchConfig, Runner, bench_einsum, bench_kernels,
+                           write_docs, write_json)
+from polyopt.bench.report import section_name, table
+from polyopt.bench.runners import abi_prototype
+from polyopt.cuda import cupy_module
 from polyopt.bench.kernels import summarize_kernels
 from polyopt.bench.measure import check, interleave
 from polyopt.bench.threads import blas_threads, openmp_threads
 from polyopt.cbuild import find_compiler
-from polyopt.errors import BenchmarkError
+from polyopt.errors import BenchmarkError, TargetUnavailableError
 from polyopt.cli import main
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -132,10 +139,66 @@ def test_a_kernel_polyopt_cannot_compile_is_recorded_and_the_run_goes_on(tmp_pat
     assert "ERROR" in out and "gemm: not run: ScheduleError" in out
 
 
+def _gpu_missing() -> str | None:
+    try:
+        cupy_module()
+    except TargetUnavailableError as error:
+        return str(error)
+    return None
+
+
+@pytest.mark.skipif(_gpu_missing() is None, reason="CuPy and a GPU are present")
+def test_cuda_target_without_gpu_is_a_clear_error(tmp_path, capsys):
+    status, report = _run(["gemm", "--target", "cuda"], tmp_path)
+    assert status == 2 and report == {}
+    assert "polyopt bench: error: --target cuda: target 'cuda' needs CuPy" in capsys.readouterr().err
+
+
+def test_f32_kernels_are_checked_at_f32_tolerance(tmp_path):
+    status, report = _run(["gemm", "--dtype", "f32", "--no-numpy", "--size", "NI=9,NJ=7,NK=5"],
+                          tmp_path)
+    assert status == 0 and report["config"]["dtype"] == "f32"
+    assert report["kernels"][0]["sizes"] == {"NI": 9, "NJ": 7, "NK": 5}
+    ours = report["kernels"][0]["runners"]["polyopt"]
+    assert ours["correct"] and 0 < ours["max_rel_error"] < 1e-4
+    assert "float alpha" in abi_prototype(po.suite.get("gemm"), BenchConfig(dtype="f32"))
+
+
+def test_kernel_only_times_get_their_own_columns_and_docs_section(tmp_path, monkeypatch):
+    """A target whose runner reports kernel-only seconds (as the cuda runners do with CUDA
+    events): kernel columns and GFLOP/s, and a docs section of its own beside the CPU one."""
+    entry = po.suite.get("gemm")
+    compiled = po.compile(entry.kernel)
+
+    def timed(args) -> float:
+        start = time.perf_counter()
+        compiled(**args)
+        return time.perf_counter() - start
+
+    monkeypatch.setitem(TARGET_RUNNERS, "timed",
+                        lambda entry, config, args: [Runner("polyopt", "self-timed", timed)])
+    report = bench_kernels(["gemm"], BenchConfig(size="MINI", repeats=2, threads=1,
+                                                 target="timed"))
+    ours = report["kernels"][0]["runners"]["polyopt"]
+    assert len(ours["kernel_times_s"]) == 2 and ours["kernel_gflops"] > 0
+    header, rows = table(report)
+    assert header[1:4] == ["polyopt kernel ms", "polyopt end-to-end ms", "gcc ms"]
+    assert rows[0][-1] == "ok"
+    assert section_name(report) == "timed kernels"
+    doc = tmp_path / "performance.md"
+    doc.write_text((DOCS / "performance.md").read_text())
+    write_docs(report, doc)
+    text = doc.read_text()
+    assert text.count("<!-- BEGIN polyopt bench timed kernels:") == 1
+    assert text.count("<!-- BEGIN polyopt bench kernels:") == 1  # the CPU section stays
+
+
 @pytest.mark.parametrize("argv, expected", [
-    (["gemm", "--target", "cuda"], "no benchmark runners for target 'cuda'"),
+    (["gemm", "--target", "tpu"], "no benchmark runners for target 'tpu'"),
     (["no-such-kernel"], "no suite kernel 'no-such-kernel'"),
     (["gemm", "--size", "HUGE"], "unknown preset 'HUGE'"),
+    (["gemm", "--size", "NI=4,NJ=5"], "gemm takes exactly the sizes NI, NJ, NK"),
+    (["gemm", "--size", "NI=4,NJ=x"], "expected a preset or KEY=INT"),
     (["gemm", "--threads", "0"], "--threads and --repeats must be at least 1"),
     (["--einsum", "gemm"], "--einsum runs its own cases"),
     (["gemm", "--autotune", "--tile", "32"], "--autotune picks the scheduler"),

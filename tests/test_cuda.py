@@ -217,9 +217,15 @@ def test_gpu_graph_replay_of_a_host_loop():
 
 @needs_gpu
 def test_gpu_benchmark_rows():
-    from polyopt.bench_cuda import bench_suite
+    from polyopt.bench import BenchConfig, bench_kernels
 
-    (row,) = bench_suite(["gemm"], "MINI", repeats=2)
-    assert row["max_rel_error"] < 1e-9 and row["kernels"] == 2
-    assert 0 < row["graph_best_ms"] and 0 < row["kernel_best_ms"] <= row["kernel_median_ms"]
-    assert row["cublas_best_ms"] > 0 and row["fraction_of_cublas"] > 0
+    report = bench_kernels(["gemm", "jacobi-1d"], BenchConfig(size="MINI", repeats=2, threads=1,
+                                                               target="cuda"))
+    assert report["correct"] and report["machine"]["gpu"]["name"]
+    gemm, jacobi = (k["runners"] for k in report["kernels"])
+    assert set(gemm) == {"polyopt", "cublas", "gcc"} and set(jacobi) == {"polyopt", "gcc"}
+    ours = gemm["polyopt"]
+    assert ours["gpu_kernels"] == 2 and ours["max_rel_error"] < 1e-9
+    assert 0 < ours["kernel_min_s"] <= ours["kernel_median_s"] < ours["median_s"]
+    assert ours["kernel_speedup_vs_cublas"] > 0 and ours["kernel_gflops"] > 0
+    assert gemm["cublas"]["correct"] and "kernel_median_s" not in gemm["gcc"]

@@ -3,6 +3,7 @@
     polyopt bench gemm 2mm --size LARGE --threads 2 --tile 32 --json out.json --write-docs
     polyopt bench all --size MEDIUM --external pluto:gemm=gemm.pluto.c
     polyopt bench --einsum --threads 2
+    polyopt bench gemm syrk jacobi-2d --target cuda --dtype f32 --json gpu.json
 
 Exit status: 0 when every result matched its reference, 1 when one did not (the report still
 shows it), 2 for a request that cannot run (unknown kernel or target, bad external file).
@@ -38,7 +39,9 @@ def add_parser(commands) -> argparse.ArgumentParser:
         epilog="examples:\n" + __doc__.split("\n\n")[1] + "\n\n" + __doc__.split("\n\n")[2],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_argument("kernels", nargs="*", metavar="KERNEL", help="suite kernels, or 'all'")
-    bench.add_argument("--size", default="LARGE", help="PolyBench preset (default LARGE)")
+    bench.add_argument("--size", default="LARGE",
+                       help="PolyBench preset (default LARGE), or every size of the kernels, "
+                            "e.g. NI=4096,NJ=4096,NK=4096")
     bench.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                        help="threads for every implementation (default: all cores)")
     bench.add_argument("--algorithm", default=DEFAULT_ALGORITHM, choices=po.algorithms())
@@ -53,7 +56,11 @@ def add_parser(commands) -> argparse.ArgumentParser:
                        help="C file (or .so) defining the kernel's function with the C "
                             "emitter's arguments (benchmarks/README.md)")
     bench.add_argument("--no-numpy", action="store_true", help="leave the numpy baseline out")
-    bench.add_argument("--target", default="cpu", help="where polyopt's code runs (default cpu)")
+    bench.add_argument("--target", default="cpu",
+                       help="where polyopt's code runs (default cpu; cuda: needs CuPy and a "
+                            "GPU, adds cuBLAS for gemm-like kernels)")
+    bench.add_argument("--dtype", default="f64", choices=("f64", "f32"),
+                       help="type of the kernels' floating-point data (default f64)")
     bench.add_argument("--einsum", action="store_true",
                        help="po.einsum against numpy.einsum and numpy matmul instead of kernels")
     bench.add_argument("--scale", type=float, default=1.0, help="--einsum: scale every extent")
@@ -101,7 +108,7 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     return BenchConfig(size=args.size, threads=args.threads, algorithm=args.algorithm,
                        options=options, repeats=args.repeats, target=args.target,
                        externals=tuple(_external(text) for text in args.external),
-                       numpy=not args.no_numpy, autotune=args.autotune)
+                       numpy=not args.no_numpy, autotune=args.autotune, dtype=args.dtype)
 
 
 def _progress(row: dict) -> None:

@@ -66,6 +66,19 @@ def machine_info() -> dict[str, object]:
     }
 
 
+def gpu_info() -> dict[str, object]:
+    """The GPU a ``cuda`` benchmark runs on: name, memory, driver and CUDA runtime, CuPy."""
+    from polyopt.cuda import cupy_module
+
+    cp = cupy_module()
+    properties = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = properties["name"]
+    return {"name": name.decode() if isinstance(name, bytes) else str(name),
+            "memory_gib": round(properties["totalGlobalMem"] / 2**30, 1),
+            "driver": cp.cuda.runtime.driverGetVersion(),
+            "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(), "cupy": cp.__version__}
+
+
 def now_utc() -> str:
     """The current time, UTC, to the second (ISO 8601)."""
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()

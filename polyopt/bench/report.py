@@ -3,7 +3,7 @@ docs/performance.md (a markdown table and a bar chart of speedups).
 
 Both report kinds (``kernels``: suite kernels vs gcc/numpy; ``einsum``: po.einsum vs numpy) are
 first turned into one header and rows of text cells, which the console and markdown writers
-share. A docs section lives between two HTML comments naming its kind; regenerating it replaces
+share. A docs section lives between two HTML comments naming its kind (and target); regenerating it replaces
 only that text, so the hand-written rest of the file stays as it is.
 """
 from __future__ import annotations
@@ -37,23 +37,46 @@ def _runner_order(rows: list[dict]) -> list[str]:
     return names
 
 
+def _kernel_milliseconds(result: dict) -> str:
+    if not result.get("correct", False):
+        return "WRONG"
+    return f"{result['kernel_median_s'] * 1e3:.4g} ({result['kernel_min_s'] * 1e3:.4g})"
+
+
 def kernel_table(report: dict) -> Table:
-    """Kernels report: median (min) milliseconds per runner, polyopt's GFLOP/s, speedups, check."""
+    """Kernels report: median (min) milliseconds per runner, polyopt's GFLOP/s, speedups, check.
+
+    Runners that measured kernel-only time (CUDA events) get a ``kernel ms`` column beside their
+    ``end-to-end ms``; polyopt's GFLOP/s then come from its kernel time, and its kernel time is
+    compared with cuBLAS's where there is one."""
     kernels = report["kernels"]
     names = _runner_order(kernels)
     others = [n for n in names if n != BASELINE]
-    header = (["kernel"] + [f"{n} ms" for n in names] + ["polyopt GFLOP/s"]
-              + [f"{n} vs gcc" for n in others]
-              + (["polyopt vs numpy"] if "numpy" in names else []) + ["check"])
+    timed = {n for k in kernels for n, r in k["runners"].items() if "kernel_median_s" in r}
+    cublas = any("kernel_speedup_vs_cublas" in k["runners"].get("polyopt", {}) for k in kernels)
+    header = ["kernel"]
+    for n in names:
+        header += [f"{n} kernel ms", f"{n} end-to-end ms"] if n in timed else [f"{n} ms"]
+    header += (["polyopt GFLOP/s"] + [f"{n} vs gcc" for n in others]
+               + (["polyopt vs numpy"] if "numpy" in names else [])
+               + (["polyopt vs cublas (kernel)"] if cublas else []) + ["check"])
     rows = []
     for k in kernels:
         runners = k["runners"]
         ours = runners.get("polyopt", {})
-        row = [k["kernel"]] + [_milliseconds(runners[n]) if n in runners else "-" for n in names]
-        row.append(f"{ours['gflops']:.2f}" if "gflops" in ours else "-")
+        row = [k["kernel"]]
+        for n in names:
+            if n in timed:
+                row.append(_kernel_milliseconds(runners[n]) if "kernel_median_s" in runners.get(n, {})
+                           else "WRONG" if n in runners else "-")
+            row.append(_milliseconds(runners[n]) if n in runners else "-")
+        gflops = ours.get("kernel_gflops", ours.get("gflops"))
+        row.append(f"{gflops:.2f}" if gflops is not None else "-")
         row += [_ratio(runners.get(n, {}).get("speedup_vs_gcc")) for n in others]
         if "numpy" in names:
             row.append(_ratio(ours.get("speedup_vs_numpy") if "numpy" in runners else None))
+        if cublas:
+            row.append(_ratio(ours.get("kernel_speedup_vs_cublas")))
         row.append("ok" if k["correct"] else "ERROR" if "error" in k else "MISMATCH")
         rows.append(row)
     return header, rows
@@ -100,6 +123,9 @@ def summary_lines(report: dict) -> list[str]:
         if s["kernels_with_numpy"]:
             line += (f"; over numpy {_ratio(s['geomean_speedup_vs_numpy'])} "
                      f"({s['kernels_with_numpy']} kernels)")
+        if s.get("kernels_with_cublas"):
+            line += (f"; kernel time against cuBLAS {_ratio(s['geomean_kernel_speedup_vs_cublas'])}"
+                     f" ({s['kernels_with_cublas']} kernels)")
         lines.append(line)
     return lines
 
@@ -131,6 +157,17 @@ def read_json(path: str | Path) -> dict:
     if not isinstance(report, dict) or report.get("kind") not in ("kernels", "einsum"):
         raise BenchmarkError(f"--from-json {path}: not a polyopt bench report")
     return report
+
+
+def _target(report: dict) -> str:
+    return report["config"].get("target", "cpu")
+
+
+def section_name(report: dict) -> str:
+    """The name of the report's docs section: its kind, prefixed by the target unless cpu
+    (``kernels``, ``einsum``, ``cuda kernels``), so a GPU run keeps the CPU section."""
+    target = _target(report)
+    return report["kind"] if target == "cpu" else f"{target} {report['kind']}"
 
 
 def _chart_series(report: dict) -> tuple[list[str], dict[str, list[float | None]], str]:
@@ -174,8 +211,9 @@ def speedup_chart(report: dict, path: Path) -> str | None:
     axes.legend()
     config = report["config"]
     threads = config["threads"]
-    axes.set_title(f"{report['machine']['cpu']}, {threads} thread{'s' * (threads != 1)}, "
-                   f"{report['date'][:10]}")
+    where = (report["machine"]["gpu"]["name"] if "gpu" in report["machine"]
+             else f"{report['machine']['cpu']}, {threads} thread{'s' * (threads != 1)}")
+    axes.set_title(f"{where}, {report['date'][:10]}")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
@@ -183,21 +221,29 @@ def speedup_chart(report: dict, path: Path) -> str | None:
     return None
 
 
-def _markers(kind: str) -> tuple[str, str]:
-    return (f"<!-- BEGIN polyopt bench {kind}: generated by `polyopt bench --write-docs`, "
-            "edits inside are overwritten -->", f"<!-- END polyopt bench {kind} -->")
+def _markers(section: str) -> tuple[str, str]:
+    return (f"<!-- BEGIN polyopt bench {section}: generated by `polyopt bench --write-docs`, "
+            "edits inside are overwritten -->", f"<!-- END polyopt bench {section} -->")
 
 
 def _context(report: dict) -> str:
     m, c = report["machine"], report["config"]
     load = ", ".join(map(str, m["load_average"] or [])) or "unknown"
     environment = " ".join(f"{k}={v}" for k, v in m.get("environment", {}).items()) or "none set"
-    what = (f"size {c['size']}" if report["kind"] == "kernels" else f"scale {c['scale']}")
+    what = (f"size {c['size']}, {c.get('dtype', 'f64')}" if report["kind"] == "kernels"
+            else f"scale {c['scale']}")
     what += f", {c['repeats']} interleaved runs; polyopt: {c['polyopt']}"
+    gpu = ""
+    if "gpu" in m:
+        g = m["gpu"]
+        gpu = (f"GPU: {g['name']}, {g['memory_gib']} GiB, driver {g['driver']}, CUDA runtime "
+               f"{g['cuda_runtime']}, CuPy {g['cupy']}. Kernel time: CUDA events around the "
+               "computation on arrays already on the GPU (polyopt's host program replayed as a "
+               "CUDA graph); end-to-end: the whole call, copies to the GPU and back included.\n")
     return (f"`{report['command']}`, {report['date']}\n\n"
             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, load average "
             f"{load} at the start; Python {m['python']}, numpy {m['numpy']}, LLVM {m['llvm']}, "
-            f"{m['c_compiler']}; thread/BLAS environment variables: {environment}.\n"
+            f"{m['c_compiler']}; thread/BLAS environment variables: {environment}.\n" + gpu +
             f"Threads: {c['threads']} (OpenMP: {c['openmp']}; BLAS: {c['blas']}); {what}.\n"
             "Times: median milliseconds (minimum in parentheses); speedups are ratios of medians, "
             "above 1x faster. Every result is checked against the reference.")
@@ -205,13 +251,14 @@ def _context(report: dict) -> str:
 
 def docs_section(report: dict, chart: str | None, note: str | None) -> str:
     """The generated markdown for ``report``: context, chart (or the note why not), table."""
-    title = ("Suite kernels against gcc and numpy" if report["kind"] == "kernels"
-             else "po.einsum against numpy")
+    title = ("po.einsum against numpy" if report["kind"] == "einsum"
+             else "Suite kernels against gcc and numpy" if _target(report) == "cpu"
+             else f"Suite kernels on the GPU ({_target(report)}) against gcc and cuBLAS")
     parts = [f"## {title} (generated)", _context(report)]
     parts.append(note if note else f"![{title}]({chart})")
     parts.append(markdown_table(*table(report)))
     parts.append("\n".join(f"- {line}" for line in summary_lines(report)))
-    begin, end = _markers(report["kind"])
+    begin, end = _markers(section_name(report))
     return "\n".join([begin, "\n\n".join(parts), end])
 
 
@@ -220,19 +267,20 @@ def write_docs(report: dict, doc: str | Path) -> list[Path]:
     ``img/`` beside it; returns the files written."""
     doc = Path(doc)
     text = doc.read_text() if doc.exists() else "# Measured performance\n"
-    begin, end = _markers(report["kind"])
-    start = text.find(begin.split(":")[0])
+    section = section_name(report)
+    begin, end = _markers(section)
+    start = text.find(begin.split(":")[0] + ":")
     stop = text.find(end, start) if start >= 0 else -1
     if start >= 0 and stop < 0:
         raise BenchmarkError(f"{doc}: the generated section has no end marker {end!r}; "
                              "restore it (nothing was written)")
-    image = doc.parent / "img" / f"bench_{report['kind']}.png"
+    image = doc.parent / "img" / f"bench_{section.replace(' ', '_')}.png"
     note = speedup_chart(report, image)
-    section = docs_section(report, image.relative_to(doc.parent).as_posix(), note)
+    generated = docs_section(report, image.relative_to(doc.parent).as_posix(), note)
     if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
+        text = text.rstrip("\n") + "\n\n" + generated + "\n"
     else:
-        text = text[:start] + section + text[stop + len(end):]
+        text = text[:start] + generated + text[stop + len(end):]
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(text)
     return [doc] if note else [doc, image]

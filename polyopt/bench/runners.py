@@ -8,10 +8,10 @@ checked against the same numpy reference and timed on the very same arrays. Runn
 - ``cpu``: ``polyopt`` (its LLVM code with the chosen scheduler) and ``numpy`` (the suite's
   numpy/BLAS reference, for kernels where that is the natural numpy form).
 
-A CUDA runner is one more entry in :data:`TARGET_RUNNERS`: a function returning runners whose
-``run`` copies the arguments to the device, launches, copies back, and returns the kernel-only
-seconds measured with CUDA events (the harness times the whole call as end-to-end); a cuBLAS
-(CuPy) baseline is a second runner of the same list.
+- ``cuda`` (:mod:`polyopt.bench.cuda`): ``polyopt`` (its CUDA code) and ``cublas`` (CuPy's
+  matmul, for gemm-like kernels); their ``run`` copies the arguments to the device, computes,
+  copies back and returns the kernel-only seconds measured with CUDA events (the harness times
+  the whole call as end-to-end).
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ import numpy as np
 import polyopt as po
 from polyopt.bench.config import BenchConfig
 from polyopt.cbuild import CBuiltKernel, find_compiler
-from polyopt.errors import BenchmarkError, PolyoptError
+from polyopt.cuda import cupy_module
+from polyopt.errors import BenchmarkError, PolyoptError, TargetUnavailableError
 from polyopt.suite import Entry
 
 #: The runner every other one is compared with.
@@ -61,11 +62,11 @@ def polyopt_runner(entry: Entry, config: BenchConfig, args: Mapping[str, object]
     the configuration ``po.autotune`` picks on ``args`` (which it copies, never writes)."""
     threads = f"LLVM, {config.threads} threads"
     if not config.autotune:
-        compiled = po.compile(entry.kernel, algorithm=config.algorithm,
+        compiled = po.compile(config.kernel(entry), algorithm=config.algorithm,
                               num_threads=config.threads, **config.options)
         return Runner("polyopt", f"polyopt {config.describe_polyopt()}, {threads}",
                       lambda args: compiled(**args))
-    tuned = po.autotune(entry.kernel, num_threads=config.threads, **args)
+    tuned = po.autotune(config.kernel(entry), num_threads=config.threads, **args)
     return Runner("polyopt", f"polyopt autotune: {tuned.best.label}, {threads}",
                   lambda args: tuned.compiled(**args),
                   {"autotune": {"best": tuned.best.label, "seconds": tuned.seconds,
@@ -75,7 +76,7 @@ def polyopt_runner(entry: Entry, config: BenchConfig, args: Mapping[str, object]
 def _c_runner(name: str, entry: Entry, config: BenchConfig, what: str, **code) -> Runner:
     """A runner of C code for the kernel's ABI: ``code`` is CBuiltKernel's ``source=`` (built with
     the baseline's flags) or ``library=`` (built elsewhere); neither: the emitter's output."""
-    original = po.compile(entry.kernel, algorithm="original")  # the ABI: scop and function name
+    original = po.compile(config.kernel(entry), algorithm="original")  # the ABI: scop and function name
     built = CBuiltKernel(original, openmp=config.threads > 1, **code)
     how = f"{find_compiler()} {' '.join(built.flags)} on {what}" if built.flags else what
     return Runner(name, how, lambda args: built(**args))
@@ -103,13 +104,13 @@ def external_runners(entry: Entry, config: BenchConfig) -> list[Runner]:
             runners.append(_c_runner(external.label, entry, config, what, **code))
         except PolyoptError as error:
             raise BenchmarkError(f"--external {external.kernel}={path}: {error}\n"
-                                 f"expected: {abi_prototype(entry)}") from None
+                                 f"expected: {abi_prototype(entry, config)}") from None
     return runners
 
 
-def abi_prototype(entry: Entry) -> str:
+def abi_prototype(entry: Entry, config: BenchConfig) -> str:
     """The C prototype an external file must define for ``entry`` (the C emitter's own)."""
-    source = po.compile(entry.kernel, algorithm="original").c_source
+    source = po.compile(config.kernel(entry), algorithm="original").c_source
     return re.search(r"^void polyopt_\w+\(.*\)$", source, flags=re.M).group(0) + ";"
 
 
@@ -126,19 +127,32 @@ def cpu_runners(entry: Entry, config: BenchConfig, args: Mapping[str, object]) -
     return [polyopt_runner(entry, config, args), *numpy_runners(entry, config)]
 
 
+def cuda_runners(entry: Entry, config: BenchConfig, args: Mapping[str, object]) -> list[Runner]:
+    """The ``cuda`` target (:mod:`polyopt.bench.cuda`, imported only when asked for)."""
+    from polyopt.bench.cuda import cuda_runners as runners
+    return runners(entry, config, args)
+
+
 #: Target name -> the runners of that target, given the kernel, the configuration and the input
 #: arguments (gcc and external files are added for every target).
 TARGET_RUNNERS: dict[str, Callable[[Entry, BenchConfig, Mapping[str, object]], list[Runner]]] = {
-    "cpu": cpu_runners}
+    "cpu": cpu_runners, "cuda": cuda_runners}
+#: Target name -> a check that the target can run on this machine (raises TargetUnavailableError).
+TARGET_AVAILABLE: dict[str, Callable[[], object]] = {"cuda": cupy_module}
 
 
 def check_target(target: str) -> None:
-    """Refuse a target no runner exists for, before anything is compiled."""
+    """Refuse a target no runner exists for, or one this machine cannot run, before anything
+    is compiled."""
     if target not in TARGET_RUNNERS:
         raise BenchmarkError(
-            f"no benchmark runners for target {target!r} yet (available: "
+            f"no benchmark runners for target {target!r} (available: "
             f"{', '.join(TARGET_RUNNERS)}); a target's runners are registered in "
             "polyopt.bench.runners.TARGET_RUNNERS")
+    try:
+        TARGET_AVAILABLE.get(target, lambda: None)()
+    except TargetUnavailableError as error:
+        raise BenchmarkError(f"--target {target}: {error}") from None
 
 
 def runners_for(entry: Entry, config: BenchConfig, args: Mapping[str, object]) -> list[Runner]:
