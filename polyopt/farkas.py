@@ -180,6 +180,11 @@ def _dual_cone_rows(relation_text: str) -> tuple[tuple[bool, int, tuple[int, ...
     return tuple(rows)
 
 
+def clear_cache() -> None:
+    """Forget the dual cones computed so far (scheduling-time benchmarks start cold)."""
+    _dual_cone_rows.cache_clear()
+
+
 def nonnegative_on(relation: isl.BasicMap, constant: Form, params: Mapping[str, Form],
                    source: Sequence[Form], sink: Sequence[Form]) -> Constraints:
     """Constraints on the unknowns making ``constant + params.p + source.s + sink.t >= 0`` hold on
