@@ -134,8 +134,8 @@ class _CudaExpr(_CExpr):
                 size = extent_expr(extent, self.scop.params)
                 flat = E.Binary("+", E.Binary("*", flat, size, flat.dtype), index, flat.dtype)
             return f"{e.array}[{self(flat)}]", _PRIMARY
-        if isinstance(e, E.Access):  # a 0-d array is a pointer to its one element
-            return f"{e.array}[0]", _PRIMARY
+        if isinstance(e, E.Access) and not self.scop.arrays[e.array].local:
+            return f"{e.array}[0]", _PRIMARY  # a 0-d array argument points to its one element
         return super().emit(e)
 
 
