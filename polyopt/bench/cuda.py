@@ -53,8 +53,8 @@ CUBLAS: dict[str, Callable] = {"gemm": _gemm, "2mm": _2mm, "3mm": _3mm, "syrk": 
                                "syr2k": _syr2k}
 
 
-def _on_device(compiled: CudaKernel, args: Mapping[str, object], compute: Callable[[dict, dict], object]
-               ) -> Callable[[dict], float]:
+def _on_device(compiled: CudaKernel, args: Mapping[str, object],
+               compute: Callable[[dict, object], object]) -> Callable[[dict], float]:
     """``run(args)`` for a runner that computes with ``compute(device arrays, bound arguments)``:
     copy in, time ``compute`` with CUDA events, copy the written arrays back; returns seconds."""
     cp = cupy_module()

@@ -3,8 +3,8 @@ docs/performance.md (a markdown table and a bar chart of speedups).
 
 Both report kinds (``kernels``: suite kernels vs gcc/numpy; ``einsum``: po.einsum vs numpy) are
 first turned into one header and rows of text cells, which the console and markdown writers
-share. A docs section lives between two HTML comments naming its kind (and target); regenerating it replaces
-only that text, so the hand-written rest of the file stays as it is.
+share. A docs section lives between two HTML comments naming its kind (and target); regenerating
+it replaces only that text, so the hand-written rest of the file stays as it is.
 """
 from __future__ import annotations
 
@@ -226,6 +226,11 @@ def _markers(section: str) -> tuple[str, str]:
             "edits inside are overwritten -->", f"<!-- END polyopt bench {section} -->")
 
 
+def _cuda_version(number: int) -> str:
+    """CUDA's version integer (1000 * major + 10 * minor) as text: 13020 -> 13.2."""
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
 def _context(report: dict) -> str:
     m, c = report["machine"], report["config"]
     load = ", ".join(map(str, m["load_average"] or [])) or "unknown"
@@ -236,10 +241,11 @@ def _context(report: dict) -> str:
     gpu = ""
     if "gpu" in m:
         g = m["gpu"]
-        gpu = (f"GPU: {g['name']}, {g['memory_gib']} GiB, driver {g['driver']}, CUDA runtime "
-               f"{g['cuda_runtime']}, CuPy {g['cupy']}. Kernel time: CUDA events around the "
-               "computation on arrays already on the GPU (polyopt's host program replayed as a "
-               "CUDA graph); end-to-end: the whole call, copies to the GPU and back included.\n")
+        gpu = (f"GPU: {g['name']}, {g['memory_gib']} GiB, CUDA driver "
+               f"{_cuda_version(g['driver'])}, runtime {_cuda_version(g['cuda_runtime'])}, CuPy "
+               f"{g['cupy']}. Kernel time: CUDA events around the computation on arrays already "
+               "on the GPU (polyopt's host program replayed as a CUDA graph); end-to-end: the "
+               "whole call, copies to the GPU and back included.\n")
     return (f"`{report['command']}`, {report['date']}\n\n"
             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, load average "
             f"{load} at the start; Python {m['python']}, numpy {m['numpy']}, LLVM {m['llvm']}, "
