@@ -115,7 +115,8 @@ def _raw_module(source: str):
     return _MODULES[key]
 
 
-def _is_cupy(value) -> bool:
+def is_cupy(value) -> bool:
+    """Whether ``value`` is a CuPy object (without importing CuPy)."""
     return type(value).__module__.split(".")[0] == "cupy"
 
 
@@ -155,7 +156,7 @@ class CudaKernel:
         on_device = {}
 
         def stand_in(name, value):  # CuPy arrays are checked through a numpy stand-in
-            if not _is_cupy(value):
+            if not is_cupy(value):
                 return value
             if not value.flags.c_contiguous:
                 raise ValueError(f"{self.scop.name}(): array '{name}' must be C-contiguous")
@@ -199,7 +200,7 @@ class CudaKernel:
             _run_steps(self.program.host, dict(params), values, module, self.compiled.shapes)
             return
         cupy = cupy_module()
-        key = tuple(v.data.ptr if _is_cupy(v) else v.item() for v in values)
+        key = tuple(v.data.ptr if is_cupy(v) else v.item() for v in values)
         if key not in self._graphs:
             if len(self._graphs) >= _MAX_GRAPHS:
                 self._graphs.clear()

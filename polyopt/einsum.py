@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from polyopt.cuda import cupy_module
+from polyopt.cuda import CudaKernel, cupy_module, is_cupy
 from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, contraction_path, einsum_scop, label_sizes,
                                       parse_subscripts, size_parameter, sublists_to_subscripts)
@@ -56,12 +56,12 @@ _INTERPRETED = ({np.dtype(t) for t in (np.longdouble, np.complex64, np.complex12
 
 @dataclass(frozen=True)
 class _Plan:
-    """What runs one einsum pattern: the Scop, its temporaries, and the compiled kernel (None for
-    dtypes that the reference interpreter runs)."""
+    """What runs one einsum pattern: the Scop, its temporaries, and the compiled kernel (CPU or
+    CUDA; None for dtypes that the reference interpreter runs)."""
 
     scop: Scop
     temporaries: tuple[tuple[str, tuple[str, ...]], ...]
-    kernel: CompiledKernel | None
+    kernel: CompiledKernel | CudaKernel | None
 
 
 def _storage_dtype(dtype: np.dtype) -> np.dtype:
@@ -98,16 +98,12 @@ def _plan(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, al
     return _Plan(scop, temporaries, None)
 
 
-def _is_cupy(value) -> bool:
-    return type(value).__module__.split(".")[0] == "cupy"
-
-
 def _target_of(target: str | None, operands: list, out) -> str:
     """Where this call runs: 'cuda' when asked or when an operand or ``out`` is a CuPy array
     (TargetUnavailableError without CuPy and a GPU), else 'cpu'."""
     if target not in (None, "cpu", "cuda"):
         raise ValueError(f"einsum: unknown target {target!r}; available: 'cpu', 'cuda'")
-    on_gpu = any(_is_cupy(a) for a in [*operands, out])
+    on_gpu = any(is_cupy(a) for a in [*operands, out])
     if target == "cpu" and on_gpu:
         raise ValueError("einsum: CuPy arrays are on the GPU: pass target='cuda' (or None) for "
                          "them, or numpy arrays for target='cpu'")
@@ -120,7 +116,7 @@ def _target_of(target: str | None, operands: list, out) -> str:
 def _stand_in(value):
     """A CuPy array as numpy's checks see it: a zero-size-in-memory numpy array of its shape and
     dtype (other values as numpy would convert them)."""
-    if _is_cupy(value):
+    if is_cupy(value):
         return np.broadcast_to(np.empty((), value.dtype), value.shape)
     return np.asarray(value)
 
@@ -129,7 +125,7 @@ def _prepare(subscripts, operands, dtype, casting: str, out, optimize):
     """Parse and check everything numpy checks; returns (spec, arrays, sizes, broadcast, path,
     result dtype). CuPy operands are checked through stand-ins (:func:`_stand_in`)."""
     arrays = [_stand_in(op) for op in operands]
-    if out is not None and not isinstance(out, np.ndarray) and not _is_cupy(out):
+    if out is not None and not isinstance(out, np.ndarray) and not is_cupy(out):
         raise TypeError("keyword parameter out must be an array for einsum")
     spec = parse_subscripts(subscripts, [a.ndim for a in arrays])
     sizes, broadcast = label_sizes(spec, [a.shape for a in arrays])
@@ -192,11 +188,11 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     spec, arrays, sizes, broadcast, path, result = _prepare(subscripts, ops, dtype, casting, out, optimize)
     storage = _storage_dtype(result)
     plan = _plan(spec, broadcast, path, storage, DEFAULT_ALGORITHM, where)
-    on_gpu = where == "cuda" and (any(_is_cupy(a) for a in ops) or _is_cupy(out))
-    if on_gpu and out is not None and not _is_cupy(out):
+    on_gpu = where == "cuda" and (any(is_cupy(a) for a in ops) or is_cupy(out))
+    if on_gpu and out is not None and not is_cupy(out):
         raise TypeError("einsum: out must be a CuPy array when the operands are on the GPU")
     xp = cupy_module() if on_gpu else np
-    buffers = {f"op{k}": _as_storage(xp, op if _is_cupy(op) else a, storage, out)
+    buffers = {f"op{k}": _as_storage(xp, op if is_cupy(op) else a, storage, out)
                for k, (op, a) in enumerate(zip(ops, arrays))}
     for name, labels in plan.temporaries:
         buffers[name] = xp.empty(tuple(sizes[label] for label in labels), dtype=storage)
@@ -222,7 +218,8 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
 
 
 def einsum_kernel(subscripts: str, *shapes_or_arrays, dtype=None, optimize=False,
-                  algorithm: str = DEFAULT_ALGORITHM, target: str = "cpu"):
+                  algorithm: str = DEFAULT_ALGORITHM,
+                  target: str = "cpu") -> CompiledKernel | CudaKernel:
     """The compiled kernel that :func:`einsum` runs for these subscripts, operand shapes (tuples)
     or arrays, and result ``dtype`` (default: numpy's result type of the arrays, else float64).
 

@@ -1,14 +1,15 @@
 """The benchmark harness behind ``polyopt bench``: polyopt's code against gcc -O3 on the original
-loops, other tools' C files and numpy/BLAS, in one process, interleaved, on the same arrays,
-every result checked; reports as tables, JSON and docs/performance.md's generated sections.
+loops, other tools' C files and numpy/BLAS (on the GPU: cuBLAS), in one process, interleaved,
+on the same arrays, every result checked; reports as tables, JSON and docs/performance.md's
+generated sections.
 
     from polyopt.bench import BenchConfig, bench_kernels
     report = bench_kernels(["gemm"], BenchConfig(size="MEDIUM", threads=2))
 
 Modules: ``config`` (what to run), ``runners`` (one :class:`Runner` per implementation and
-target), ``threads``, ``measure`` (interleaving, checks, statistics), ``kernels`` and
-``einsum_cases`` (the two report kinds), ``machine``, ``report`` (tables, JSON, docs, chart),
-``cli``.
+target), ``cuda`` (the GPU runners: polyopt's CUDA code and cuBLAS), ``threads``, ``measure``
+(interleaving, checks, statistics), ``kernels`` and ``einsum_cases`` (the two report kinds),
+``machine``, ``report`` (tables, JSON, docs, chart), ``cli``.
 """
 from polyopt.bench.config import BenchConfig, External
 from polyopt.bench.einsum_cases import bench_einsum
