@@ -202,6 +202,7 @@ def test_kernel_only_times_get_their_own_columns_and_docs_section(tmp_path, monk
     (["gemm", "--threads", "0"], "--threads and --repeats must be at least 1"),
     (["--einsum", "gemm"], "--einsum runs its own cases"),
     (["gemm", "--autotune", "--tile", "32"], "--autotune picks the scheduler"),
+    (["gemm", "--autotune", "--target", "cuda"], "--autotune tunes the cpu target only"),
     (["gemm", "--external", "2mm=x.c"], "2mm is not among the kernels"),
     (["gemm", "--external", "gemm"], "expected [LABEL:]KERNEL=FILE"),
     ([], "name suite kernels"),

@@ -104,6 +104,8 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
     if args.autotune and (options or args.algorithm != DEFAULT_ALGORITHM):
         raise BenchmarkError("--autotune picks the scheduler and its options itself: "
                              "give no --algorithm, --tile or --option with it")
+    if args.autotune and args.target != "cpu":
+        raise BenchmarkError("--autotune tunes the cpu target only")
     check_target(args.target)
     return BenchConfig(size=args.size, threads=args.threads, algorithm=args.algorithm,
                        options=options, repeats=args.repeats, target=args.target,
