@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import time
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -41,7 +42,13 @@ class BoundArguments:
 
 
 def _extent(text: str, params: dict[str, int]) -> int:
-    return int(evaluate(extent_expr(text, params), params, {}))
+    return int(evaluate(_extent_tree(text, tuple(params)), params, {}))
+
+
+@lru_cache(maxsize=4096)
+def _extent_tree(text: str, names: tuple[str, ...]):
+    """The parsed extent (cached: every call of a kernel evaluates its array shapes)."""
+    return extent_expr(text, names)
 
 
 def _infer_params(scop: Scop, arrays: dict[str, np.ndarray], given: dict[str, int]) -> dict[str, int]:
@@ -68,8 +75,8 @@ def _infer_params(scop: Scop, arrays: dict[str, np.ndarray], given: dict[str, in
     return params
 
 
+@lru_cache(maxsize=4096)
 def _mentions(text: str, name: str) -> bool:
-    import re
     return re.search(rf"\b{re.escape(name)}\b", text) is not None
 
 
