@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import textwrap
 
 import numpy as np
@@ -54,7 +55,9 @@ def run_demo(size: str = "LARGE", algorithm: str = po.runtime.DEFAULT_ALGORITHM,
         if status != "OK":
             raise SystemExit(f"{kernel_name} at {preset}: result differs from numpy")
 
-    _section(f"Speed at {size} {entry.sizes(size)} (median of {repeats}, one thread)")
+    cores = len(os.sched_getaffinity(0))
+    _section(f"Speed at {size} {entry.sizes(size)} (median of {repeats}; polyopt and numpy on {cores} "
+             f"core(s), gcc sequential)")
     sizes = entry.sizes(size)
     args = entry.inputs(sizes)
     pristine = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
@@ -65,6 +68,9 @@ def run_demo(size: str = "LARGE", algorithm: str = po.runtime.DEFAULT_ALGORITHM,
                 args[k][...] = v
 
     runners = {f"polyopt ({algorithm})": lambda: compiled(**args)}
+    if algorithm == "pluto":
+        tuned = po.compile(kernel, algorithm="pluto", tile="auto", register_tile="auto")
+        runners["polyopt (pluto, tiled, register tiles)"] = lambda: tuned(**args)
     naive = po.compile(kernel, algorithm="original")
     runners["polyopt (original loop order)"] = lambda: naive(**args)
     if find_compiler():
@@ -77,6 +83,6 @@ def run_demo(size: str = "LARGE", algorithm: str = po.runtime.DEFAULT_ALGORITHM,
         times[label] = median_seconds(run, repeats=repeats, setup=reset)
     base = times["numpy reference (BLAS)"]
     for label, seconds in times.items():
-        print(f"  {label:<36} {seconds * 1e3:9.2f} ms  {flops / seconds / 1e9:7.2f} GFLOP/s"
+        print(f"  {label:<40} {seconds * 1e3:9.2f} ms  {flops / seconds / 1e9:7.2f} GFLOP/s"
               f"  ({seconds / base:5.2f}x numpy's time)")
     return times
