@@ -17,7 +17,7 @@ import polyopt as po
 from polyopt import f64
 from polyopt.cbuild import CBuiltKernel, find_compiler
 from polyopt.codegen import llvm as llvm_backend
-from polyopt.codegen.ast import Block, For, If, Node, runs_on_threads
+from polyopt.codegen.ast import Block, For, If, Node, nodes, runs_on_threads
 
 RTOL, ATOL = 1e-9, 1e-12
 THREADS = (1, 2, 4)
@@ -47,16 +47,7 @@ def _check(entry, run, preset: str = "SMALL") -> None:
 
 
 def _loops(node: Node):
-    if isinstance(node, For):
-        yield node
-        yield from _loops(node.body)
-    elif isinstance(node, If):
-        yield from _loops(node.then)
-        if node.otherwise is not None:
-            yield from _loops(node.otherwise)
-    elif isinstance(node, Block):
-        for child in node.body:
-            yield from _loops(child)
+    return [n for n in nodes(node) if isinstance(n, For)]
 
 
 def _outermost_threaded(node: Node) -> int:
