@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from polyopt import expr as E
 from polyopt.affine import extent_expr
-from polyopt.codegen.ast import Block, For, If, Node, Run, abi_arguments, instantiate, runs_on_threads
+from polyopt.codegen.ast import Block, For, If, Node, abi_arguments, instantiate, runs_on_threads
 from polyopt.scop import Scop
 from polyopt.types import DType
 
