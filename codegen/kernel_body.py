@@ -52,22 +52,30 @@ def assignments(scop: Scop, node: Node) -> BodyNode:
     return Block(tuple(assignments(scop, child) for child in node.body))
 
 
-def control_expressions(node: BodyNode):
-    """The loop bounds and conditions of ``node`` (what its control flow depends on)."""
+def walk(node: BodyNode):
+    """``node`` and every node below it, parents first (a promoted loop is below its Promote)."""
+    yield node
     if isinstance(node, For):
-        yield node.init
-        yield node.cond
-        yield from control_expressions(node.body)
+        yield from walk(node.body)
     elif isinstance(node, If):
-        yield node.cond
-        yield from control_expressions(node.then)
+        yield from walk(node.then)
         if node.otherwise is not None:
-            yield from control_expressions(node.otherwise)
+            yield from walk(node.otherwise)
     elif isinstance(node, Block):
         for child in node.body:
-            yield from control_expressions(child)
+            yield from walk(child)
     elif isinstance(node, Promote):
-        yield from control_expressions(node.loop)
+        yield from walk(node.loop)
+
+
+def control_expressions(node: BodyNode):
+    """The loop bounds and conditions of ``node`` (what its control flow depends on)."""
+    for n in walk(node):
+        if isinstance(n, For):
+            yield n.init
+            yield n.cond
+        elif isinstance(n, If):
+            yield n.cond
 
 
 def mentions(exprs, names: set[str]) -> bool:
@@ -76,11 +84,7 @@ def mentions(exprs, names: set[str]) -> bool:
 
 
 def has_loop(node: BodyNode) -> bool:
-    if isinstance(node, (For, Promote)):
-        return True
-    if isinstance(node, If):
-        return has_loop(node.then) or (node.otherwise is not None and has_loop(node.otherwise))
-    return isinstance(node, Block) and any(has_loop(c) for c in node.body)
+    return any(isinstance(n, (For, Promote)) for n in walk(node))
 
 
 def offset(coords: tuple[str, ...], offsets: tuple[int, ...]):
@@ -163,15 +167,7 @@ def _promote(loop: For, prefix: str, counter: list[int]) -> BodyNode:
 
 
 def _loop_vars(node: BodyNode) -> set[str]:
-    if isinstance(node, For):
-        return {node.var} | _loop_vars(node.body)
-    if isinstance(node, If):
-        return _loop_vars(node.then) | (_loop_vars(node.otherwise) if node.otherwise else set())
-    if isinstance(node, Block):
-        return set().union(*(_loop_vars(c) for c in node.body)) if node.body else set()
-    if isinstance(node, Promote):
-        return _loop_vars(node.loop)
-    return set()
+    return {n.var for n in walk(node) if isinstance(n, For)}
 
 
 def _accesses(node: BodyNode):
@@ -183,22 +179,14 @@ def _accesses(node: BodyNode):
 
 
 def _assigned(node: BodyNode):
-    if isinstance(node, Assign):
-        yield node.target
-        yield node.value
-    elif isinstance(node, For):
-        yield from _assigned(node.body)
-    elif isinstance(node, If):
-        yield from _assigned(node.then)
-        if node.otherwise is not None:
-            yield from _assigned(node.otherwise)
-    elif isinstance(node, Block):
-        for child in node.body:
-            yield from _assigned(child)
-    elif isinstance(node, Promote):
-        for _, element in node.registers:
-            yield element
-        yield from _assigned(node.loop)
+    """The targets and values of every assignment, and the elements held in registers."""
+    for n in walk(node):
+        if isinstance(n, Assign):
+            yield n.target
+            yield n.value
+        elif isinstance(n, Promote):
+            for _, element in n.registers:
+                yield element
 
 
 def rewrite(node: BodyNode, replace_expr) -> BodyNode:
