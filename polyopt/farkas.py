@@ -79,11 +79,17 @@ class Constraints:
     Rows are kept normalized (coefficients divided by their gcd, inequality constants rounded
     down, which is exact for integer unknowns); of two inequalities with the same coefficients
     only the tighter one is kept. ``infeasible`` records a constant row that can never hold.
+    Rows keep their insertion order (dicts, not sets): the isl set, and so the schedule and the
+    generated code, must not depend on Python's string hashing.
     """
 
     inequalities: dict = field(default_factory=dict)   # coefficient tuple -> constant
-    equalities: set = field(default_factory=set)
+    equalities: dict = field(default_factory=dict)     # (coefficient tuple, constant) -> None
     infeasible: bool = False
+
+    def _tighten(self, key: tuple, bound: int) -> None:
+        if key not in self.inequalities or bound < self.inequalities[key]:
+            self.inequalities[key] = bound
 
     def nonnegative(self, form: Form) -> "Constraints":
         coeffs, constant = _split(form)
@@ -92,9 +98,7 @@ class Constraints:
             return self
         g = _gcd(coeffs)
         key = tuple((name, value // g) for name, value in coeffs)
-        bound = constant // g
-        if key not in self.inequalities or bound < self.inequalities[key]:
-            self.inequalities[key] = bound
+        self._tighten(key, constant // g)
         return self
 
     def equal(self, form: Form) -> "Constraints":
@@ -107,7 +111,7 @@ class Constraints:
             self.infeasible = True
             return self
         sign = 1 if coeffs[0][1] > 0 else -1
-        self.equalities.add((tuple((n, sign * v // g) for n, v in coeffs), sign * constant // g))
+        self.equalities[tuple((n, sign * v // g) for n, v in coeffs), sign * constant // g] = None
         return self
 
     def between(self, name: str, low: int, high: int) -> "Constraints":
@@ -117,14 +121,13 @@ class Constraints:
 
     def extend(self, other: "Constraints") -> "Constraints":
         for key, bound in other.inequalities.items():
-            if key not in self.inequalities or bound < self.inequalities[key]:
-                self.inequalities[key] = bound
-        self.equalities |= other.equalities
+            self._tighten(key, bound)
+        self.equalities.update(other.equalities)
         self.infeasible |= other.infeasible
         return self
 
     def copy(self) -> "Constraints":
-        return Constraints(dict(self.inequalities), set(self.equalities), self.infeasible)
+        return Constraints(dict(self.inequalities), dict(self.equalities), self.infeasible)
 
     def basic_set(self, unknowns: Unknowns) -> isl.BasicSet:
         """The isl set of the unknowns satisfying every row.
