@@ -152,6 +152,20 @@ def _prepare(subscripts, operands, dtype, casting: str, out, optimize):
     return spec, arrays, sizes, broadcast, path, result
 
 
+def _single_operand_view(spec: EinsumSpec, array: np.ndarray, sizes: dict[str, int]) -> np.ndarray | None:
+    """The view numpy.einsum returns for one operand whose labels all reach the output
+    (transpositions, diagonals such as 'ii->i', their ellipsis forms): no data moves, and writes
+    through the view change the operand. numpy does this whatever ``dtype`` and ``casting``
+    say, so polyopt does too. None when a label is summed or the result is 0-d."""
+    labels = spec.inputs[0]
+    if not spec.output or set(labels) != set(spec.output):
+        return None
+    strides = tuple(sum(stride for label, stride in zip(labels, array.strides) if label == wanted)
+                    for wanted in spec.output)
+    shape = tuple(sizes[label] for label in spec.output)
+    return np.lib.stride_tricks.as_strided(array, shape, strides, writeable=array.flags.writeable)
+
+
 def _as_storage(xp, array, storage: np.dtype, out):
     """A C-contiguous array (of the array module ``xp``: numpy or CuPy) of the kernel's element
     type, never sharing memory with ``out``."""
@@ -185,6 +199,12 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     else:
         subscripts, ops = sublists_to_subscripts(operands)
     where = _target_of(target, ops, out)
+    if len(ops) == 1 and out is None and where == "cpu":
+        single = np.asarray(ops[0])
+        spec = parse_subscripts(subscripts, [single.ndim])
+        view = _single_operand_view(spec, single, label_sizes(spec, [single.shape])[0])
+        if view is not None:
+            return view
     spec, arrays, sizes, broadcast, path, result = _prepare(subscripts, ops, dtype, casting, out, optimize)
     storage = _storage_dtype(result)
     plan = _plan(spec, broadcast, path, storage, DEFAULT_ALGORITHM, where)

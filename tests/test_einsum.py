@@ -312,3 +312,30 @@ def test_random_einsums_match_numpy(case):
             po.einsum(subscripts, *ops, optimize=optimize)
         return
     _check(po.einsum(subscripts, *ops, optimize=optimize), expected)
+
+
+@pytest.mark.parametrize("subscripts, shape", [
+    ("ii->i", (4, 4)), ("ij->ji", (3, 4)), ("ijk->kji", (2, 3, 4)), ("ji", (3, 4)), ("ij->ij", (3, 4)),
+    ("...ii->...i", (2, 3, 3)), ("iji->ij", (3, 2, 3)), ("i->i", (5,)),
+])
+def test_single_operand_without_sums_is_a_view_as_in_numpy(subscripts, shape):
+    """numpy.einsum returns a writeable view for relabelings and diagonals (whatever dtype=
+    says); po.einsum returns the same view, so writes through it reach the operand."""
+    operand = _operand(shape)
+    expected = np.einsum(subscripts, operand, dtype=np.float32)
+    actual = po.einsum(subscripts, operand, dtype=np.float32)
+    assert np.shares_memory(expected, operand) and np.shares_memory(actual, operand)
+    assert (actual.shape, actual.strides, actual.dtype) == (expected.shape, expected.strides, expected.dtype)
+    np.testing.assert_array_equal(actual, expected)
+    actual[(0,) * actual.ndim] = 99
+    assert operand.flat[0] == 99
+
+
+def test_views_keep_read_only_operands_read_only_and_sums_compute():
+    operand = _operand((3, 3))
+    operand.flags.writeable = False
+    assert not po.einsum("ij->ji", operand).flags.writeable
+    for subscripts in ("ii", "ij->i", "ii->"):  # a label is summed: a new array, as numpy's
+        result = po.einsum(subscripts, operand)
+        assert not np.shares_memory(result, operand)
+        _check(result, np.einsum(subscripts, operand))
