@@ -3,7 +3,14 @@
 Loop iterators live in stack slots that LLVM's mem2reg promotes; array arguments are ``noalias``
 flat pointers, aligned to their element size (checked at call time), indexed row-major with
 strides computed once from the parameters. Floating-point multiply-adds may be contracted into
-FMAs (as gcc does by default); nothing else is reassociated.
+FMAs (as gcc does by default) except in a statement that accumulates into one element along the
+innermost loop (``w = w - A[i][k] * A[k][j]`` in a ``k`` loop): there the add is a loop-carried
+chain whose latency decides the speed, and a separate multiply keeps it off the chain (an add
+takes 3 cycles, an FMA 4 on current x86 cores), as gcc's vectorized in-order reductions do.
+Nothing is reassociated; the vectorizer may vectorize such in-order (strict) reductions, keeping
+the order of the adds (LLVM's ``-force-ordered-reductions``, set once per process), but not where
+one of the loop's accesses is strided (a column walk): then only the multiplies would run on
+vectors, and gathering their operands costs more than that saves (doitgen, ludcmp).
 
 Parallel loops that run a loop in each iteration (:func:`~polyopt.codegen.ast.runs_on_threads`;
 innermost parallel loops are vectorized instead) run on a thread team of the OpenMP runtime
@@ -37,7 +44,7 @@ import llvmlite.ir as ir
 
 from polyopt import expr as E
 from polyopt.affine import extent_expr
-from polyopt.codegen.ast import (Block, For, If, Node, abi_arguments, instantiate, nodes,
+from polyopt.codegen.ast import (Block, For, If, Node, Run, abi_arguments, instantiate, nodes,
                                  runs_on_threads)
 from polyopt.errors import CodegenError
 from polyopt.scop import Scop
@@ -100,6 +107,37 @@ def _innermost(loop: For) -> bool:
     return not any(isinstance(n, For) for n in nodes(loop.body))
 
 
+def _step(index: E.Expr, var: str) -> int | None:
+    """How much the integer expression ``index`` grows when ``var`` grows by one; None when it is
+    not affine in ``var``."""
+    if not any(isinstance(v, E.Var) and v.name == var for v in E.walk(index)):
+        return 0
+    if isinstance(index, E.Var):
+        return 1
+    if isinstance(index, E.Cast):
+        return _step(index.operand, var)
+    if isinstance(index, E.Unary) and index.op == "neg":
+        step = _step(index.operand, var)
+        return None if step is None else -step
+    if isinstance(index, E.Binary) and index.op in ("+", "-"):
+        lhs, rhs = _step(index.lhs, var), _step(index.rhs, var)
+        if lhs is None or rhs is None:
+            return None
+        return lhs + rhs if index.op == "+" else lhs - rhs
+    if isinstance(index, E.Binary) and index.op == "*":
+        for factor, term in ((index.lhs, index.rhs), (index.rhs, index.lhs)):
+            step = _step(term, var)
+            if isinstance(factor, E.Const) and step is not None:
+                return int(factor.value) * step
+    return None
+
+
+def _contiguous(access: E.Access, var: str) -> bool:
+    """Whether consecutive ``var`` touch the same or neighbouring elements of ``access``."""
+    steps = [_step(index, var) for index in access.indices]
+    return all(step == 0 for step in steps[:-1]) and (not steps or steps[-1] in (-1, 0, 1))
+
+
 class _FunctionEmitter:
     """Emits the body of one function; ``values`` maps parameter/scalar/iterator names to IR.
 
@@ -119,6 +157,8 @@ class _FunctionEmitter:
         self.threads: ir.Value | None = None  # the kernel's team-size argument
         self.team: tuple[ir.Value, ir.Value] | None = None  # (thread number, team size), i64
         self.access_group: _Distinct | None = None  # of the innermost parallel loop being emitted
+        self.innermost_var: str | None = None  # iterator of the innermost loop being emitted
+        self.float_flags: tuple[str, ...] = _FLOAT_FLAGS
 
     @classmethod
     def kernel(cls, module: ir.Module, scop: Scop, name: str, parallel: bool) -> "_FunctionEmitter":
@@ -180,9 +220,32 @@ class _FunctionEmitter:
             self._if(node)
         else:
             target, value = instantiate(self.scop.statement(node.statement), node.args)
+            self.float_flags = () if self._accumulates(target, value, self.innermost_var) else _FLOAT_FLAGS
             result = self.expr(value)
+            self.float_flags = _FLOAT_FLAGS
             store = self.builder.store(result, self.address(target), align=target.dtype.bits // 8)
             self._tag(store)
+
+    @staticmethod
+    def _accumulates(target: E.Access, value: E.Expr, var: str | None) -> bool:
+        """Whether ``target = value`` reads and writes one element in every iteration of the
+        innermost loop ``var`` around it (a loop-carried chain through ``target``)."""
+        if var is None or any(_step(index, var) != 0 for index in target.indices):
+            return False
+        return any(a == target for a in E.walk(value))
+
+    def _gathering_reduction(self, loop: For) -> bool:
+        """Whether innermost ``loop`` accumulates floating-point values (see
+        :meth:`_accumulates`) and walks some array with a stride."""
+        accumulates, strided = False, False
+        for run in nodes(loop.body):
+            if not isinstance(run, Run):
+                continue
+            target, value = instantiate(self.scop.statement(run.statement), run.args)
+            accumulates |= target.dtype.is_float and self._accumulates(target, value, loop.var)
+            strided |= any(isinstance(a, E.Access) and not _contiguous(a, loop.var)
+                           for a in (target, *E.walk(value)))
+        return accumulates and strided
 
     def _if(self, node: If) -> None:
         b = self.builder
@@ -213,15 +276,20 @@ class _FunctionEmitter:
         b.position_at_end(header)
         b.cbranch(more(), body, done)
         b.position_at_end(body)
-        vectorize, saved_group = node.parallel and _innermost(node), self.access_group
+        innermost = _innermost(node)
+        vectorize, saved_group = node.parallel and innermost, self.access_group
         if vectorize:
             self.access_group = _Distinct(self.module, [], self_reference=False)
+        saved_var, self.innermost_var = self.innermost_var, node.var if innermost else None
         self.emit(node.body)
+        self.innermost_var = saved_var
         value = b.load(slot, typ=_I64)
         b.store(b.add(value, ir.Constant(_I64, node.step), flags=("nsw",)), slot)
         back = b.branch(header)
         if vectorize:
             back.set_metadata("llvm.loop", self._loop_id())
+        elif innermost and self._gathering_reduction(node):
+            back.set_metadata("llvm.loop", self._no_vectorize_id())
         self.access_group = saved_group
         b.position_at_end(done)
         del self.loop_slots[node.var]
@@ -234,6 +302,12 @@ class _FunctionEmitter:
             md([ir.MetaDataString(self.module, "llvm.loop.vectorize.enable"), ir.Constant(_I1, 1)]),
             md([ir.MetaDataString(self.module, "llvm.loop.parallel_accesses"), self.access_group]),
         ], self_reference=True)
+
+    def _no_vectorize_id(self) -> _Distinct:
+        """The ``llvm.loop`` ID of a loop the vectorizer must leave alone."""
+        flag = self.module.add_metadata([ir.MetaDataString(self.module, "llvm.loop.vectorize.enable"),
+                                         ir.Constant(_I1, 0)])
+        return _Distinct(self.module, [flag], self_reference=True)
 
     def _tag(self, instruction) -> None:
         """Put an array access into the access group of the parallel loop around it."""
@@ -450,7 +524,7 @@ class _FunctionEmitter:
                 base = self.expr(e.lhs)
                 result = ir.Constant(llvm_type(e.dtype), 1.0)
                 for _ in range(int(exponent)):
-                    result = b.fmul(result, base, flags=_FLOAT_FLAGS)
+                    result = b.fmul(result, base, flags=self.float_flags)
                 return result
             return b.call(self.math_function("pow", e.dtype), [self.expr(e.lhs), self.expr(e.rhs)])
         if op in ("and", "or"):  # short-circuit, as in Python
@@ -478,7 +552,7 @@ class _FunctionEmitter:
         return result
 
     def _float_arith(self, op: str, x, y, t: DType) -> ir.Value:
-        b, f = self.builder, _FLOAT_FLAGS
+        b, f = self.builder, self.float_flags
         if op == "+":
             return b.fadd(x, y, flags=f)
         if op == "-":
@@ -612,6 +686,9 @@ def _widest_vector_bits() -> int:
 def _initialize() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    # in-order floating-point reductions may be vectorized (their adds keep their order); LLVM
+    # enables that only for targets with in-order reduction instructions unless asked
+    llvm.set_option("polyopt", "-force-ordered-reductions")
     libm = ctypes.util.find_library("m")
     if libm:
         llvm.load_library_permanently(libm)

@@ -247,3 +247,46 @@ def test_parallel_innermost_loop_declares_its_accesses_parallel():
     assert all(tagged.values()) and {"load", "store"} <= {kind for kinds in tagged.values() for kind in kinds}
     lanes = llvm_backend._widest_vector_bits() // 64
     assert f"<{lanes} x double>" in compiled.optimized_ir
+
+
+@po.kernel
+def _matvec_pair(A: f64["N", "N"], x: f64["N"], y: f64["N"], z: f64["N"]):
+    for i in range(N):
+        for j in range(N):
+            y[i] = y[i] + A[i, j] * x[j]  # accumulates into y[i] along j
+        for j in range(N):
+            z[j] = z[j] + A[i, j] * x[i]  # a new z[j] every j
+
+
+def test_accumulation_along_innermost_loop_is_in_order_uncontracted_and_vectorized():
+    """The ``y[i]`` sum keeps its multiply apart from its add (no FMA on the loop-carried chain),
+    the ``z[j]`` update may contract; the sum is vectorized as an in-order reduction (vector
+    multiplies, adds in the original order), so it equals a Python loop to the last bit."""
+    compiled = po.compile(_matvec_pair, algorithm="original")
+    arithmetic = re.findall(r"= (f(?:add|mul)[a-z ]*) double", compiled.llvm_ir)
+    assert arithmetic == ["fmul", "fadd", "fmul contract", "fadd contract"]
+    lanes = llvm_backend._widest_vector_bits() // 64
+    if lanes >= 4:
+        assert re.search(rf"= fmul <{lanes} x double>", compiled.optimized_ir)
+        assert "@llvm.vector.reduce.fadd" in compiled.optimized_ir
+    n = 37
+    rng = np.random.default_rng(0)
+    A, x, y, z = rng.random((n, n)), rng.random(n), rng.random(n), rng.random(n)
+    expected = y.copy()
+    for i in range(n):
+        total = expected[i]
+        for j in range(n):
+            total = total + A[i, j] * x[j]
+        expected[i] = total
+    compiled(A, x, y, z)
+    assert np.array_equal(y, expected)
+
+
+def test_strided_accumulation_is_left_scalar():
+    """doitgen's original order sums ``A[r][q][s] * C4[s][p]`` along ``s`` (a column of C4):
+    that loop is marked not to be vectorized (gathers for the multiplies of an in-order sum do
+    not pay); the loops of :func:`_matvec_pair`, contiguous, are not marked."""
+    doitgen = po.compile(po.suite.get("doitgen").kernel, algorithm="original")
+    assert '!"llvm.loop.vectorize.enable", i1 0' in doitgen.llvm_ir
+    assert "vectorize.enable\", i1 0" not in po.compile(_matvec_pair, algorithm="original").llvm_ir
+    _check(po.suite.get("doitgen"), doitgen)
