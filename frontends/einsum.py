@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import string
 from dataclasses import dataclass
+from functools import lru_cache
 from math import prod
 from typing import Sequence
 
@@ -109,9 +110,14 @@ def _labels(part: str, where: str) -> tuple[list[str], int | None]:
 def parse_subscripts(subscripts: str, ndims: Sequence[int]) -> EinsumSpec:
     """Check ``subscripts`` against operands of ranks ``ndims``; expand ``...`` and the implicit
     output (the labels used once, sorted, after the broadcast dimensions). Raises ValueError
-    with numpy's messages."""
+    with numpy's messages. Cached: an einsum call in a loop parses its pattern once."""
     if not isinstance(subscripts, str):
         raise TypeError(f"einsum subscripts must be a string, got {type(subscripts).__name__}")
+    return _parse(subscripts, tuple(ndims))
+
+
+@lru_cache(maxsize=1024)
+def _parse(subscripts: str, ndims: tuple[int, ...]) -> EinsumSpec:
     inputs_text, arrow, output_text = subscripts.partition("->")
     parts = inputs_text.split(",")
     if len(parts) > len(ndims):
@@ -257,9 +263,18 @@ def _optimal(operands: list[frozenset], output: frozenset, sizes) -> tuple[int, 
 
 # --- lowering ------------------------------------------------------------------------------------
 
+iterator_prefix = "i_"
+
+
 def iterator(label: str) -> str:
     """The loop iterator of ``label``."""
-    return f"i_{label}"
+    return f"{iterator_prefix}{label}"
+
+
+def iteration_count(scop: Scop, sizes: dict[str, int]) -> int:
+    """How many statement instances an einsum Scop runs for these label sizes."""
+    return sum(prod(sizes[iterator[len(iterator_prefix):]] for iterator in stmt.iterators)
+               for stmt in scop.statements)
 
 
 def size_parameter(label: str) -> str:
@@ -373,5 +388,5 @@ def _nest(labels: tuple[str, ...], leaf: Leaf) -> Loop | Leaf:
     return node
 
 
-__all__ = ["EinsumSpec", "OUTPUT", "contraction_path", "describe", "einsum_scop", "iterator",
+__all__ = ["EinsumSpec", "OUTPUT", "contraction_path", "describe", "einsum_scop", "iteration_count", "iterator",
            "label_sizes", "parse_subscripts", "size_parameter", "sublists_to_subscripts"]

@@ -35,14 +35,17 @@ import numpy as np
 
 from polyopt.cuda import CudaKernel, cupy_module, is_cupy
 from polyopt.errors import TargetUnavailableError
-from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, contraction_path, einsum_scop, label_sizes,
-                                      parse_subscripts, size_parameter, sublists_to_subscripts)
+from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, contraction_path, einsum_scop, iteration_count,
+                                      label_sizes, parse_subscripts, size_parameter, sublists_to_subscripts)
 from polyopt.interpreter import run as interpret_scop
 from polyopt.runtime import DEFAULT_ALGORITHM, CompiledKernel, compile
 from polyopt.scop import Scop
 from polyopt.types import ELEMENT_TYPES, DType, as_dtype
 
 _ORDERS = ("C", "F", "A", "K")
+#: Below this many statement instances a call runs on one thread: waking a thread team costs
+#: microseconds, about what this much work takes on one core (numpy's BLAS does the same).
+PARALLEL_MIN_ITERATIONS = 1 << 16
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 #: dtypes compiled in a wider polyopt type (the result is cast back exactly, see the module doc)
 _WIDENED = {np.dtype(t): np.dtype(np.int64) for t in (np.bool_, np.int8, np.int16, np.uint8, np.uint16, np.uint32)}
@@ -83,14 +86,36 @@ def _element_type(storage: np.dtype) -> DType:
         raise TypeError(f"einsum: invalid data type {storage} for einsum") from None
 
 
+def reuses_operands(scop: Scop) -> bool:
+    """Whether some statement reads an array element in more than one iteration: it has more
+    loops than the array has subscripts ('ij,jk->ik' reads A[i, j] for every k). Such
+    contractions are compute-bound and pay for tiles and register tiles; the others
+    ('ij,ij->i', 'ijk->kj') read every element once and are bound by memory."""
+    return any(len(scop.arrays[ref.array].shape) < len(stmt.iterators)
+               for stmt in scop.statements for ref in stmt.reads
+               if all(ref.array != write.array for write in stmt.writes))  # not the accumulator
+
+
+def default_schedule_options(scop: Scop) -> dict[str, object]:
+    """The CPU schedule options po.einsum compiles with: tiles from the cache sizes and register
+    tiles where operands are reused (:func:`reuses_operands`), Pluto's untiled schedule else."""
+    return {"tile": "auto", "register_tile": "auto"} if reuses_operands(scop) else {}
+
+
 @lru_cache(maxsize=256)
 def _plan(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, algorithm: str,
-          target: str = "cpu") -> _Plan:
-    """The (cached) plan of one pattern; sizes are parameters, so new shapes reuse it."""
+          target: str = "cpu", options: tuple | None = None) -> _Plan:
+    """The (cached) plan of one pattern; sizes are parameters, so new shapes reuse it.
+    ``options``: schedule options as sorted (name, value) pairs; None: the defaults (CPU:
+    :func:`default_schedule_options`; CUDA: the backend's own tiles and blocks)."""
     element = _element_type(storage)
     scop, temporaries = einsum_scop(spec, broadcast, path, element)
     if storage not in _INTERPRETED:
-        return _Plan(scop, temporaries, compile(scop, target=target, algorithm=algorithm))
+        if options is not None:
+            chosen = dict(options)
+        else:
+            chosen = default_schedule_options(scop) if target == "cpu" else {}
+        return _Plan(scop, temporaries, compile(scop, target=target, algorithm=algorithm, **chosen))
     if target == "cuda":
         raise TargetUnavailableError(
             f"einsum: {storage} data has no CUDA code in polyopt (the GPU compiles bool, integer "
@@ -177,7 +202,8 @@ def _as_storage(xp, array, storage: np.dtype, out):
 
 
 def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str = "K",
-           casting: str = "safe", optimize=False, target: str | None = None):
+           casting: str = "safe", optimize=False, target: str | None = None,
+           num_threads: int | None = None):
     """Evaluate the Einstein summation convention on the operands, exactly as ``numpy.einsum``.
 
     ``einsum("ij,jk->ik", A, B)`` or the interleaved form ``einsum(A, [0, 1], B, [1, 2], [0, 2])``;
@@ -186,6 +212,7 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     its reference interpreter for complex, longdouble and object data). ``target="cuda"`` or
     CuPy operands run polyopt's CUDA code (module docstring; without CuPy and a GPU:
     :class:`TargetUnavailableError`). With ``order`` "K" or "A" the result is C-contiguous.
+    ``num_threads``: the CPU thread team (default: every core; numpy.einsum uses one).
     """
     if order not in _ORDERS:
         raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
@@ -220,6 +247,13 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     direct = (out is not None and out.dtype == storage and out.flags.c_contiguous
               and getattr(out.flags, "writeable", True))  # CuPy arrays are always writeable
     buffers[OUTPUT] = out if direct else xp.empty(shape, dtype=storage)
+    if num_threads is not None and where == "cuda":
+        raise ValueError("einsum: num_threads is an option of the CPU (thread teams)")
+    if where == "cpu" and plan.kernel is not None:
+        if num_threads is None and iteration_count(plan.scop, sizes) < PARALLEL_MIN_ITERATIONS:
+            num_threads = 1
+        if num_threads is not None:
+            buffers["num_threads"] = num_threads
     if plan.kernel is not None:
         plan.kernel(**buffers)
     else:
@@ -238,15 +272,17 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
 
 
 def einsum_kernel(subscripts: str, *shapes_or_arrays, dtype=None, optimize=False,
-                  algorithm: str = DEFAULT_ALGORITHM,
-                  target: str = "cpu") -> CompiledKernel | CudaKernel:
+                  algorithm: str = DEFAULT_ALGORITHM, target: str = "cpu",
+                  **schedule_options) -> CompiledKernel | CudaKernel:
     """The compiled kernel that :func:`einsum` runs for these subscripts, operand shapes (tuples)
     or arrays, and result ``dtype`` (default: numpy's result type of the arrays, else float64).
 
     Inspect it (``.scop``, ``.schedule``, ``.c_source``, ``.llvm_ir``; ``.cuda_source`` with
     ``target="cuda"``, which needs no GPU to compile) or call it with keyword arrays
     ``op0, op1, ..., out`` (and the temporaries ``t0, ...`` of a contraction path). The kernel
-    is cached: other sizes with the same pattern return the same object.
+    is cached: other sizes with the same pattern return the same object. ``schedule_options``
+    (``tile=``, ``register_tile=``, ``fuse=``, ... as for :func:`polyopt.compile`) replace the
+    defaults (:func:`default_schedule_options`), e.g. to explore schedules of one contraction.
     """
     if target not in ("cpu", "cuda"):
         raise ValueError(f"einsum_kernel: unknown target {target!r}; available: 'cpu', 'cuda'")
@@ -260,7 +296,8 @@ def einsum_kernel(subscripts: str, *shapes_or_arrays, dtype=None, optimize=False
     if storage in _INTERPRETED:
         raise TypeError(f"einsum on {result} data runs on polyopt's reference interpreter and has no "
                         "compiled kernel (polyopt.frontends.einsum.einsum_scop builds its Scop)")
-    return _plan(spec, broadcast, path, storage, algorithm, target).kernel
+    options = tuple(sorted(schedule_options.items())) if schedule_options else None
+    return _plan(spec, broadcast, path, storage, algorithm, target, options).kernel
 
 
-__all__ = ["TargetUnavailableError", "einsum", "einsum_kernel"]
+__all__ = ["TargetUnavailableError", "default_schedule_options", "einsum", "einsum_kernel", "reuses_operands"]

@@ -51,14 +51,14 @@ def _extent_tree(text: str, names: tuple[str, ...]):
     return extent_expr(text, names)
 
 
-def _infer_params(scop: Scop, arrays: dict[str, np.ndarray], given: dict[str, int]) -> dict[str, int]:
+def _infer_params(scop: Scop, shapes: dict[str, tuple[int, ...]], given: dict[str, int]) -> dict[str, int]:
     """Solve ``extent(params) == shape`` for the parameters not given explicitly."""
     params = dict(given)
     progress = True
     while progress:
         progress = False
-        for name, array in arrays.items():
-            for extent, size in zip(scop.arrays[name].shape, array.shape):
+        for name, shape in shapes.items():
+            for extent, size in zip(scop.arrays[name].shape, shape):
                 unknown = [p for p in scop.params if p not in params and _mentions(extent, p)]
                 if len(unknown) != 1:
                     continue
@@ -99,7 +99,7 @@ def bind_arguments(scop: Scop, args: tuple, kwargs: dict) -> BoundArguments:
     missing = [n for n in names if n not in values]
     if missing:
         raise TypeError(f"{scop.name}() is missing argument(s): {', '.join(missing)}")
-    written = {w.array for s in scop.statements for w in s.writes}
+    written = _written_arrays(scop)
     given, scalars, arrays = {}, {}, {}
     for arg in scop.arguments:
         value = values[arg.name]
@@ -113,15 +113,29 @@ def bind_arguments(scop: Scop, args: tuple, kwargs: dict) -> BoundArguments:
             scalars[arg.name] = value
         else:
             arrays[arg.name] = _check_array(scop, arg.name, value, arg.name in written)
-    params = _infer_params(scop, arrays, given)
-    for name, array in arrays.items():
-        expected = tuple(_extent(e, params) for e in scop.arrays[name].shape)
-        if array.shape != expected:
-            detail = ", ".join(f"{p}={v}" for p, v in params.items())
-            raise ValueError(f"{scop.name}(): array '{name}' has shape {array.shape}, expected "
-                             f"{expected} for {detail}")
+    shapes = tuple((name, array.shape) for name, array in arrays.items())
+    params = dict(_params_of_shapes(scop, shapes, tuple(given.items())))
     _check_aliasing(scop.name, arrays, written)
     return BoundArguments(params, scalars, arrays)
+
+
+@lru_cache(maxsize=256)
+def _written_arrays(scop: Scop) -> frozenset[str]:
+    return frozenset(w.array for s in scop.statements for w in s.writes)
+
+
+@lru_cache(maxsize=4096)
+def _params_of_shapes(scop: Scop, shapes: tuple, given: tuple) -> tuple[tuple[str, int], ...]:
+    """The parameter values that give the arrays these shapes (``given`` ones as passed);
+    ValueError when no values do. Cached: repeated calls with one shape skip the solving."""
+    params = _infer_params(scop, dict(shapes), dict(given))
+    for name, shape in shapes:
+        expected = tuple(_extent(e, params) for e in scop.arrays[name].shape)
+        if shape != expected:
+            detail = ", ".join(f"{p}={v}" for p, v in params.items())
+            raise ValueError(f"{scop.name}(): array '{name}' has shape {shape}, expected "
+                             f"{expected} for {detail}")
+    return tuple(params.items())
 
 
 def _check_array(scop: Scop, name: str, value, is_written: bool) -> np.ndarray:

@@ -18,6 +18,7 @@ import polyopt as po
 from polyopt.bench import (TARGET_RUNNERS, BenchConfig, Runner, bench_einsum, bench_kernels,
                            write_docs, write_json)
 from polyopt.bench.report import section_name, table
+from polyopt.bench.einsum_cases import CASES, case_label
 from polyopt.bench.runners import abi_prototype
 from polyopt.cuda import cupy_module
 from polyopt.bench.kernels import summarize_kernels
@@ -268,11 +269,13 @@ def test_docs_without_matplotlib_still_get_the_table(gemm_report, tmp_path, monk
 
 def test_einsum_cases_checked_against_numpy():
     report = bench_einsum(scale=0.05, repeats=1, threads=1)
-    assert report["correct"] and len(report["cases"]) == 7
+    assert report["correct"] and len(report["cases"]) == len(CASES)
     for case in report["cases"]:
         assert case["runners"]["polyopt"]["speedup_vs_numpy.einsum"] > 0
     assert set(report["summary"]["fraction_of_numpy_matmul"]) == {
-        "ij,jk->ik", "bij,bjk->bik", "ijk,jl->ikl"}
+        "ij,jk->ik 26x26 26x26", "ij,jk->ik 50x50 50x50", "bij,bjk->bik 2x6x6 2x6x6", "ijk,jl->ikl 3x3x3 3x3"}
+    views = {case_label(c): c["numpy_einsum_returns_view"] for c in report["cases"] if c["subscripts"] == "ii->i"}
+    assert views == {"ii->i 205x205": True, "ii->i 205x205 out=": False}
 
 
 def test_check_refuses_nan_and_wrong_shapes():

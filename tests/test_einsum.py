@@ -339,3 +339,34 @@ def test_views_keep_read_only_operands_read_only_and_sums_compute():
         result = po.einsum(subscripts, operand)
         assert not np.shares_memory(result, operand)
         _check(result, np.einsum(subscripts, operand))
+
+
+def test_compute_bound_contractions_get_tiles_and_register_tiles():
+    """Contractions that reuse operands (matmul, batched, 'ijk,jl->ikl') compile with tiles and
+    register tiles; those that read each element once keep the untiled schedule."""
+    from polyopt.einsum import default_schedule_options, reuses_operands
+    reusing = [("ij,jk->ik", (4, 5), (5, 6)), ("bij,bjk->bik", (2, 3, 4), (2, 4, 5)),
+               ("ijk,jl->ikl", (2, 3, 4), (3, 5)), ("ij,jk,kl->il", (3, 4), (4, 5), (5, 6))]
+    streaming = [("ij,ij->i", (4, 5), (4, 5)), ("ijk->kj", (2, 3, 4)), ("ij->", (3, 4))]
+    for subscripts, *shapes in reusing + streaming:
+        kernel = po.einsum_kernel(subscripts, *shapes)
+        assert reuses_operands(kernel.scop) == ((subscripts, *shapes) in reusing)
+        assert default_schedule_options(kernel.scop) == (
+            {"tile": "auto", "register_tile": "auto"} if reuses_operands(kernel.scop) else {})
+    tiled = po.einsum_kernel("ij,jk->ik", (4, 5), (5, 6))
+    assert ") mod " in str(tiled.schedule)  # tile and point loops
+    assert ") mod " not in str(po.einsum_kernel("ij,ij->i", (4, 5), (4, 5)).schedule)
+    chosen = po.einsum_kernel("ij,jk->ik", (4, 5), (5, 6), tile=16)
+    assert "+= 16)" in chosen.c_source and chosen is not tiled
+    a, b = _operand((40, 33)), _operand((33, 29))
+    out = np.zeros((40, 29))
+    chosen(op0=a, op1=b, out=out)
+    _check(out, a @ b)
+
+
+@pytest.mark.parametrize("num_threads", [1, 2, None])
+def test_num_threads_gives_the_same_result(num_threads):
+    a, b = _operand((300, 40)), _operand((40, 300))  # above the one-thread threshold
+    _check(po.einsum("ij,jk->ik", a, b, num_threads=num_threads), a @ b)
+    with pytest.raises(ValueError, match="num_threads"):
+        po.einsum("ij,jk->ik", a, b, num_threads=0)

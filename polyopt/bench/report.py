@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from polyopt.bench.einsum_cases import case_label
 from polyopt.bench.kernels import SLOW_GCC_SECONDS
 from polyopt.bench.runners import BASELINE
 from polyopt.errors import BenchmarkError
@@ -90,7 +91,8 @@ def einsum_table(report: dict) -> Table:
     for case in report["cases"]:
         runners = case["runners"]
         ours = runners["polyopt"]
-        rows.append([f"`{case['subscripts']}`", " ".join("x".join(map(str, s)) for s in case["shapes"]),
+        rows.append([f"`{case['subscripts']}`" + (" (out=)" if case.get("out_given") else ""),
+                     " ".join("x".join(map(str, s)) for s in case["shapes"]),
                      _milliseconds(ours),
                      _milliseconds(runners["numpy.einsum"])
                      + (" (a view)" if case["numpy_einsum_returns_view"] else ""),
@@ -112,8 +114,8 @@ def summary_lines(report: dict) -> list[str]:
     if report["kind"] == "einsum":
         lines = [f"geometric-mean speedup of po.einsum over numpy.einsum: "
                  f"{_ratio(summary['geomean_speedup_vs_numpy.einsum'])}"]
-        lines += [f"`{s}`: po.einsum runs at {_ratio(v)} the speed of numpy matmul"
-                  for s, v in summary["fraction_of_numpy_matmul"].items()]
+        lines += [f"`{label}`: po.einsum runs at {_ratio(v)} the speed of numpy matmul"
+                  for label, v in summary["fraction_of_numpy_matmul"].items()]
         return lines
     lines = [f"{k['kernel']}: not run: {k['error']}" for k in report["kernels"] if "error" in k]
     for name, s in summary.items():
@@ -179,7 +181,7 @@ def _chart_series(report: dict) -> tuple[list[str], dict[str, list[float | None]
     cases = report["cases"]
     series = {f"vs {n}": [c["runners"]["polyopt"].get(f"speedup_vs_{n}") for c in cases]
               for n in ("numpy.einsum", "numpy matmul")}
-    return [c["subscripts"] for c in cases], series, "po.einsum speedup"
+    return [case_label(c) for c in cases], series, "po.einsum speedup"
 
 
 def speedup_chart(report: dict, path: Path) -> str | None:
