@@ -9,8 +9,9 @@ runs ``unroll`` coordinates per dimension, ``block`` apart (coalesced), in locks
 them are inside the domain (a slower per-coordinate path handles the edges); accumulators are
 promoted to registers in both paths. Where reused read-only tiles can be staged in shared
 memory (:mod:`polyopt.codegen.shared_memory`), the whole block takes the staged path together
-when its tile is inside the (convex) domain, and for 4-byte elements a thread's coordinates are
-adjacent instead (contiguous shared-memory reads).
+when its tile is inside the (convex) domain, and a thread's coordinates come in runs of
+adjacent ones (``vector``: one 16-byte shared-memory load reads a run), the runs ``block``
+runs apart (a warp's loads of one run position cover consecutive words: no bank conflicts).
 
 The source compiles with NVRTC (kernels only) and with nvcc, where the host wrapper
 ``void <name>(...)`` (device pointers; launches in host order) is compiled too. The Python
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import product
-from math import prod
+from math import gcd, prod
 
 from polyopt import expr as E
 from polyopt.affine import extent_expr
@@ -38,11 +39,11 @@ from polyopt.types import boolean, i64
 #: Threads per block for 1, 2 and 3 thread coordinates (outermost first, last is x).
 DEFAULT_BLOCK = {1: (256,), 2: (8, 32), 3: (2, 4, 32)}
 #: Coordinates per thread in a register-tiled 2-d kernel, by element size in bytes (the best
-#: of the shapes measured for gemm at 4096^3 on an H200, docs/performance.md "GPU").
-DEFAULT_UNROLL = {4: (8, 4), 8: (4, 4)}
-#: Adjacent coordinates per thread in shared-memory kernels, by element size (measured as for
-#: DEFAULT_UNROLL: faster for f32, slower for f64).
-ADJACENT = {4: True, 8: False}
+#: of the shapes measured for gemm at 4096^3 on an H100, docs/performance.md "GPU").
+DEFAULT_UNROLL = {4: (8, 4), 8: (8, 4)}
+#: Adjacent coordinates per run in shared-memory kernels, by element size (16 bytes: one vector
+#: load from shared memory).
+DEFAULT_VECTOR = {4: 4, 8: 2}
 #: Most blocks per grid dimension (x, y, z); the grid-stride loops cover the rest.
 GRID_LIMIT = (2**31 - 1, 65535, 65535)
 
@@ -50,12 +51,19 @@ GRID_LIMIT = (2**31 - 1, 65535, 65535)
 @dataclass(frozen=True)
 class LaunchShape:
     """Threads per block and coordinates per thread, per coordinate (outermost first);
-    ``adjacent``: in a shared-memory kernel, a thread's coordinates are adjacent (its reads of
-    a staged tile are contiguous words) rather than ``block`` apart."""
+    ``vector``: in a shared-memory kernel, a thread's coordinates come in runs of this many
+    adjacent ones (its reads of a staged tile are contiguous words), the runs ``block`` runs
+    apart; elsewhere (and with runs of 1) they are ``block`` apart (coalesced global accesses)."""
 
     block: tuple[int, ...]
     unroll: tuple[int, ...]
-    adjacent: bool = False
+    vector: tuple[int, ...] = ()
+
+    def offsets(self, runs: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        """Per coordinate, the offsets of a thread's coordinates from its first one, for runs
+        of ``runs[d]`` adjacent coordinates."""
+        return tuple(tuple(r // v * b * v + r % v for r in range(u))
+                     for b, u, v in zip(self.block, self.unroll, runs))
 
     def cuda_block(self) -> tuple[int, int, int]:
         """``blockDim`` as (x, y, z)."""
@@ -83,12 +91,13 @@ class CudaSource:
     host_function: str
 
 
-def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None, *,
+def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None, vector=None, *,
                  uses_scalars: bool = False) -> LaunchShape:
-    """The launch shape of ``kernel`` from the user's ``block``/``tile`` (per coordinate,
-    outermost first; an int applies to every coordinate) or the defaults (which depend on the
-    size of the arrays' elements). A kernel that ``uses_scalars`` (local scalars, one register
-    per thread) runs one coordinate per thread: jammed copies would share the register."""
+    """The launch shape of ``kernel`` from the user's ``block``/``tile``/``vector`` (per
+    coordinate, outermost first; an int applies to every coordinate) or the defaults (which
+    depend on the size of the arrays' elements; a run never exceeds a thread's coordinates).
+    A kernel that ``uses_scalars`` (local scalars, one register per thread) runs one coordinate
+    per thread: jammed copies would share the register."""
     n = len(kernel.coords)
     if n == 0:
         return LaunchShape((), ())
@@ -107,7 +116,9 @@ def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None, *,
     if any(u > 1 for u in unroll) and (uses_scalars or mentions(control_expressions(kernel.body),
                                                                 set(kernel.coords))):
         unroll = (1,) * n  # no lockstep: control flow differs between coordinates, or scalars
-    return LaunchShape(threads, unroll, ADJACENT.get(element_bytes, False))
+    runs = _per_coordinate(vector, n, "vector") or (
+        unroll[:-1] + (DEFAULT_VECTOR.get(element_bytes, 1),))
+    return LaunchShape(threads, unroll, tuple(gcd(v, u) for v, u in zip(runs, unroll)))
 
 
 def _per_coordinate(value, n: int, what: str) -> tuple[int, ...] | None:
@@ -153,13 +164,13 @@ def _prelude() -> str:
 # ----- kernels -----------------------------------------------------------------------------------
 
 def cuda_source(scop: Scop, program: GpuProgram, host_function: str, *, block=None,
-                tile=None, shared: bool = True) -> CudaSource:
+                tile=None, vector=None, shared: bool = True) -> CudaSource:
     """The CUDA C source of ``program``: device scalars, kernels, and the host wrapper;
     ``shared`` allows shared-memory staging in register-tiled kernels."""
     emit = _CudaExpr(scop)
     element_bytes = max((a.dtype.numpy.itemsize for a in scop.arrays.values()), default=8)
     scalars = {name for name, array in scop.arrays.items() if array.local}
-    shapes = {k.name: launch_shape(k, element_bytes, block, tile, uses_scalars=any(
+    shapes = {k.name: launch_shape(k, element_bytes, block, tile, vector, uses_scalars=any(
         ref.array in scalars for s in k.statements for ref in scop.statement(s).accesses))
         for k in program.kernels}
     private, on_device = _scalar_homes(scop, program)
@@ -231,7 +242,7 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
     pad = "  " * depth
     placeholder = f"{pad}/* coordinates */"
     out.append(placeholder)  # filled in once the thread layout is known
-    steps = shape.block  # a thread's coordinates: ``block`` apart (coalesced global accesses)
+    runs = (1,) * n  # a thread's coordinates: ``block`` apart (coalesced global accesses)
     if all(u == 1 for u in shape.unroll):
         out.append(f"{pad}if ({emit(kernel.guard)}) {{")
         _emit(promote_accumulators(body), emit, out, depth + 1)
@@ -241,25 +252,22 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
         read_only = _read_only(scop, kernel) if shared and kernel.convex else set()
         if read_only:
             size = max(scop.arrays[a].dtype.numpy.itemsize for a in read_only)
-            staged_steps = (1,) * n if shape.adjacent else shape.block
-            reach = tuple((b - 1) * s + 1 for b, s in zip(shape.block, (
-                shape.unroll if shape.adjacent else (1,) * n)))
-            fast = promote_accumulators(jam(body, kernel.coords, staged_steps, shape.unroll))
+            reach = tuple((b - 1) * v + 1 for b, v in zip(shape.block, shape.vector))
+            fast = promote_accumulators(jam(body, kernel.coords, shape.offsets(shape.vector)))
             fast, buffers = stage_reads(fast, kernel.coords, reach, read_only, size,
                                             prod(shape.block))
         if buffers:  # the whole block takes the staged path together: test the tile's corners
-            steps = staged_steps
+            runs = shape.vector
             out[declarations:declarations] = [
-                f"  __shared__ __align__(16) {_ctype(b.dtype)} {b.name}[{2 * prod(b.extents)}];"
+                f"  __shared__ __align__(16) {_ctype(b.dtype)} {b.name}[{2 * b.size}];"
                 for b in buffers]
             tile = [b * u for b, u in zip(shape.block, shape.unroll)]
             points = [_placing(kernel.coords, [E.Binary("+", E.Var(f"_b{d}", "iter"), E.Const(c * (t - 1), i64), i64)
                                                for d, (c, t) in enumerate(zip(corner, tile))])
                       for corner in product((0, 1), repeat=n)]
         else:  # each thread tests its own coordinates
-            fast = promote_accumulators(jam(body, kernel.coords, steps, shape.unroll))
-            points = [offset(kernel.coords, tuple(r * b for r, b in zip(rs, steps)))
-                      for rs in product(*(range(u) for u in shape.unroll))]
+            fast = promote_accumulators(jam(body, kernel.coords, shape.offsets(runs)))
+            points = [offset(kernel.coords, shift) for shift in product(*shape.offsets(runs))]
         every = " && ".join(f"({emit(E.substitute(kernel.guard, p))})" for p in points)
         out.append(f"{pad}if ({every}) {{")
         _emit(fast, emit, out, depth + 1)
@@ -269,19 +277,28 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
         out.append(f"{pad}  {{")
         names = {c: c + "_" for c in kernel.coords}
         out.append(f"{pad}    const long " + ", ".join(
-            f"{c}_ = {c} + _u{d} * {steps[d]}" for d, c in enumerate(kernel.coords)) + ";")
+            f"{c}_ = {c} + {_run_offset(f'_u{d}', shape.block[d], shape.unroll[d], runs[d])}"
+            for d, c in enumerate(kernel.coords)) + ";")
         out.append(f"{pad}    if ({emit(E.substitute(kernel.guard, _renamer(names)))}) {{")
         _emit(promote_accumulators(rewrite(body, _renamer(names))), emit, out, depth + 3)
         out.append(f"{pad}    }}")
         out.append(f"{pad}  }}")
         out.append(f"{pad}}}")
-    spread = [u if s == 1 else 1 for s, u in zip(steps, shape.unroll)]
     out[out.index(placeholder)] = (f"{pad}const long " + ", ".join(
-        f"{c} = _b{d} + threadIdx.{'xyz'[n - 1 - d]}{f' * {spread[d]}' if spread[d] > 1 else ''}"
+        f"{c} = _b{d} + threadIdx.{'xyz'[n - 1 - d]}{f' * {runs[d]}' if runs[d] > 1 else ''}"
         for d, c in enumerate(kernel.coords)) + ";")
     for d in reversed(range(n)):
         out.append(f"{'  ' * (d + 1)}}}")
     return "\n".join(out + ["}"])
+
+
+def _run_offset(index: str, block: int, unroll: int, run: int) -> str:
+    """C for the offset of a thread's coordinate number ``index`` (see LaunchShape.offsets)."""
+    if run == 1:
+        return f"{index} * {block}"
+    if run == unroll:
+        return index
+    return f"{index} / {run} * {block * run} + {index} % {run}"
 
 
 def _read_only(scop: Scop, kernel: Kernel) -> set[str]:
@@ -395,7 +412,7 @@ def _emit_staged(node: Staged, emit, out: list[str], depth: int) -> None:
         out.append(f"{pad}      const int _e = _t + _n * {threads};")
         out.append(f"{pad}      if (_more && _e < {prod(buffer.extents)}) {{")
         local, _ = _copy_element(buffer, emit, out, depth + 4, "_next", chunk)
-        out.append(f"{pad}        {buffer.name}[(1 - {HALF}) * {prod(buffer.extents)} + {local}] = _q{k}[_n];")
+        out.append(f"{pad}        {buffer.name}[(1 - {HALF}) * {buffer.size} + {local}] = _q{k}[_n];")
         out.append(f"{pad}      }}")
         out.append(f"{pad}    }}")
     out.append(f"{pad}    __syncthreads();")

@@ -97,14 +97,12 @@ def offset(coords: tuple[str, ...], offsets: tuple[int, ...]):
     return shift
 
 
-def jam(node: BodyNode, coords: tuple[str, ...], steps: tuple[int, ...],
-        counts: tuple[int, ...]) -> BodyNode:
-    """Unroll-and-jam: every assignment repeated for the coordinate offsets
-    ``r * steps`` (``r < counts``, per coordinate); the control flow must not depend on the
+def jam(node: BodyNode, coords: tuple[str, ...], offsets: tuple[tuple[int, ...], ...]
+        ) -> BodyNode:
+    """Unroll-and-jam: every assignment repeated for each combination of the coordinate
+    offsets (``offsets[d]`` for coordinate ``d``); the control flow must not depend on the
     coordinates (see :func:`control_expressions`)."""
-    shifts = [offset(coords, tuple(r * s for r, s in zip(rs, steps)))
-              for rs in product(*(range(c) for c in counts))]
-    return _jam(node, shifts)
+    return _jam(node, [offset(coords, shift) for shift in product(*offsets)])
 
 
 def _jam(node: BodyNode, shifts) -> BodyNode:

@@ -25,15 +25,23 @@ from polyopt.types import i64
 
 #: Largest shared memory a kernel's buffers may take (bytes; the default static limit).
 SHARED_BYTES = 48 * 1024
+#: Strip-mining lengths of a staged loop, longest (fewest barriers) first.
+CHUNKS = (16, 8, 4)
+#: Padding of a transposed buffer's rows (bytes): one vector load's worth, so rows stay
+#: 16-byte aligned for vector reads while consecutive rows start in different banks.
+ROW_PAD_BYTES = 16
 #: The variable selecting the half of the double buffers the loop reads (0 or 1).
 HALF = "_half"
 
 
 @dataclass(frozen=True)
 class SharedBuffer:
-    """``name[prod(extents)]`` holding ``value`` at ``array[base + d]`` for ``0 <= d < extents``
+    """``name[size]`` holding ``value`` at ``array[base + d]`` for ``0 <= d < extents``
     (per array dimension), stored with the array dimensions in ``order`` (outermost first): the
     dimension the loop walks goes first, so a thread's consecutive coordinates are adjacent.
+    Rows of the innermost stored dimension are ``pad`` elements longer than its extent: where
+    ``order`` transposes the array, the copy's consecutive elements land a row apart, and
+    unpadded rows of a multiple of 32 words would put them all in one shared-memory bank.
 
     ``value`` is the staged read: the element ``array[_g0, _g1, ...]`` itself, or an expression
     of it and of block-uniform values (``alpha * A[i][k]`` is computed once per element, in
@@ -46,12 +54,21 @@ class SharedBuffer:
     extents: tuple[int, ...]
     order: tuple[int, ...]
     value: E.Expr
+    pad: int = 0
+
+    def _stored(self, d: int) -> int:
+        return self.extents[d] + (self.pad if d == self.order[-1] else 0)
+
+    @property
+    def size(self) -> int:
+        """Elements of one half of the (double) buffer, padding included."""
+        return prod(self._stored(d) for d in self.order)
 
     def local_index(self, offsets: list[E.Expr]) -> E.Expr:
         """The buffer position of the element at ``offsets`` from ``base`` (array order)."""
         flat: E.Expr = E.Const(0, i64)
         for d in self.order:
-            flat = E.Binary("+", E.Binary("*", flat, E.Const(self.extents[d], i64), i64),
+            flat = E.Binary("+", E.Binary("*", flat, E.Const(self._stored(d), i64), i64),
                             offsets[d], i64)
         return flat
 
@@ -70,26 +87,35 @@ class Staged:
 
 
 def stage_reads(node: BodyNode, coords: tuple[str, ...], threads: tuple[int, ...],
-                read_only: set[str], element_bytes: int, block_threads: int, chunk: int = 16
+                read_only: set[str], element_bytes: int, block_threads: int
                 ) -> tuple[BodyNode, list[SharedBuffer]]:
     """``node`` with reused read-only footprints of its innermost loops staged in shared
     memory (see the module docstring); ``threads[k]`` is how far coordinate ``k`` reaches over
-    a block's threads (its values span ``threads[k]`` consecutive integers, jam offsets aside)."""
-    buffers: list[SharedBuffer] = []
+    a block's threads (its values span ``threads[k]`` consecutive integers, jam offsets aside).
+    The loops are strip-mined by the longest of :data:`CHUNKS` whose buffers all fit in
+    :data:`SHARED_BYTES` (large block tiles of 8-byte elements need shorter chunks)."""
+    for chunk in CHUNKS:
+        buffers: list[SharedBuffer] = []
+        left_out: list[tuple] = []
 
-    def visit(n: BodyNode) -> BodyNode:
-        if isinstance(n, For):
-            if _straight_line(n.body) and n.step == 1:
-                return _stage(n, coords, threads, read_only, element_bytes, block_threads, chunk,
-                              buffers)
-            return replace(n, body=visit(n.body))
-        if isinstance(n, Promote):
-            return Promote(n.registers, visit(n.loop))
-        if isinstance(n, Block):
-            return Block(tuple(visit(c) for c in n.body))
-        return n  # statements; conditionals keep their loops in global memory
+        def visit(n: BodyNode) -> BodyNode:
+            if isinstance(n, For):
+                if _straight_line(n.body) and n.step == 1:
+                    return _stage(n, coords, threads, read_only, element_bytes, block_threads,
+                                  chunk, buffers, left_out)
+                return replace(n, body=visit(n.body))
+            if isinstance(n, Promote):
+                return Promote(n.registers, visit(n.loop))
+            if isinstance(n, Block):
+                return Block(tuple(visit(c) for c in n.body))
+            return n  # statements; conditionals keep their loops in global memory
 
-    return visit(node), buffers
+        staged = visit(node)
+        if chunk == CHUNKS[0]:
+            first = staged, buffers
+        if not left_out:
+            return staged, buffers
+    return first
 
 
 def _straight_line(node: BodyNode) -> bool:
@@ -126,7 +152,9 @@ def _reads(value: E.Expr, read_only: set[str]):
 
 
 def _stage(loop: For, coords, threads, read_only, element_bytes, block_threads, chunk,
-           buffers) -> BodyNode:
+           buffers, left_out) -> BodyNode:
+    """``loop`` strip-mined by ``chunk`` with its staged reads (appended to ``buffers``); the
+    read groups that do not fit in shared memory are appended to ``left_out``."""
     groups: dict[tuple, list[tuple[E.Expr, E.Access, tuple]]] = {}
     for assign in (loop.body.body if isinstance(loop.body, Block) else (loop.body,)):
         for read, access in _reads(assign.value, read_only):
@@ -144,7 +172,7 @@ def _stage(loop: For, coords, threads, read_only, element_bytes, block_threads, 
             groups.setdefault(key, []).append((read, access, tuple(p[2] for p in parts)))
     chunk_var = f"{loop.var}_chunk"
     new_buffers, table = [], {}
-    used = sum(2 * prod(b.extents) for b in buffers) * element_bytes
+    used = sum(2 * b.size for b in buffers) * element_bytes
     for (value, dims), members in groups.items():
         low = [min(m[2][d] for m in members) for d in range(len(dims))]
         high = [max(m[2][d] for m in members) for d in range(len(dims))]
@@ -163,20 +191,22 @@ def _stage(loop: For, coords, threads, read_only, element_bytes, block_threads, 
                 term = E.Binary("+", term, E.Binary("*", E.Const(coef, i64), E.Var(name, "iter", i64), i64), i64)
             base.append(term if origin is None else E.Binary("+", origin, term, i64))
             extents.append(size)
-        size_bytes = 2 * prod(extents) * element_bytes  # double-buffered
-        if used + size_bytes > SHARED_BYTES:
-            continue
-        used += size_bytes
         walked_first = [d for d, (var, _) in enumerate(dims) if var == loop.var]
         order = tuple(walked_first + [d for d in range(len(dims)) if d not in walked_first])
+        pad = ROW_PAD_BYTES // element_bytes if order != tuple(sorted(order)) else 0
         array = members[0][1].array
         buffer = SharedBuffer(f"_s{len(buffers) + len(new_buffers)}", array, value.dtype,
-                              tuple(base), tuple(extents), order, value)
+                              tuple(base), tuple(extents), order, value, pad)
+        size_bytes = 2 * buffer.size * element_bytes  # double-buffered
+        if used + size_bytes > SHARED_BYTES:
+            left_out.append((value, dims))
+            continue
+        used += size_bytes
         new_buffers.append(buffer)
         for read, access, _ in members:
             offsets = [E.Binary("-", index, origin, i64)
                        for index, origin in zip(access.indices, buffer.base)]
-            half = E.Binary("*", E.Var(HALF, "iter", i64), E.Const(prod(extents), i64), i64)
+            half = E.Binary("*", E.Var(HALF, "iter", i64), E.Const(buffer.size, i64), i64)
             table[read] = E.Access(buffer.name, (E.Binary("+", half, buffer.local_index(offsets), i64),),
                                    read.dtype)
     if not new_buffers:

@@ -31,8 +31,9 @@ from polyopt.verify import verify
 
 #: Options of the GPU mapping (the others go to the scheduler): threads per block and the
 #: coordinates one block covers, per thread coordinate (outermost first) or one int for all;
+#: vector: adjacent coordinates per run of a thread's coordinates in shared-memory kernels;
 #: shared=False turns shared-memory staging off.
-GPU_OPTIONS = ("block", "tile", "shared")
+GPU_OPTIONS = ("block", "tile", "vector", "shared")
 #: Scheduler options the CUDA target sets unless given: no CPU tiling, parallel marks or
 #: stride-1 reordering (the mapping finds the parallel loops and picks threadIdx.x itself).
 _SCHEDULER_DEFAULTS = {"pluto": {"parallel": False, "vectorize": False},

@@ -54,27 +54,34 @@ def test_gemm_is_register_tiled_with_promoted_accumulators():
     assert result.schedule.algorithm == "pluto"
     assert [len(k.coords) for k in program.kernels] == [2, 2]
     update = program.kernels[1]
-    assert shapes[update.name].unroll == (4, 4)
+    assert shapes[update.name].unroll == (8, 4) and shapes[update.name].vector == (8, 2)
     text = result.source.source
-    assert "double _r15 = C[" in text and "_r15 = _r15 + _s0[" in text
+    assert "double _r31 = C[" in text and "_r31 = _r31 + _s0[" in text
     # threadIdx.x walks j, the stride-1 subscript of C and B
     assert "B[c0 * NJ + _p1_]" in text and "_p1 = _b1 + threadIdx.x" in text
-    # A's and B's tiles are staged in shared memory, chunks of k between barriers
-    # double-buffered: two halves of 32x16 (A) and 16x128 (B)
-    assert "__shared__ __align__(16) double _s0[1024];" in text
-    assert "__shared__ __align__(16) double _s1[4096];" in text
+    # A's and B's tiles (64x8 and 8x128: chunks of 8 k, so that both fit in 48 KiB) are staged
+    # in shared memory, double-buffered; A's transposed rows are padded by 16 bytes
+    assert "__shared__ __align__(16) double _s0[1056];" in text  # 2 * 8 * (64 + 2)
+    assert "__shared__ __align__(16) double _s1[2048];" in text
     # copied in A's own order (coalesced), stored k-major: a thread's rows are adjacent words;
     # alpha * A[i][k] is staged as a whole: one multiplication per element, not per use
-    assert ("_s0[(0 * 16 + _d1) * 32 + _d0] = (_g0 >= 0 && _g0 < NI && _g1 >= 0 && _g1 < NK) "
+    assert ("_s0[(0 * 8 + _d1) * 66 + _d0] = (_g0 >= 0 && _g0 < NI && _g1 >= 0 && _g1 < NK) "
             "? alpha * A[_g0 * NK + _g1] : (double)0;") in text
-    assert "_r0 = _r0 + _s0[_half * 512 + " in text
+    assert "_r0 = _r0 + _s0[_half * 528 + " in text
     # the next chunk goes through registers into the other half, one barrier per chunk
-    assert "_s0[(1 - _half) * 512 + (0 * 16 + _d1) * 32 + _d0] = _q0[_n];" in text
-    assert "__syncthreads();" in text and "_p0 = _b0 + threadIdx.y, _p1 = _b1 + threadIdx.x;" in text
-    # f32: a thread's coordinates are adjacent (contiguous shared-memory reads)
+    assert "_s0[(1 - _half) * 528 + (0 * 8 + _d1) * 66 + _d0] = _q0[_n];" in text
+    # a thread's columns: runs of 2 adjacent ones (one 16-byte load), 32 runs apart
+    assert "_p0 = _b0 + threadIdx.y * 8, _p1 = _b1 + threadIdx.x * 2;" in text
+    assert "_p1_ = _p1 + _u1 / 2 * 64 + _u1 % 2;" in text
+    assert "(_p1 + 65 - (_b1 + 0))" in text
+    # f32: runs of 4 columns, chunks of 16
     f32 = po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32"))
     assert "_p0 = _b0 + threadIdx.y * 8, _p1 = _b1 + threadIdx.x * 4;" in f32
+    assert "c0_chunk += 16" in f32
     assert "__shared__" not in po.cuda_source(po.suite.get("gemm").kernel, shared=False)
+    # vector=1: a thread's columns are a block apart
+    apart = po.cuda_source(po.suite.get("gemm").kernel, vector=(8, 1))
+    assert "_p1 = _b1 + threadIdx.x;" in apart and "_p1_ = _p1 + _u1 * 32;" in apart
 
 
 def test_bounds_are_parenthesized():
@@ -84,7 +91,7 @@ def test_bounds_are_parenthesized():
 
 def test_no_register_tiling_with_local_scalars_or_varying_control_flow():
     update = plan(po.suite.get("gemm").kernel).source.program.kernels[1]
-    assert launch_shape(update, 8).unroll == (4, 4)
+    assert launch_shape(update, 8).unroll == (8, 4)
     assert launch_shape(update, 8, uses_scalars=True).unroll == (1, 1)
 
     @po.kernel

@@ -4,13 +4,17 @@ Each runner keeps its own device copies of the kernel's arrays (made once, so a 
 graph stays valid). ``run(args)`` copies the numpy arguments into them, runs the computation
 between two CUDA events, copies the written arrays back into ``args`` and returns the
 kernel-only seconds the events measured; the harness times the whole call, which is the
-end-to-end time (copies in and out included). polyopt's host program (loops and launches)
+end-to-end time (copies in and out included). The harness runs gcc between GPU runs, and an idle
+GPU lowers its clocks: so right before each timed run (untimed, in the runner's ``prepare``),
+the computation runs on scratch copies of the arrays for :data:`WARMUP_SECONDS`, and the timed
+run starts at working clocks, as back-to-back runs do. polyopt's host program (loops and launches)
 is replayed as a CUDA graph, so its kernel time is GPU time, not Python's launch overhead.
 
 CuPy is imported only through :func:`polyopt.cuda.cupy_module` (a clear error without it).
 """
 from __future__ import annotations
 
+import time
 from typing import Callable, Mapping
 
 import polyopt as po
@@ -18,6 +22,9 @@ from polyopt.bench.config import BenchConfig
 from polyopt.bench.runners import Runner
 from polyopt.cuda import CudaKernel, cupy_module
 from polyopt.suite import Entry
+
+#: Seconds of untimed GPU work right before each timed run (at least one run).
+WARMUP_SECONDS = 0.05
 
 def _gemm(cp, a, s) -> None:
     cp.add(s["alpha"] * (a["A"] @ a["B"]), s["beta"] * a["C"], out=a["C"])
@@ -53,27 +60,45 @@ CUBLAS: dict[str, Callable] = {"gemm": _gemm, "2mm": _2mm, "3mm": _3mm, "syrk": 
                                "syr2k": _syr2k}
 
 
-def _on_device(compiled: CudaKernel, args: Mapping[str, object],
-               compute: Callable[[dict, object], object]) -> Callable[[dict], float]:
-    """``run(args)`` for a runner that computes with ``compute(device arrays, bound arguments)``:
-    copy in, time ``compute`` with CUDA events, copy the written arrays back; returns seconds."""
+def _on_device(name: str, description: str, compiled: CudaKernel, args: Mapping[str, object],
+               compute: Callable[[dict, object], object],
+               details: Mapping[str, object] | None = None) -> Runner:
+    """The runner computing with ``compute(device arrays, bound arguments)``: ``run(args)``
+    copies in, times ``compute`` with CUDA events and copies the written arrays back (returns
+    the seconds); ``prepare(args)`` warms the GPU up on scratch copies of the arrays."""
     cp = cupy_module()
     bound, device, _ = compiled.bind((), dict(args))  # device copies, kept for every run
+    scratch = {key: array.copy() for key, array in device.items()}
     written = sorted({w.array for s in compiled.scop.statements for w in s.writes} & set(device))
 
+    def prepare(args: dict) -> None:
+        for key, array in scratch.items():
+            array.set(args[key])  # the same work as the timed run
+        _warm_up(cp, lambda: compute(scratch, bound))
+
     def run(args: dict) -> float:
-        for name, array in device.items():
-            array.set(args[name])
+        for key, array in device.items():
+            array.set(args[key])
         start, stop = cp.cuda.Event(), cp.cuda.Event()
         start.record()
         compute(device, bound)
         stop.record()
-        for name in written:
-            device[name].get(out=args[name])
+        for key in written:
+            device[key].get(out=args[key])
         stop.synchronize()
         return cp.cuda.get_elapsed_time(start, stop) / 1e3
 
-    return run
+    return Runner(name, description, run, details or {}, prepare)
+
+
+def _warm_up(cp, compute: Callable[[], object]) -> None:
+    """Run ``compute`` until :data:`WARMUP_SECONDS` have passed (at least once)."""
+    start = time.perf_counter()
+    while True:
+        compute()
+        cp.cuda.get_current_stream().synchronize()
+        if time.perf_counter() - start >= WARMUP_SECONDS:
+            return
 
 
 def polyopt_cuda_runner(entry: Entry, config: BenchConfig, args: Mapping[str, object]) -> Runner:
@@ -84,12 +109,11 @@ def polyopt_cuda_runner(entry: Entry, config: BenchConfig, args: Mapping[str, ob
     def replay(device: dict, bound) -> None:
         compiled.launch(bound.params, bound.scalars, device, graph=True)
 
-    return Runner("polyopt", f"polyopt CUDA {config.describe_polyopt()} "
-                             f"(schedule used: {compiled.schedule.algorithm}), host program "
-                             "replayed as a CUDA graph",
-                  _on_device(compiled, args, replay),
-                  {"schedule": compiled.schedule.algorithm,
-                   "gpu_kernels": len(compiled.program.kernels)})
+    return _on_device("polyopt", f"polyopt CUDA {config.describe_polyopt()} "
+                                 f"(schedule used: {compiled.schedule.algorithm}), host program "
+                                 "replayed as a CUDA graph", compiled, args, replay,
+                      {"schedule": compiled.schedule.algorithm,
+                       "gpu_kernels": len(compiled.program.kernels)})
 
 
 def cublas_runner(entry: Entry, config: BenchConfig, args: Mapping[str, object]) -> Runner:
@@ -100,8 +124,8 @@ def cublas_runner(entry: Entry, config: BenchConfig, args: Mapping[str, object])
     def blas(device: dict, bound) -> None:
         CUBLAS[entry.name](cp, device, bound.scalars)
 
-    return Runner("cublas", f"cuBLAS through CuPy {cp.__version__} matmul (TF32 off)",
-                  _on_device(compiled, args, blas))
+    return _on_device("cublas", f"cuBLAS through CuPy {cp.__version__} matmul (TF32 off)",
+                      compiled, args, blas)
 
 
 def cuda_runners(entry: Entry, config: BenchConfig, args: Mapping[str, object]) -> list[Runner]:

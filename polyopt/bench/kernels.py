@@ -69,7 +69,8 @@ def bench_kernel(entry: Entry, config: BenchConfig) -> dict[str, object]:
                                 **check(args, expected, RTOL_F32 if config.dtype == "f32" else RTOL)}
     timed = {r.name: partial(r.run, args) for r in runners if results[r.name]["correct"]}
     flops = entry.flops(sizes)
-    for name, samples in interleave(timed, config.repeats, reset).items():
+    prepare = {r.name: partial(r.prepare, args) for r in runners if r.prepare is not None}
+    for name, samples in interleave(timed, config.repeats, reset, prepare).items():
         results[name].update(summarize(samples))
         results[name]["gflops"] = flops / results[name]["median_s"] / 1e9
         if "kernel_median_s" in results[name]:

@@ -55,8 +55,11 @@ def check(actual: Mapping[str, object], expected: Mapping[str, object],
 
 
 def interleave(calls: Mapping[str, Callable[[], float | None]], repeats: int,
-               reset: Callable[[], object] | None = None) -> dict[str, dict[str, list[float]]]:
-    """Run every call ``repeats`` times, in turn, with ``reset()`` untimed before each run.
+               reset: Callable[[], object] | None = None,
+               prepare: Mapping[str, Callable[[], object]] | None = None
+               ) -> dict[str, dict[str, list[float]]]:
+    """Run every call ``repeats`` times, in turn, with ``reset()`` and then the call's own
+    ``prepare[name]()`` (where given) untimed before each run.
 
     Returns per call ``{"wall": [seconds...]}`` and, for calls that return a number (their own
     kernel-only time, e.g. from CUDA events), ``"kernel": [seconds...]`` as well.
@@ -71,7 +74,13 @@ def interleave(calls: Mapping[str, Callable[[], float | None]], repeats: int,
                 if result is not None:
                     inner.append(float(result))
 
-            samples[name]["wall"].append(median_seconds(run, repeats=1, setup=reset, warmup=0))
+            def setup(before=(prepare or {}).get(name)) -> None:
+                if reset is not None:
+                    reset()
+                if before is not None:
+                    before()
+
+            samples[name]["wall"].append(median_seconds(run, repeats=1, setup=setup, warmup=0))
             if inner:
                 samples[name].setdefault("kernel", []).extend(inner)
     return samples

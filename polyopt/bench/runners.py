@@ -48,13 +48,15 @@ class Runner:
 
     ``run`` may return its own kernel-only seconds (CUDA events); ``None`` means the harness's
     wall-clock time is all there is. ``details`` go into the report as they are (e.g. what the
-    autotuner chose).
+    autotuner chose). ``prepare(args)``, where given, runs untimed right before each timed run
+    (the GPU runners warm the GPU up there).
     """
 
     name: str
     description: str
     run: Callable[[dict], float | None]
     details: Mapping[str, object] = field(default_factory=dict)
+    prepare: Callable[[dict], object] | None = None
 
 
 def polyopt_runner(entry: Entry, config: BenchConfig, args: Mapping[str, object]) -> Runner:

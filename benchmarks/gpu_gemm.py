@@ -1,0 +1,122 @@
+"""gemm on the GPU at one size: polyopt's CUDA code for several launch shapes against cuBLAS.
+
+    python benchmarks/gpu_gemm.py --n 4096 --dtype f32 --shape 64x128/8x32 --shape 128x128/16x16
+
+Each ``--shape TILE/BLOCK[/VECTOR]`` (rows x columns of the block tile / of the thread block /
+adjacent coordinates per run; omitted: polyopt's defaults) is compiled with ``po.compile(gemm, target="cuda", tile=..., block=...)``.
+Every computation runs on CuPy arrays already on the GPU, back to back: ``--warmup`` untimed
+runs, then ``--repeats`` runs each between two CUDA events (median and best reported), so the
+GPU is at its working clocks and the times compare kernels, not clock ramps. cuBLAS (TF32 off,
+CuPy's default) runs twice: one ``cupy.cublas.gemm`` call (alpha and beta inside SGEMM/DGEMM,
+the baseline of the percentages) and as ``polyopt bench`` runs it (matmul, then the scaling
+kernels). Each result is checked against matmul's (normwise relative error). Needs CuPy and a
+GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+
+import numpy as np
+
+import polyopt as po
+from polyopt.cuda import cupy_module
+
+
+def timed(cp, run, warmup: int, repeats: int) -> list[float]:
+    """Milliseconds of ``repeats`` runs of ``run`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeats):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        run()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop))
+    return times
+
+
+def parse_shape(text: str) -> dict:
+    """``"64x128/8x32"`` -> {"tile": (64, 128), "block": (8, 32)}, ``"64x128/8x32/4"`` adds
+    {"vector": 4}; ``"default"`` -> {}."""
+    if text == "default":
+        return {}
+    parts = text.split("/")
+    options = {"tile": tuple(map(int, parts[0].split("x"))),
+               "block": tuple(map(int, parts[1].split("x")))}
+    if len(parts) > 2:
+        options["vector"] = int(parts[2])
+    return options
+
+
+def main(argv=None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=4096, help="NI = NJ = NK")
+    parser.add_argument("--dtype", choices=("f32", "f64"), default="f32")
+    parser.add_argument("--shape", action="append", default=None)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args(argv)
+    cp = cupy_module()
+    dtype = np.float32 if args.dtype == "f32" else np.float64
+    rng = np.random.default_rng(0)
+    n = args.n
+    A, B, C0 = (cp.asarray(rng.random((n, n)), dtype=dtype) for _ in range(3))
+    alpha, beta = 1.5, 1.2
+    flops = 2.0 * n ** 3
+    C = C0.copy()
+
+    cublas_module = importlib.import_module("cupy.cublas")
+
+    def cublas():  # one SGEMM/DGEMM call, alpha and beta applied by cuBLAS
+        cublas_module.gemm("N", "N", A, B, out=C, alpha=alpha, beta=beta)
+
+    def matmul():  # as polyopt bench's cuBLAS runner: matmul, then the scaling kernels
+        cp.add(alpha * (A @ B), beta * C, out=C)
+
+    rows = [{"name": "cublas gemm", **_stats(timed(cp, cublas, args.warmup, args.repeats), flops)},
+            {"name": "cublas matmul+scale", **_stats(timed(cp, matmul, args.warmup, args.repeats),
+                                                       flops)}]
+    expected = alpha * (A @ B) + beta * C0
+    C[...] = C0
+    cublas()
+    rows[0]["error"] = float(cp.linalg.norm(C - expected) / cp.linalg.norm(expected))
+    kernel = po.suite.get("gemm").kernel.with_dtype(args.dtype)
+    for text in args.shape or ["default"]:
+        options = parse_shape(text)
+        compiled = po.compile(kernel, target="cuda", **options)
+        C[...] = C0
+        compiled(alpha, beta, C, A, B)
+        error = float(cp.linalg.norm(C - expected) / cp.linalg.norm(expected))
+        bound, device, _ = compiled.bind((alpha, beta, C, A, B), {})
+        times = timed(cp, lambda: compiled.launch(bound.params, bound.scalars, device),
+                      args.warmup, args.repeats)
+        shape = compiled.compiled.shapes[compiled.program.kernels[-1].name]
+        rows.append({"name": f"polyopt {text}", "block": shape.block, "unroll": shape.unroll,
+                     "error": error, **_stats(times, flops)})
+    best = rows[0]["median_ms"]
+    device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    print(f"gemm {n}^3 {args.dtype} on {device}, {args.warmup} warm-up + {args.repeats} runs")
+    for row in rows:
+        row["of_cublas"] = best / row["median_ms"]
+        print(f"{row['name']:32s} {row['median_ms']:8.3f} ms (best {row['best_ms']:.3f}) "
+              f"{row['tflops']:6.2f} TFLOP/s  {100 * row['of_cublas']:5.1f} % of cuBLAS"
+              + (f"  error {row['error']:.1e}" if "error" in row else ""))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": device, "n": n, "dtype": args.dtype, "rows": rows}, f, indent=1)
+    return rows
+
+
+def _stats(times: list[float], flops: float) -> dict:
+    median = statistics.median(times)
+    return {"median_ms": median, "best_ms": min(times), "tflops": flops / median / 1e9}
+
+
+if __name__ == "__main__":
+    main()
