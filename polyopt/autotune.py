@@ -43,12 +43,15 @@ class Candidate:
 
 
 #: Tried by default: the original order, our pluto untiled, tiled with cache-derived sizes, and
-#: with register tiles on top (with and without cache tiles), and pluto with every strongly
-#: connected component in its own loop nest (symm: 1.8x of gcc distributed, 1.15x fused, LARGE).
+#: with register tiles on top (with and without cache tiles), pluto with every strongly
+#: connected component in its own loop nest (symm: 1.8x of gcc distributed, 1.15x fused, LARGE),
+#: and pluto with hyperplanes shifted by the size parameters, which puts loops one after the other
+#: inside a fused one (doitgen: the sum over s outside the stride-1 loop over p, 5x of gcc).
 DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
     Candidate("original", "original"),
     Candidate("pluto", "pluto"),
     Candidate("pluto distributed", "pluto", (("fuse", "no"),)),
+    Candidate("pluto shifted", "pluto", (("param_shifts", True),)),
     Candidate("pluto tiled", "pluto", (("tile", "auto"),)),
     Candidate("pluto tiled+registers", "pluto", (("tile", "auto"), ("register_tile", "auto"))),
     Candidate("pluto registers", "pluto", (("register_tile", "auto"),)),

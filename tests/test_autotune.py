@@ -128,3 +128,24 @@ def test_bad_tuning_arguments_are_refused():
         po.autotune(triple, np.zeros(8), np.ones(8), candidates=("original",))
     with pytest.raises(TypeError, match="dtype"):
         po.autotune(triple, np.zeros(8, dtype=np.float32), np.ones(8))
+
+
+def test_shifted_candidate_puts_doitgens_sum_outside_its_stride_one_loop():
+    """"pluto shifted" schedules doitgen's ``sum[p] += A[r][q][s] * C4[s][p]`` with p innermost
+    (C4 walked by rows, the loop vectorizable), and computes what numpy does."""
+    from polyopt.codegen.ast import For, Run, nodes
+
+    shifted = next(c for c in DEFAULT_CANDIDATES if c.label == "pluto shifted")
+    entry = po.suite.get("doitgen")
+    compiled = shifted.compile(entry.kernel, num_threads=1)
+    innermost = [loop for loop in nodes(compiled.loops) if isinstance(loop, For)
+                 and any(isinstance(n, Run) and n.statement == "S1" for n in nodes(loop.body))
+                 and not any(isinstance(n, For) for n in nodes(loop.body))]
+    assert len(innermost) == 1
+    (run,) = [n for n in nodes(innermost[0].body) if isinstance(n, Run)]
+    assert isinstance(run.args[2], po.expr.Var) and run.args[2].name == innermost[0].var
+    args = entry.inputs(entry.sizes("SMALL"))
+    expected = {k: v.copy() for k, v in args.items()}
+    entry.reference(**expected)
+    compiled(**args)
+    np.testing.assert_allclose(args["A"], expected["A"], rtol=1e-12)
