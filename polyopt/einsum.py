@@ -97,9 +97,14 @@ def reuses_operands(scop: Scop) -> bool:
 
 
 def default_schedule_options(scop: Scop) -> dict[str, object]:
-    """The CPU schedule options po.einsum compiles with: tiles from the cache sizes and register
-    tiles where operands are reused (:func:`reuses_operands`), Pluto's untiled schedule else."""
-    return {"tile": "auto", "register_tile": "auto"} if reuses_operands(scop) else {}
+    """The CPU schedule options po.einsum compiles with: where operands are reused
+    (:func:`reuses_operands`), tiles from the cache sizes that stay clear of cache-set conflicts
+    for any row length (users' sizes are often powers of two: 512^3 matmul runs 3.6x faster
+    than with the plain cache model, 500^3 about 5 % slower) and register tiles; Pluto's untiled
+    schedule else."""
+    if not reuses_operands(scop):
+        return {}
+    return {"tile": "auto", "conflict_free_tiles": True, "register_tile": "auto"}
 
 
 @lru_cache(maxsize=256)

@@ -155,7 +155,9 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
     shifted by the size parameters, phi = c.i + d.p + c0, which fuses loops that run one after
     the other, as isl's scheduler does on atax and doitgen, at the price of fusions that rarely
     pay), ``tile`` (None, an int, per-dimension sizes, or "auto": per
-    band from the cache sizes), ``tile2`` (tiles per second-level tile), ``parallel`` (mark the
+    band from the cache sizes), ``conflict_free_tiles`` (with "auto": tiles no taller than the
+    L1 cache's ways, for arrays whose row lengths are multiples of 4 KiB; see
+    :mod:`polyopt.tilesize`), ``tile2`` (tiles per second-level tile), ``parallel`` (mark the
     outermost parallel loop, with a wavefront where a band has none), ``vectorize`` (reorder the
     innermost band so its innermost loop is parallel and stride-1), ``register_tile`` (None,
     (rows, columns) or "auto": unroll-and-jam of the innermost band, see
@@ -165,7 +167,8 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
     from polyopt.levels import tree_from_levels
     from polyopt.pluto import pluto_levels
 
-    allowed = {"fuse", "negative_coeffs", "param_shifts", "tile", "tile2", "parallel", "vectorize", "register_tile"}
+    allowed = {"fuse", "negative_coeffs", "param_shifts", "tile", "conflict_free_tiles", "tile2", "parallel",
+               "vectorize", "register_tile"}
     unknown = set(options) - allowed
     if unknown:
         raise ScheduleError(f"pluto: unknown option(s) {', '.join(sorted(unknown))}; "
@@ -181,7 +184,8 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
     sizes = options.get("tile")
     if sizes is not None and sizes is not False:
         tree = transform.tile(tree, sizes, second_level=options.get("tile2"), scop=scop,
-                              register_tile=registers)
+                              register_tile=registers,
+                              conflict_free=bool(options.get("conflict_free_tiles", False)))
     if options.get("parallel", True):
         tree = transform.mark_parallel(tree)
     if registers is not None:

@@ -12,6 +12,14 @@ per iteration (footprint / tile volume) under two capacity limits read from the 
 
 Subscript dimensions not expressible in the band's members (they vary outside the band) are
 left out of the footprint: the model is for the band alone.
+
+With ``conflict_free``, the working set of one iteration of the outermost point loop may also
+hold at most as many rows (elements differing outside the last subscript) of each array as the
+L1 cache has ways. Rows of an array whose row length is a multiple of 4 KiB (512 doubles) map to
+the same cache sets, so a taller tile evicts its own rows before they are reused: gemm's
+256x48x32 tiles run 3-4x slower at 512^3 than at 500^3. The limit costs about 10 % where row
+lengths are not such multiples (kept off for the suite's sizes; po.einsum, whose sizes come from
+the user, turns it on).
 """
 from __future__ import annotations
 
@@ -30,22 +38,37 @@ CANDIDATE_SIZES = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 #: Used when the model cannot describe a band (no affine accesses in its members).
 FALLBACK_SIZE = 32
 _DEFAULT_CACHES = {1: 32 * 1024, 2: 512 * 1024}
+_DEFAULT_WAYS = 8
 
 
-@lru_cache(maxsize=None)
-def cache_bytes(level: int) -> int:
-    """Size of the CPU data cache of ``level`` from sysfs (Linux); a common size when unknown."""
+def _data_cache_entry(level: int, entry: str) -> str | None:
+    """One sysfs attribute (``size``, ``ways_of_associativity``) of the data cache of ``level``."""
     root = Path("/sys/devices/system/cpu/cpu0/cache")
     for index in sorted(root.glob("index*")) if root.is_dir() else []:
         try:
             if int((index / "level").read_text()) != level or "Instruction" in (index / "type").read_text():
                 continue
-            text = (index / "size").read_text().strip().upper()
+            return (index / entry).read_text().strip().upper()
         except (OSError, ValueError):
             continue
-        scale = {"K": 1024, "M": 1024 ** 2}.get(text[-1], 1)
-        return int(text.rstrip("KM")) * scale
-    return _DEFAULT_CACHES.get(level, _DEFAULT_CACHES[2])
+    return None
+
+
+@lru_cache(maxsize=None)
+def cache_bytes(level: int) -> int:
+    """Size of the CPU data cache of ``level`` from sysfs (Linux); a common size when unknown."""
+    text = _data_cache_entry(level, "size")
+    if not text:
+        return _DEFAULT_CACHES.get(level, _DEFAULT_CACHES[2])
+    scale = {"K": 1024, "M": 1024 ** 2}.get(text[-1], 1)
+    return int(text.rstrip("KM")) * scale
+
+
+@lru_cache(maxsize=None)
+def cache_ways(level: int) -> int:
+    """Associativity of the CPU data cache of ``level`` from sysfs; 8 when unknown."""
+    text = _data_cache_entry(level, "ways_of_associativity")
+    return int(text) if text and text.isdigit() and int(text) > 0 else _DEFAULT_WAYS
 
 
 @lru_cache(maxsize=None)
@@ -110,25 +133,35 @@ def band_references(partial: isl.MultiUnionPwAff, scop: Scop) -> list[tuple[int,
     return list(seen.values())
 
 
+def _elements(G: np.ndarray, grids: list[np.ndarray]) -> np.ndarray:
+    """Elements a reference with subscript matrix ``G`` touches in a tile of sizes ``grids``."""
+    count = np.ones(np.broadcast(*grids).shape)
+    for row in G:
+        count = count * np.maximum(1.0, sum(c * g for c, g in zip(row, grids)))
+    return count
+
+
 def _footprints(references: list[tuple[int, np.ndarray]], grids: list[np.ndarray]) -> np.ndarray:
     """Bytes touched by a tile, for every combination of sizes in the broadcast ``grids``."""
-    total = np.zeros(np.broadcast(*grids).shape)
-    for element_bytes, G in references:
-        count = np.ones_like(total)
-        for row in G:
-            count = count * np.maximum(1.0, sum(c * g for c, g in zip(row, grids)))
-        total += element_bytes * count
-    return total
+    return sum((element_bytes * _elements(G, grids) for element_bytes, G in references),
+               np.zeros(np.broadcast(*grids).shape))
+
+
+def _most_rows(references: list[tuple[int, np.ndarray]], grids: list[np.ndarray]) -> np.ndarray:
+    """The most rows (elements differing outside the last subscript) one reference touches."""
+    return np.max([_elements(G[:-1], grids) for _, G in references], axis=0)
 
 
 def band_tile_sizes(partial: isl.MultiUnionPwAff, scop: Scop, *,
                     multiple_of: Sequence[int] | None = None, uniform: bool = False,
-                    largest: int | None = None) -> list[int]:
+                    largest: int | None = None, conflict_free: bool = False) -> list[int]:
     """Tile sizes for a band with the given partial schedule (see the module docstring).
 
     ``multiple_of[k]`` (default 1) constrains member k's size, e.g. to whole register tiles;
     ``uniform`` asks for one size for all members (a wavefront over tile origins has unit-step
-    fronts only then, and the verifier's sets stay small); ``largest`` caps every size."""
+    fronts only then, and the verifier's sets stay small); ``largest`` caps every size;
+    ``conflict_free`` limits the rows of each array reused across the outermost point loop to
+    the L1 cache's ways (module docstring)."""
     n = partial.dim(isl.dim_type.set)
     multiples = list(multiple_of or []) + [1] * n
     references = band_references(partial, scop)
@@ -141,8 +174,11 @@ def band_tile_sizes(partial: isl.MultiUnionPwAff, scop: Scop, *,
     grids = list(np.meshgrid(*choices, indexing="ij"))
     volume = np.prod(np.stack(grids), axis=0)
     whole = _footprints(references, grids)
-    one_row = _footprints(references, [np.ones_like(grids[0])] + grids[1:])
+    one_row_grids = [np.ones_like(grids[0])] + grids[1:]
+    one_row = _footprints(references, one_row_grids)
     feasible = (whole <= cache_bytes(2) / 2) & (one_row <= cache_bytes(1) / 2)
+    if conflict_free:
+        feasible &= _most_rows(references, one_row_grids) <= cache_ways(1)
     if uniform:
         feasible &= np.all(np.stack(grids) == grids[0], axis=0)
     cost = np.where(feasible, whole / volume, np.inf)

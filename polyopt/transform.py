@@ -66,12 +66,13 @@ def _multi_val(node: isl.ScheduleNode, values: list[int]) -> isl.MultiVal:
 
 def tile(tree: isl.Schedule, sizes: int | Sequence[int] | str, *, min_depth: int = 2,
          second_level: int | Sequence[int] | None = None, scop: Scop | None = None,
-         register_tile: Sequence[int] | None = None) -> isl.Schedule:
+         register_tile: Sequence[int] | None = None, conflict_free: bool = False) -> isl.Schedule:
     """Rectangular tiling of every permutable band with at least ``min_depth`` members.
 
     ``sizes`` is one size for every member, per-member sizes (the last repeats), or "auto": per
     band, from the caches (:func:`polyopt.tilesize.band_tile_sizes`, needs ``scop``), in whole
-    register tiles when ``register_tile`` (the sizes :func:`register_tile` will use) is given.
+    register tiles when ``register_tile`` (the sizes :func:`register_tile` will use) is given,
+    and with ``conflict_free`` no taller than the L1 cache's ways (see :mod:`polyopt.tilesize`).
     With ``second_level`` (tiles per outer tile, per dimension), each band is first tiled by
     ``sizes * second_level`` and its point band again by ``sizes``: two levels of tiles."""
     if sizes == "auto" and scop is None:
@@ -84,7 +85,8 @@ def tile(tree: isl.Schedule, sizes: int | Sequence[int] | str, *, min_depth: int
             plan = _register_plan(node, scop, register_tile) if register_tile is not None else None
             wavefront = not any(node.band_member_get_coincident(k) for k in range(node.band_n_member()))
             inner = band_tile_sizes(node.band_get_partial_schedule(), scop, multiple_of=plan, uniform=wavefront,
-                                    largest=WAVEFRONT_TILE_CAP if wavefront else None)
+                                    largest=WAVEFRONT_TILE_CAP if wavefront else None,
+                                    conflict_free=conflict_free)
         else:
             inner = _values(node, sizes)
         if second_level is not None:

@@ -352,7 +352,8 @@ def test_compute_bound_contractions_get_tiles_and_register_tiles():
         kernel = po.einsum_kernel(subscripts, *shapes)
         assert reuses_operands(kernel.scop) == ((subscripts, *shapes) in reusing)
         assert default_schedule_options(kernel.scop) == (
-            {"tile": "auto", "register_tile": "auto"} if reuses_operands(kernel.scop) else {})
+            {"tile": "auto", "conflict_free_tiles": True, "register_tile": "auto"}
+            if reuses_operands(kernel.scop) else {})
     tiled = po.einsum_kernel("ij,jk->ik", (4, 5), (5, 6))
     assert ") mod " in str(tiled.schedule)  # tile and point loops
     assert ") mod " not in str(po.einsum_kernel("ij,ij->i", (4, 5), (4, 5)).schedule)

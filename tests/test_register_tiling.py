@@ -9,7 +9,7 @@ import pytest
 
 import polyopt as po
 from polyopt import f64, transform
-from polyopt.tilesize import band_references, band_tile_sizes, cache_bytes
+from polyopt.tilesize import band_references, band_tile_sizes, cache_bytes, cache_ways
 
 KERNELS = ("gemm", "2mm", "syrk", "trmm", "jacobi-2d", "fdtd-2d", "lu")
 
@@ -132,6 +132,25 @@ def test_auto_tile_sizes_fit_the_caches_and_whole_register_tiles():
     tiled = po.schedule(scop, "pluto", tile="auto", register_tile="auto", parallel=False)
     outer = str(_bands(tiled.tree)[2].band_get_partial_schedule())  # S1 tile loops
     assert all(f"mod {s})" in outer for s in sizes)
+
+
+def test_conflict_free_tiles_keep_reused_rows_within_the_l1_ways():
+    """gemm's B tile is reused across i: with conflict_free it has at most L1-ways rows (its
+    rows may all map to the same cache sets when NJ is a multiple of 512), and a 512^3 product
+    through such tiles still matches numpy."""
+    scop = po.suite.get("gemm").kernel.scop
+    band = _bands(po.schedule(scop, "pluto", parallel=False).tree)[-1]
+    partial = band.band_get_partial_schedule()
+    plain = band_tile_sizes(partial, scop, multiple_of=(1, 1, 32))
+    ti, tk, tj = band_tile_sizes(partial, scop, multiple_of=(1, 1, 32), conflict_free=True)
+    assert plain[1] > cache_ways(1) >= tk and tj % 32 == 0
+    assert 8 * (tk + tk * tj + tj) <= cache_bytes(1) / 2
+    kernel = po.compile(scop, tile="auto", conflict_free_tiles=True, register_tile="auto")
+    n = 512
+    args = po.suite.get("gemm").inputs({"NI": n, "NJ": n, "NK": n})
+    expected = 1.5 * args["A"] @ args["B"] + 1.2 * args["C"]
+    kernel(**{**args, "alpha": 1.5, "beta": 1.2})
+    np.testing.assert_allclose(args["C"], expected, rtol=1e-12)
 
 
 def test_auto_tiles_of_wavefront_bands_are_uniform_and_small():
