@@ -349,7 +349,7 @@ class _Builder:
     def contraction(self, target: _Term, inputs: list[_Term]) -> list[Loop]:
         """``target = 0`` over its labels, then ``target += prod(inputs)`` over all labels (the
         output's, then the summed ones; innermost the label that most arrays have as their last,
-        contiguous, dimension)."""
+        contiguous, dimension); ``target = prod(inputs)`` alone where no label is summed."""
         labels = list(dict.fromkeys(target.labels + tuple(l for t in inputs for l in t.labels)))
         if labels:
             last = [t.labels[-1] for t in [target, *inputs] if t.labels]
@@ -360,6 +360,8 @@ class _Builder:
         product = inputs[0].access(self.dtype)
         for term in inputs[1:]:
             product = E.binary("*", product, term.access(self.dtype))
+        if set(labels) == set(target.labels):  # nothing summed: one write per element
+            return [_nest(labels, self._statement(labels, lhs, product))]
         init = self._statement(target.labels, lhs, zero)
         update = self._statement(labels, lhs, E.binary("+", lhs, product))
         return [_nest(target.labels, init), _nest(labels, update)]

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from polyopt import expr as E
 from polyopt.cuda import CudaKernel, cupy_module, is_cupy
 from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, contraction_path, einsum_scop, iteration_count,
@@ -96,15 +97,33 @@ def reuses_operands(scop: Scop) -> bool:
                if all(ref.array != write.array for write in stmt.writes))  # not the accumulator
 
 
+def transposes(scop: Scop) -> bool:
+    """Whether some statement walks two arrays along each other's rows: the last (contiguous)
+    subscript of one is a leading subscript of the other and vice versa ('ijk->kji', 'ijk->kj').
+    Whatever the loop order, one of them is then walked with a stride unless tiles keep a
+    block of both in the cache."""
+    for stmt in scop.statements:
+        walks = []  # (last iterator, iterators of the leading subscripts) per access
+        for access in [stmt.target, *(e for e in E.walk(stmt.value) if isinstance(e, E.Access))]:
+            names = [i.name if isinstance(i, E.Var) else None for i in access.indices]
+            if names and names[-1] is not None:
+                walks.append((names[-1], set(names[:-1])))
+        if any(a != b and a in leading_b and b in leading_a for a, leading_a in walks for b, leading_b in walks):
+            return True
+    return False
+
+
 def default_schedule_options(scop: Scop) -> dict[str, object]:
-    """The CPU schedule options po.einsum compiles with: where operands are reused
-    (:func:`reuses_operands`), tiles from the cache sizes that stay clear of cache-set conflicts
-    for any row length (users' sizes are often powers of two: 512^3 matmul runs 3.6x faster
-    than with the plain cache model, 500^3 about 5 % slower) and register tiles; Pluto's untiled
-    schedule else."""
-    if not reuses_operands(scop):
+    """The CPU schedule options po.einsum compiles with. Where operands are reused
+    (:func:`reuses_operands`) or arrays are transposed (:func:`transposes`): tiles from the
+    cache sizes that stay clear of cache-set conflicts for any row length (users' sizes are
+    often powers of two: 512^3 matmul runs 3.6x faster than with the plain cache model, 500^3
+    about 5 % slower), and register tiles where operands are reused. Pluto's untiled schedule
+    for the rest (a row-wise 'ij,ij->i' streams every array in order already)."""
+    reuse = reuses_operands(scop)
+    if not reuse and not transposes(scop):
         return {}
-    return {"tile": "auto", "conflict_free_tiles": True, "register_tile": "auto"}
+    return {"tile": "auto", "conflict_free_tiles": True, **({"register_tile": "auto"} if reuse else {})}
 
 
 @lru_cache(maxsize=256)
@@ -305,4 +324,5 @@ def einsum_kernel(subscripts: str, *shapes_or_arrays, dtype=None, optimize=False
     return _plan(spec, broadcast, path, storage, algorithm, target, options).kernel
 
 
-__all__ = ["TargetUnavailableError", "default_schedule_options", "einsum", "einsum_kernel", "reuses_operands"]
+__all__ = ["TargetUnavailableError", "default_schedule_options", "einsum", "einsum_kernel", "reuses_operands",
+           "transposes"]

@@ -177,8 +177,9 @@ def band_tile_sizes(partial: isl.MultiUnionPwAff, scop: Scop, *,
     one_row_grids = [np.ones_like(grids[0])] + grids[1:]
     one_row = _footprints(references, one_row_grids)
     feasible = (whole <= cache_bytes(2) / 2) & (one_row <= cache_bytes(1) / 2)
-    if conflict_free:
-        feasible &= _most_rows(references, one_row_grids) <= cache_ways(1)
+    if conflict_free:  # the fewest rows that fit the ways, or the fewest possible
+        rows = np.where(feasible, _most_rows(references, one_row_grids), np.inf)
+        feasible &= rows <= max(cache_ways(1), rows.min())
     if uniform:
         feasible &= np.all(np.stack(grids) == grids[0], axis=0)
     cost = np.where(feasible, whole / volume, np.inf)

@@ -343,17 +343,18 @@ def test_views_keep_read_only_operands_read_only_and_sums_compute():
 
 def test_compute_bound_contractions_get_tiles_and_register_tiles():
     """Contractions that reuse operands (matmul, batched, 'ijk,jl->ikl') compile with tiles and
-    register tiles; those that read each element once keep the untiled schedule."""
-    from polyopt.einsum import default_schedule_options, reuses_operands
-    reusing = [("ij,jk->ik", (4, 5), (5, 6)), ("bij,bjk->bik", (2, 3, 4), (2, 4, 5)),
-               ("ijk,jl->ikl", (2, 3, 4), (3, 5)), ("ij,jk,kl->il", (3, 4), (4, 5), (5, 6))]
-    streaming = [("ij,ij->i", (4, 5), (4, 5)), ("ijk->kj", (2, 3, 4)), ("ij->", (3, 4))]
-    for subscripts, *shapes in reusing + streaming:
-        kernel = po.einsum_kernel(subscripts, *shapes)
-        assert reuses_operands(kernel.scop) == ((subscripts, *shapes) in reusing)
-        assert default_schedule_options(kernel.scop) == (
-            {"tile": "auto", "conflict_free_tiles": True, "register_tile": "auto"}
-            if reuses_operands(kernel.scop) else {})
+    register tiles, transpositions with tiles; those that stream every array in order keep the
+    untiled schedule."""
+    from polyopt.einsum import default_schedule_options
+    tiles = {"tile": "auto", "conflict_free_tiles": True}
+    cases = [("ij,jk->ik", [(4, 5), (5, 6)], {**tiles, "register_tile": "auto"}),
+             ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], {**tiles, "register_tile": "auto"}),
+             ("ijk,jl->ikl", [(2, 3, 4), (3, 5)], {**tiles, "register_tile": "auto"}),
+             ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 6)], {**tiles, "register_tile": "auto"}),
+             ("ijk->kj", [(2, 3, 4)], tiles), ("ij,ji->ij", [(3, 3), (3, 3)], tiles),
+             ("ij,ij->i", [(4, 5), (4, 5)], {}), ("ij->", [(3, 4)], {}), ("ii->", [(3, 3)], {})]
+    for subscripts, shapes, expected in cases:
+        assert default_schedule_options(po.einsum_kernel(subscripts, *shapes).scop) == expected, subscripts
     tiled = po.einsum_kernel("ij,jk->ik", (4, 5), (5, 6))
     assert ") mod " in str(tiled.schedule)  # tile and point loops
     assert ") mod " not in str(po.einsum_kernel("ij,ij->i", (4, 5), (4, 5)).schedule)

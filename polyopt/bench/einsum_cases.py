@@ -58,7 +58,7 @@ def bench_case(subscripts: str, shapes, matmul: Callable | None, into_out: bool 
     (if given) numpy matmul; with ``into_out`` both einsums write into preallocated arrays."""
     rng = np.random.default_rng(0)
     ops = [rng.random(_scaled(s, scale)) for s in shapes]
-    expected = {"out": np.array(np.einsum(subscripts, *ops))}
+    expected = {"out": np.ascontiguousarray(np.einsum(subscripts, *ops))}
     outs = {name: np.empty_like(expected["out"]) if into_out else None for name in ("polyopt", "numpy")}
     # numpy.einsum returns a view for pure diagonals and transpositions ('ii->i', 'ijk->kji'),
     # as po.einsum does: the report says so beside the ratio
