@@ -109,8 +109,16 @@ def schedule(scop: Scop, algorithm: str = "original", **options) -> Schedule:
 
 @register("original")
 def _original(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
-    _no_options("original", options)
-    return scop.schedule
+    """The loops as written; option ``parallel`` (default False) marks the outermost loop of each
+    nest that carries no dependence parallel, below sequential loops too (a time loop)."""
+    from polyopt import transform
+
+    unknown = set(options) - {"parallel"}
+    if unknown:
+        raise ScheduleError(f"original: unknown option(s) {', '.join(sorted(unknown))}; allowed: parallel")
+    if not options.get("parallel", False):
+        return scop.schedule
+    return transform.mark_parallel(transform.mark_coincident(scop.schedule, scop, deps), nested=True)
 
 
 def _no_options(name: str, options: dict) -> None:

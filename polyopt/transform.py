@@ -11,9 +11,11 @@ from typing import Callable, Sequence
 
 import islpy as isl
 
+from polyopt.deps import Dependences
 from polyopt.errors import ScheduleError
 from polyopt.scop import Scop
 from polyopt.tilesize import band_tile_sizes, vector_bytes
+from polyopt.verify import carried_dependences
 
 PARALLEL_MARK = "parallel"
 #: Largest "auto" tile size of a band without parallel members (it gets a wavefront): isl's AST
@@ -24,16 +26,17 @@ WAVEFRONT_TILE_CAP = 32
 NodeRewrite = Callable[[isl.ScheduleNode], isl.ScheduleNode]
 
 
-def _rewrite_bands(tree: isl.Schedule, rewrite: NodeRewrite, *, outermost_only: bool = False) -> isl.Schedule:
+def _rewrite_bands(tree: isl.Schedule, rewrite: NodeRewrite, *,
+                   descend: Callable[[isl.ScheduleNode], bool] = lambda node: True) -> isl.Schedule:
     """Apply ``rewrite`` to band nodes, top-down. A rewrite returns the deepest node it made
-    (e.g. the point band of a tiling); the walk goes on below it."""
+    (e.g. the point band of a tiling); the walk goes on below it where ``descend`` of it says so."""
 
     def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
         depth = node.get_tree_depth()
         is_band = node.get_type() == isl.schedule_node_type.band
         if is_band:
             node = rewrite(node)
-        if not (is_band and outermost_only):
+        if not is_band or descend(node):
             for k in range(node.n_children()):
                 node = visit(node.child(k)).parent()
         while node.get_tree_depth() > depth:
@@ -117,8 +120,34 @@ def _wavefront(node: isl.ScheduleNode) -> isl.ScheduleNode:
     return node
 
 
-def mark_parallel(tree: isl.Schedule, *, wavefront: bool = True) -> isl.Schedule:
-    """Mark the outermost coincident loop of every outermost band as parallel.
+def mark_coincident(tree: isl.Schedule, scop: Scop, deps: Dependences) -> isl.Schedule:
+    """Flag every band member that carries no dependence as coincident: instances that depend on
+    each other and share the values of the loops around the member share its value too. (The
+    original schedule has no flags; with them :func:`mark_parallel` finds its parallel loops.)"""
+
+    def rewrite(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        outer = node.get_prefix_schedule_union_map()
+        partial = node.band_get_partial_schedule()
+        for k in range(node.band_n_member()):
+            member = partial.get_at(k)
+            free = carried_dependences(scop, deps, node.get_domain(), outer, member).is_empty()
+            node = node.band_member_set_coincident(k, int(free))
+            outer = outer.flat_range_product(isl.UnionMap.from_union_pw_aff(member))
+        return node
+
+    return _rewrite_bands(tree, rewrite)
+
+
+def _under_parallel_mark(node: isl.ScheduleNode) -> bool:
+    parent = node.parent() if node.has_parent() else None
+    return (parent is not None and parent.get_type() == isl.schedule_node_type.mark
+            and parent.mark_get_id().get_name() == PARALLEL_MARK)
+
+
+def mark_parallel(tree: isl.Schedule, *, wavefront: bool = True, nested: bool = False) -> isl.Schedule:
+    """Mark the outermost coincident loop of every outermost band as parallel; with ``nested``,
+    of the bands below one without coincident members too (the loop nests of the original
+    schedule inside a time loop: each runs on the thread team inside the sequential loop).
 
     On a tiled band (a band with the point band below it) the coincident tile loops move
     outermost first -- legal in a permutable band, and it gives one thread team for the whole
@@ -144,7 +173,8 @@ def mark_parallel(tree: isl.Schedule, *, wavefront: bool = True) -> isl.Schedule
             node = node.band_split(first).child(0)
         return _mark(node)
 
-    return _rewrite_bands(tree, rewrite, outermost_only=True)
+    return _rewrite_bands(tree, rewrite,
+                          descend=(lambda node: not _under_parallel_mark(node)) if nested else (lambda node: False))
 
 
 # ----- intra-band reordering ----------------------------------------------------------------------

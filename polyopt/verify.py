@@ -90,17 +90,23 @@ def _parallel_bands(tree: isl.Schedule) -> list[isl.ScheduleNode]:
     return found
 
 
+def carried_dependences(scop: Scop, deps: Dependences, domain: isl.UnionSet, outer: isl.UnionMap,
+                        member: isl.UnionPwAff) -> isl.UnionMap:
+    """The dependences between instances of ``domain`` with equal ``outer`` schedule values that
+    loop ``member`` carries (gives the two instances different values): none for a parallel loop."""
+    inside = deps.all.intersect_domain(domain).intersect_range(domain)
+    same_outer = outer.apply_range(outer.reverse())
+    member_map = isl.UnionMap.from_union_pw_aff(member)
+    carried = inside.intersect(same_outer).subtract(member_map.apply_range(member_map.reverse()))
+    return carried.intersect_params(scop.context)
+
+
 def check_parallel(scop: Scop, tree: isl.Schedule, deps: Dependences) -> None:
     """Every loop marked parallel carries no dependence: instances with the same outer schedule
     that depend on each other must have the same value of the parallel loop."""
     for band in _parallel_bands(tree):
-        domain = band.get_domain()
-        prefix = band.get_prefix_schedule_union_map()
-        member = isl.UnionMap.from_union_pw_aff(band.band_get_partial_schedule().get_at(0))
-        inside = deps.all.intersect_domain(domain).intersect_range(domain)
-        same_outer = prefix.apply_range(prefix.reverse())
-        carried = inside.intersect(same_outer).subtract(member.apply_range(member.reverse()))
-        carried = carried.intersect_params(scop.context)
+        carried = carried_dependences(scop, deps, band.get_domain(), band.get_prefix_schedule_union_map(),
+                                      band.band_get_partial_schedule().get_at(0))
         if not carried.is_empty():
             piece = maps_of(carried)[0]
             params, src, sink, _, _ = _witness(piece, tree.get_map().intersect_domain(scop.domain))

@@ -290,3 +290,22 @@ def test_strided_accumulation_is_left_scalar():
     assert '!"llvm.loop.vectorize.enable", i1 0' in doitgen.llvm_ir
     assert "vectorize.enable\", i1 0" not in po.compile(_matvec_pair, algorithm="original").llvm_ir
     _check(po.suite.get("doitgen"), doitgen)
+
+
+@pytest.mark.parametrize("name", ["fdtd-2d", "adi", "jacobi-2d"])
+def test_original_order_with_parallel_marks(name):
+    """``algorithm="original", parallel=True`` keeps the written order (same schedule map) and
+    marks the loops that carry no dependence, inside sequential loops too: fdtd-2d's three nests
+    in its time loop run on one thread team (a front loop), and the result matches numpy."""
+    entry = po.suite.get(name)
+    scop = entry.kernel.scop
+    compiled = po.compile(entry.kernel, algorithm="original", parallel=True)
+    assert compiled.schedule.tree.get_map().is_equal(scop.schedule.get_map())
+    po.verify(scop, compiled.schedule)
+    threaded = [loop for loop in _loops(compiled.loops) if runs_on_threads(loop)]
+    if name == "fdtd-2d":
+        assert len(threaded) == 3 and len(_fronts(compiled.loops)) == 1
+        assert _team_starts(compiled.llvm_ir) == 1
+    assert threaded
+    for threads in THREADS:
+        _check(entry, lambda **args: compiled(**args, num_threads=threads))

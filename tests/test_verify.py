@@ -79,6 +79,8 @@ def test_unknown_algorithm_and_options():
     with pytest.raises(po.ScheduleError, match="unknown scheduling algorithm 'nope'"):
         po.schedule(gemm.scop, "nope")
     with pytest.raises(po.ScheduleError, match="takes no options"):
+        po.schedule(gemm.scop, "isl", tile=32)
+    with pytest.raises(po.ScheduleError, match=r"original: unknown option\(s\) tile; allowed: parallel"):
         po.schedule(gemm.scop, "original", tile=32)
     assert {"original", "isl", "isl-feautrier"} <= set(po.algorithms())
 
