@@ -185,6 +185,8 @@ def band_tile_sizes(partial: isl.MultiUnionPwAff, scop: Scop, *,
     cost = np.where(feasible, whole / volume, np.inf)
     if not np.isfinite(cost).any():  # nothing fits: the smallest tiles
         return [int(c[0]) for c in choices]
-    # ties go to the larger inner sizes (the order of itertools.product walks them last)
-    best = min(itertools.product(*(range(len(c)) for c in choices)), key=lambda idx: (cost[idx], [-i for i in idx[::-1]]))
+    # ties go to the smaller outermost size (a member without reuse, like a batch dimension,
+    # then leaves iterations to the thread team), then to the larger inner sizes
+    best = min(itertools.product(*(range(len(c)) for c in choices)),
+               key=lambda idx: (cost[idx], idx[0], [-i for i in idx[:0:-1]]))
     return [int(choices[k][i]) for k, i in enumerate(best)]
