@@ -380,15 +380,18 @@ def _emit_staged(node: Staged, emit, out: list[str], depth: int) -> None:
     out.append(f"{pad}    const long _next = {chunk} + {node.chunk};")
     out.append(f"{pad}    const bool _more = {emit(E.substitute(loop.cond, at(E.Var('_next', 'iter'))))};")
     counts = [-(-prod(b.extents) // threads) for b in node.buffers]
-    for k, (buffer, count) in enumerate(zip(node.buffers, counts)):  # next chunk -> registers
+    for k, (buffer, count) in enumerate(zip(node.buffers, counts)):
         out.append(f"{pad}    {_ctype(buffer.dtype)} _q{k}[{count}];")
-        out.append(f"{pad}    #pragma unroll")
-        out.append(f"{pad}    for (int _n = 0; _n < {count}; _n++) {{")
-        out.append(f"{pad}      const int _e = _t + _n * {threads};")
-        out.append(f"{pad}      if (_more && _e < {prod(buffer.extents)}) {{")
-        _, value = _copy_element(buffer, emit, out, depth + 4, "_next", chunk)
-        out.append(f"{pad}        _q{k}[_n] = {value};")
-        out.append(f"{pad}      }}")
+    # next chunk -> registers; where the loop runs the whole next chunk and each buffer holds
+    # exactly what it reads, every element is one the program reads: no bounds checks
+    last_next = E.Binary("+", E.Var("_next", "iter"), E.Const(node.chunk - 1, i64), i64)
+    exact = all(b.exact for b in node.buffers)
+    if exact:
+        out.append(f"{pad}    if ({emit(E.substitute(loop.cond, at(last_next)))}) {{")
+        _prefetch(node, counts, emit, out, depth + 3, "", checked=False)
+        out.append(f"{pad}    }} else {{")
+    _prefetch(node, counts, emit, out, depth + 3 if exact else depth + 2, "_more && ", checked=True)
+    if exact:
         out.append(f"{pad}    }}")
     # a full chunk runs a constant trip count (unrolled); isl's loop conditions are upper bounds
     # of the iterator, so the condition at the chunk's last value covers the whole chunk
@@ -410,7 +413,7 @@ def _emit_staged(node: Staged, emit, out: list[str], depth: int) -> None:
         out.append(f"{pad}    #pragma unroll")
         out.append(f"{pad}    for (int _n = 0; _n < {count}; _n++) {{")
         out.append(f"{pad}      const int _e = _t + _n * {threads};")
-        out.append(f"{pad}      if (_more && _e < {prod(buffer.extents)}) {{")
+        out.append(f"{pad}      if (_more{_partial(buffer, count, threads, ' && ')}) {{")
         local, _ = _copy_element(buffer, emit, out, depth + 4, "_next", chunk)
         out.append(f"{pad}        {buffer.name}[(1 - {HALF}) * {buffer.size} + {local}] = _q{k}[_n];")
         out.append(f"{pad}      }}")
@@ -421,11 +424,39 @@ def _emit_staged(node: Staged, emit, out: list[str], depth: int) -> None:
     out.append(f"{pad}}}")
 
 
+def _prefetch(node: Staged, counts: list[int], emit, out: list[str], depth: int, guard: str, *,
+              checked: bool) -> None:
+    """Lines loading each thread's elements of the chunk at ``_next`` into ``_q0``, ``_q1``..,
+    under ``guard`` (a C condition followed by ``&&``, or empty); ``checked``: elements outside
+    their array read as 0."""
+    pad = "  " * depth
+    for k, (buffer, count) in enumerate(zip(node.buffers, counts)):
+        out.append(f"{pad}#pragma unroll")
+        out.append(f"{pad}for (int _n = 0; _n < {count}; _n++) {{")
+        out.append(f"{pad}  const int _e = _t + _n * {node.threads};")
+        condition = (guard + _partial(buffer, count, node.threads, "")).removesuffix(" && ")
+        if condition:
+            out.append(f"{pad}  if ({condition}) {{")
+        inner = depth + (2 if condition else 1)
+        _, value = _copy_element(buffer, emit, out, inner, "_next", node.chunk_var, checked)
+        out.append(f"{'  ' * inner}_q{k}[_n] = {value};")
+        if condition:
+            out.append(f"{pad}  }}")
+        out.append(f"{pad}}}")
+
+
+def _partial(buffer, count: int, threads: int, joint: str) -> str:
+    """The test that thread element ``_e`` is in ``buffer`` (empty when the threads' last
+    round fills it exactly), after ``joint``."""
+    total = prod(buffer.extents)
+    return "" if count * threads == total else f"{joint}_e < {total}"
+
+
 def _copy_element(buffer, emit, out: list[str], depth: int, chunk_value: str,
-                  chunk_var: str) -> tuple[str, str]:
+                  chunk_var: str, checked: bool = True) -> tuple[str, str]:
     """Lines placing element ``_e`` of ``buffer`` (the array's own order, so consecutive
     threads read consecutive addresses) for the chunk starting at ``chunk_value``: (its
-    position in a half of the buffer, its value or 0 outside the array)."""
+    position in a half of the buffer, its value, or with ``checked`` 0 outside the array)."""
     pad = "  " * depth
     shape = emit.scop.arrays[buffer.array].shape
     stride, offsets = 1, []
@@ -440,7 +471,9 @@ def _copy_element(buffer, emit, out: list[str], depth: int, chunk_value: str,
         extent = emit.at(extent_expr(shape[d], emit.scop.params), _PRIMARY)
         checks.append(f"_g{d} >= 0 && _g{d} < {extent}")
         local.append(E.Var(f"_d{d}", "iter"))
-    value = f"({' && '.join(checks)}) ? {emit.at(buffer.value, _COND)} : ({_ctype(buffer.dtype)})0"
+    value = emit.at(buffer.value, _COND)
+    if checked:
+        value = f"({' && '.join(checks)}) ? {value} : ({_ctype(buffer.dtype)})0"
     return emit(buffer.local_index(local)), value
 
 

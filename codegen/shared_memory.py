@@ -42,6 +42,8 @@ class SharedBuffer:
     Rows of the innermost stored dimension are ``pad`` elements longer than its extent: where
     ``order`` transposes the array, the copy's consecutive elements land a row apart, and
     unpadded rows of a multiple of 32 words would put them all in one shared-memory bank.
+    ``exact``: every element of the footprint of a chunk the loop runs whole is read by the
+    program, when the whole block tile is inside the domain (so it needs no bounds check).
 
     ``value`` is the staged read: the element ``array[_g0, _g1, ...]`` itself, or an expression
     of it and of block-uniform values (``alpha * A[i][k]`` is computed once per element, in
@@ -55,6 +57,7 @@ class SharedBuffer:
     order: tuple[int, ...]
     value: E.Expr
     pad: int = 0
+    exact: bool = False
 
     def _stored(self, d: int) -> int:
         return self.extents[d] + (self.pad if d == self.order[-1] else 0)
@@ -137,6 +140,21 @@ def _classify(index: E.Expr, loop_var: str, coords: tuple[str, ...]):
     return var, uniform, form.get(1, 0)
 
 
+def _covered(dims, constants: list[list[int]], loop_var: str, coords, threads) -> bool:
+    """Whether the reads (subscript constants ``constants[d]`` per dimension) of a whole chunk
+    and block tile cover their box: along a coordinate each constant covers the block's reach
+    from it, so consecutive constants may be at most that far apart; along the loop or a fixed
+    subscript the reads must share one constant."""
+    for (var, _), values in zip(dims, constants):
+        values = sorted(set(values))
+        reach = threads[coords.index(var)] if var in coords else 1
+        if var == loop_var and len(values) > 1:
+            return False
+        if any(b - a > reach for a, b in zip(values, values[1:])):
+            return False
+    return True
+
+
 def _reads(value: E.Expr, read_only: set[str]):
     """The largest subexpressions of ``value`` that read one element of a ``read_only`` array
     and otherwise only kernel scalars, parameters and constants: (subexpression, access)."""
@@ -196,7 +214,9 @@ def _stage(loop: For, coords, threads, read_only, element_bytes, block_threads, 
         pad = ROW_PAD_BYTES // element_bytes if order != tuple(sorted(order)) else 0
         array = members[0][1].array
         buffer = SharedBuffer(f"_s{len(buffers) + len(new_buffers)}", array, value.dtype,
-                              tuple(base), tuple(extents), order, value, pad)
+                              tuple(base), tuple(extents), order, value, pad,
+                              _covered(dims, [[m[2][d] for m in members] for d in range(len(dims))],
+                                       loop.var, coords, threads))
         size_bytes = 2 * buffer.size * element_bytes  # double-buffered
         if used + size_bytes > SHARED_BYTES:
             left_out.append((value, dims))

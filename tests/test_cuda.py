@@ -70,6 +70,8 @@ def test_gemm_is_register_tiled_with_promoted_accumulators():
     assert "_r0 = _r0 + _s0[_half * 528 + " in text
     # the next chunk goes through registers into the other half, one barrier per chunk
     assert "_s0[(1 - _half) * 528 + (0 * 8 + _d1) * 66 + _d0] = _q0[_n];" in text
+    # a chunk the loop runs whole is copied without bounds checks (all of it is read)
+    assert "if (_next + 7 < NK) {" in text and "_q0[_n] = alpha * A[_g0 * NK + _g1];" in text
     # a thread's columns: runs of 2 adjacent ones (one 16-byte load), 32 runs apart
     assert "_p0 = _b0 + threadIdx.y * 8, _p1 = _b1 + threadIdx.x * 2;" in text
     assert "_p1_ = _p1 + _u1 / 2 * 64 + _u1 % 2;" in text
