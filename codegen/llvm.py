@@ -159,14 +159,18 @@ class _FunctionEmitter:
         self.access_group: _Distinct | None = None  # of the innermost parallel loop being emitted
         self.innermost_var: str | None = None  # iterator of the innermost loop being emitted
         self.float_flags: tuple[str, ...] = _FLOAT_FLAGS
+        self.sum_flags: tuple[str, ...] = ()  # of statements that accumulate along the innermost loop
 
     @classmethod
-    def kernel(cls, module: ir.Module, scop: Scop, name: str, parallel: bool) -> "_FunctionEmitter":
+    def kernel(cls, module: ir.Module, scop: Scop, name: str, parallel: bool,
+               reassociate: bool = False) -> "_FunctionEmitter":
         """The kernel function: :func:`abi_arguments`, then the ``i32`` team size."""
         args = abi_arguments(scop)
         types = [_PTR if a.kind == "array" else llvm_type(a.dtype) for a in args] + [_I32]
         function = ir.Function(module, ir.FunctionType(ir.VoidType(), types), name=name)
         self = cls(module, scop, function, "spawn" if parallel else "serial")
+        if reassociate:
+            self.sum_flags = ("reassoc", "contract")
         for arg, value in zip(args, function.args):
             value.name = arg.name
             if arg.kind == "array":
@@ -220,7 +224,8 @@ class _FunctionEmitter:
             self._if(node)
         else:
             target, value = instantiate(self.scop.statement(node.statement), node.args)
-            self.float_flags = () if self._accumulates(target, value, self.innermost_var) else _FLOAT_FLAGS
+            self.float_flags = (self.sum_flags if self._accumulates(target, value, self.innermost_var)
+                                else _FLOAT_FLAGS)
             result = self.expr(value)
             self.float_flags = _FLOAT_FLAGS
             store = self.builder.store(result, self.address(target), align=target.dtype.bits // 8)
@@ -365,6 +370,7 @@ class _FunctionEmitter:
         function = ir.Function(parent.module, ir.FunctionType(ir.VoidType(), types), name=name)
         function.linkage = "internal"
         self = cls(parent.module, parent.scop, function, "serial")
+        self.sum_flags = parent.sum_flags
         self.values = {n: v for n, v in parent.values.items() if isinstance(v, ir.Constant)}
         self.pointers = {n: v for n, v in parent.pointers.items() if isinstance(v, ir.Constant)}
         self.strides = {n: list(ss) for n, ss in parent.strides.items()}
@@ -611,13 +617,17 @@ class _FunctionEmitter:
         raise CodegenError(f"unsupported integer operator {op}")
 
 
-def llvm_ir(scop: Scop, loops: Node, function_name: str, *, parallel: bool | None = None) -> str:
+def llvm_ir(scop: Scop, loops: Node, function_name: str, *, parallel: bool | None = None,
+            reassociate: bool = False) -> str:
     """Unoptimized LLVM IR text of the kernel function. Parallel loops start a thread team when
-    ``parallel`` (default: when the OpenMP runtime is available), else they run sequentially."""
+    ``parallel`` (default: when the OpenMP runtime is available), else they run sequentially.
+    ``reassociate`` lets LLVM reorder the floating-point sums carried along innermost loops
+    (partial sums in vector lanes, as numpy's own reductions and einsum do); by default they
+    keep the program's order."""
     module = ir.Module(name=function_name)
     module.triple, module.data_layout = _host_layout()
     emitter = _FunctionEmitter.kernel(module, scop, function_name,
-                                      openmp_available() if parallel is None else parallel)
+                                      openmp_available() if parallel is None else parallel, reassociate)
     emitter.emit(loops)
     emitter.builder.ret_void()
     return str(module)

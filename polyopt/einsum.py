@@ -139,6 +139,8 @@ def _plan(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, al
             chosen = dict(options)
         else:
             chosen = default_schedule_options(scop) if target == "cpu" else {}
+        if target == "cpu":  # sums as partial sums in vector lanes, as numpy.einsum's loops do
+            chosen["reassociate"] = True
         return _Plan(scop, temporaries, compile(scop, target=target, algorithm=algorithm, **chosen))
     if target == "cuda":
         raise TargetUnavailableError(

@@ -275,23 +275,27 @@ def _cache_key(kernel, target: str, algorithm: str, options: dict):
 
 
 def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
-            num_threads: int | None = None, **schedule_options) -> CompiledKernel:
+            num_threads: int | None = None, reassociate: bool = False,
+            **schedule_options) -> CompiledKernel:
     """Compile a kernel (or a Scop) to native code; cached, so a second call is free.
 
     ``algorithm`` names a scheduler (``polyopt.algorithms()``); the schedule is always checked
     by the independent verifier before code is generated. ``num_threads`` is the default team
-    size of its parallel loops (None: every core); the other options go to the scheduler.
+    size of its parallel loops (None: every core); ``reassociate`` (CPU) lets floating-point
+    sums along the innermost loop run as partial sums in vector lanes, so results may differ
+    from the program's order by rounding (po.einsum does this, as numpy.einsum does); the other
+    options go to the scheduler.
     """
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; available: {', '.join(TARGETS)}")
     num_threads = check_num_threads(num_threads)
     if target == "cuda":
-        if num_threads is not None:
-            raise ValueError("num_threads is an option of target='cpu' (CPU thread teams)")
+        if num_threads is not None or reassociate:
+            raise ValueError("num_threads and reassociate are options of target='cpu'")
         return _compile_cuda(kernel, algorithm, schedule_options)
-    key = _cache_key(kernel, target, algorithm, schedule_options)
+    key = _cache_key(kernel, target, algorithm, schedule_options) + (bool(reassociate),)
     if key not in _CACHE:
-        _CACHE[key] = _compile(kernel, algorithm, schedule_options)
+        _CACHE[key] = _compile(kernel, algorithm, schedule_options, bool(reassociate))
     compiled = _CACHE[key]  # the thread count is a call argument: one native code serves all
     return compiled if num_threads is None else replace(compiled, num_threads=num_threads)
 
@@ -303,7 +307,7 @@ def _compile_cuda(kernel, algorithm: str, options: dict):
     return compile_cuda(kernel, algorithm=algorithm, **options)
 
 
-def _compile(kernel, algorithm: str, schedule_options: dict) -> CompiledKernel:
+def _compile(kernel, algorithm: str, schedule_options: dict, reassociate: bool = False) -> CompiledKernel:
     """The whole chain, uncached: schedule, verify, loop AST, C and LLVM, native code."""
     times = {}
     start = time.perf_counter()
@@ -318,7 +322,7 @@ def _compile(kernel, algorithm: str, schedule_options: dict) -> CompiledKernel:
     loops = build_loop_ast(scop, sched.tree)
     name = f"polyopt_{scop.name}"
     c_source = c_function(scop, loops, name, openmp=True)
-    ir_text = llvm_ir(scop, loops, name)
+    ir_text = llvm_ir(scop, loops, name, reassociate=reassociate)
     times["codegen"] = time.perf_counter() - start - sum(times.values())
     native = jit_compile(ir_text, name)
     times["llvm"] = time.perf_counter() - start - sum(times.values())

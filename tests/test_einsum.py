@@ -372,3 +372,14 @@ def test_num_threads_gives_the_same_result(num_threads):
     _check(po.einsum("ij,jk->ik", a, b, num_threads=num_threads), a @ b)
     with pytest.raises(ValueError, match="num_threads"):
         po.einsum("ij,jk->ik", a, b, num_threads=0)
+
+
+def test_einsum_sums_are_reassociated_like_numpys_and_kernels_keep_their_order():
+    """po.einsum lets LLVM keep partial sums in vector lanes (numpy.einsum's loops do the same);
+    po.compile keeps the program's order unless asked."""
+    kernel = po.einsum_kernel("ij,ij->i", (5, 5), (5, 5))
+    assert "fadd reassoc" in kernel.optimized_ir
+    assert "reassoc" not in po.compile(kernel.scop).optimized_ir
+    assert "fadd reassoc" in po.compile(kernel.scop, reassociate=True).optimized_ir
+    a, b = _operand((300, 257)), _operand((300, 257))
+    _check(po.einsum("ij,ij->i", a, b), np.einsum("ij,ij->i", a, b))
