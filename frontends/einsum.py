@@ -284,30 +284,45 @@ def size_parameter(label: str) -> str:
 
 @dataclass(frozen=True)
 class _Term:
-    """An array referenced in a step: its labels and which of its dims are size-1 broadcast."""
+    """An array referenced in a step: its labels and which of its dims are size-1 broadcast.
+    Complex arrays are real arrays with one more, last, dimension of extent 2 (real and
+    imaginary part, numpy's layout of complex numbers)."""
 
     array: str
     labels: tuple[str, ...]
     broadcast: tuple[bool, ...]
+    complex_parts: bool = False
 
-    def access(self, dtype: DType) -> E.Access:
+    def access(self, dtype: DType, part: int | None = None) -> E.Access:
         indices = tuple(E.Const(0, i64) if bc else E.Var(iterator(label), "iter")
                         for label, bc in zip(self.labels, self.broadcast))
+        if self.complex_parts:
+            indices += (E.Const(part, i64),)
         return E.Access(self.array, indices, dtype)
 
+    def parts(self, dtype: DType) -> tuple[E.Expr, E.Expr | None]:
+        """(real part, imaginary part) of the element; None as imaginary part of real data."""
+        if not self.complex_parts:
+            return self.access(dtype), None
+        return self.access(dtype, 0), self.access(dtype, 1)
+
     def shape(self) -> tuple[str, ...]:
-        return tuple("1" if bc else size_parameter(label) for label, bc in zip(self.labels, self.broadcast))
+        extents = tuple("1" if bc else size_parameter(label) for label, bc in zip(self.labels, self.broadcast))
+        return extents + (("2",) if self.complex_parts else ())
 
 
 def einsum_scop(spec: EinsumSpec, broadcast: Sequence[tuple[bool, ...]], path: Sequence[tuple[int, ...]],
-                dtype: DType) -> tuple[Scop, tuple[tuple[str, tuple[str, ...]], ...]]:
+                dtype: DType, complex_parts: bool = False) -> tuple[Scop, tuple[tuple[str, tuple[str, ...]], ...]]:
     """The Scop computing ``spec`` along ``path`` in element type ``dtype``, and its temporaries
     as (array name, labels) pairs (array arguments the caller allocates, in label sizes).
 
     Arrays: ``op0, op1, ...`` (with extent 1 where broadcast), the temporaries ``t0, t1, ...``
-    and ``out``; parameters ``N_<label>``.
+    and ``out``; parameters ``N_<label>``. With ``complex_parts`` every array holds complex
+    numbers as (real, imaginary) pairs of ``dtype`` in a last dimension of extent 2, and each
+    statement becomes one for the real and one for the imaginary part.
     """
-    terms = [_Term(f"op{k}", labels, tuple(bc)) for k, (labels, bc) in enumerate(zip(spec.inputs, broadcast))]
+    terms = [_Term(f"op{k}", labels, tuple(bc), complex_parts)
+             for k, (labels, bc) in enumerate(zip(spec.inputs, broadcast))]
     arrays = {t.array: Array(t.array, dtype, t.shape()) for t in terms}
     params = tuple(sorted({size_parameter(label) for labels in spec.inputs for label in labels}))
     builder = _Builder(params, dtype)
@@ -318,10 +333,10 @@ def einsum_scop(spec: EinsumSpec, broadcast: Sequence[tuple[bool, ...]], path: S
         if current:
             rest = set(spec.output).union(*(t.labels for t in current))
             labels = tuple(dict.fromkeys(l for t in picked for l in t.labels if l in rest))
-            target = _Term(f"t{len(temporaries)}", labels, (False,) * len(labels))
+            target = _Term(f"t{len(temporaries)}", labels, (False,) * len(labels), complex_parts)
             temporaries.append((target.array, labels))
         else:
-            target = _Term(OUTPUT, spec.output, (False,) * len(spec.output))
+            target = _Term(OUTPUT, spec.output, (False,) * len(spec.output), complex_parts)
         current.append(target)
         arrays[target.array] = Array(target.array, dtype, target.shape())
         tree += builder.contraction(target, picked)
@@ -346,25 +361,27 @@ class _Builder:
         self.dtype = dtype
         self.statements: list[Statement] = []
 
-    def contraction(self, target: _Term, inputs: list[_Term]) -> list[Loop]:
+    def contraction(self, target: _Term, inputs: list[_Term]) -> list[Loop | Leaf]:
         """``target = 0`` over its labels, then ``target += prod(inputs)`` over all labels (the
         output's, then the summed ones; innermost the label that most arrays have as their last,
-        contiguous, dimension); ``target = prod(inputs)`` alone where no label is summed."""
+        contiguous, dimension); ``target = prod(inputs)`` alone where no label is summed.
+        Complex data: one statement per part in each nest."""
         labels = list(dict.fromkeys(target.labels + tuple(l for t in inputs for l in t.labels)))
         if labels:
             last = [t.labels[-1] for t in [target, *inputs] if t.labels]
             labels.append(labels.pop(labels.index(max(reversed(labels), key=last.count))))
         labels = tuple(labels)
-        lhs = target.access(self.dtype)
-        zero = E.Const(0.0 if self.dtype in (f32, f64) else 0, self.dtype)
-        product = inputs[0].access(self.dtype)
+        product = inputs[0].parts(self.dtype)
         for term in inputs[1:]:
-            product = E.binary("*", product, term.access(self.dtype))
+            product = _times(product, term.parts(self.dtype))
+        lhs = target.parts(self.dtype)
+        parts = [(lhs_part, value) for lhs_part, value in zip(lhs, product) if lhs_part is not None]
         if set(labels) == set(target.labels):  # nothing summed: one write per element
-            return [_nest(labels, self._statement(labels, lhs, product))]
-        init = self._statement(target.labels, lhs, zero)
-        update = self._statement(labels, lhs, E.binary("+", lhs, product))
-        return [_nest(target.labels, init), _nest(labels, update)]
+            return _nest(labels, [self._statement(labels, l, v) for l, v in parts])
+        zero = E.Const(0.0 if self.dtype in (f32, f64) else 0, self.dtype)
+        init = [self._statement(target.labels, l, zero) for l, _ in parts]
+        update = [self._statement(labels, l, E.binary("+", l, v)) for l, v in parts]
+        return _nest(target.labels, init) + _nest(labels, update)
 
     def _statement(self, labels: tuple[str, ...], target: E.Access, value: E.Expr) -> Leaf:
         name = f"S{len(self.statements)}"
@@ -383,11 +400,24 @@ class _Builder:
         return Leaf(name, iters)
 
 
-def _nest(labels: tuple[str, ...], leaf: Leaf) -> Loop | Leaf:
-    node: Loop | Leaf = leaf
+def _times(x: tuple[E.Expr, E.Expr | None], y: tuple[E.Expr, E.Expr | None]) -> tuple[E.Expr, E.Expr | None]:
+    """The product of two (real, imaginary or None) numbers, in parts."""
+    (a, b), (c, d) = x, y
+    if b is None and d is None:
+        return E.binary("*", a, c), None
+    if b is None or d is None:  # a real factor scales both parts
+        real, (p, q) = (a, (c, d)) if b is None else (c, (a, b))
+        return E.binary("*", real, p), E.binary("*", real, q)
+    return (E.binary("-", E.binary("*", a, c), E.binary("*", b, d)),
+            E.binary("+", E.binary("*", a, d), E.binary("*", b, c)))
+
+
+def _nest(labels: tuple[str, ...], leaves: list[Leaf]) -> list[Loop | Leaf]:
+    """The loops over ``labels`` around ``leaves`` (the leaves alone when there are no labels)."""
+    nodes: list[Loop | Leaf] = leaves
     for label in reversed(labels):
-        node = Loop(iterator(label), 1, [node])
-    return node
+        nodes = [Loop(iterator(label), 1, nodes)]
+    return nodes
 
 
 __all__ = ["EinsumSpec", "OUTPUT", "contraction_path", "describe", "einsum_scop", "iteration_count", "iterator",

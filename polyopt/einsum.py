@@ -5,16 +5,19 @@
     C = po.einsum("ij,jk->ik", A, B)                 # compiled once per pattern, sizes are parameters
     ck = po.einsum_kernel("ij,jk->ik", A, B)         # the CompiledKernel: ck.scop, ck.schedule, ck.c_source
 
-The subscripts are lowered by :mod:`polyopt.frontends.einsum` to one Scop (one pair of statements
-per contraction step); dtypes follow numpy's promotion and casting rules. How each dtype runs:
+The subscripts are lowered by :mod:`polyopt.frontends.einsum` to one Scop (a zero-fill and an
+accumulation per contraction step, one assignment where nothing is summed); dtypes follow numpy's promotion and casting rules. How each dtype runs:
 
 - float32, float64, int32, int64: natively compiled in that type.
 - bool, int8, int16, uint8, uint16, uint32: compiled in int64, then cast back (exact: integer
   sums of products wrap identically modulo 2**bits; bool's nonzero is numpy's logical or/and).
 - uint64: compiled in int64 on the same bits (two's complement arithmetic is exact mod 2**64).
 - float16: compiled in float32, then rounded to float16 (numpy also accumulates half in float).
-- longdouble, complex64, complex128, clongdouble, object: polyopt's reference interpreter runs
-  the same Scop on Python/numpy scalars of that type (slow, exact in that type).
+- complex64, complex128: compiled on their float32/float64 (real, imaginary) pairs, numpy's
+  memory layout of complex arrays: each statement becomes one per part
+  (``einsum_scop(..., complex_parts=True)``).
+- longdouble, clongdouble, object: polyopt's reference interpreter runs the same Scop on
+  Python/numpy scalars of that type (slow, exact in that type).
 
 On the GPU (``target="cuda"``, or any CuPy operand or ``out``) the same Scop is compiled by the
 CUDA backend with the same storage types (so the same widening and reinterpreting rules hold);
@@ -53,9 +56,11 @@ _WIDENED = {np.dtype(t): np.dtype(np.int64) for t in (np.bool_, np.int8, np.int1
 _WIDENED[np.dtype(np.float16)] = np.dtype(np.float32)
 #: dtypes whose bits are reinterpreted as a polyopt type of the same width
 _REINTERPRETED = {np.dtype(np.uint64): np.dtype(np.int64)}
+#: complex dtypes, compiled as (real, imaginary) pairs of their part type
+_COMPLEX_PARTS = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
 #: dtypes run by the reference interpreter
-_INTERPRETED = ({np.dtype(t) for t in (np.longdouble, np.complex64, np.complex128, np.clongdouble, object)}
-                - {t.numpy for t in ELEMENT_TYPES.values()})  # longdouble is float64 on some platforms
+_INTERPRETED = ({np.dtype(t) for t in (np.longdouble, np.clongdouble, object)}
+                - {t.numpy for t in ELEMENT_TYPES.values()} - set(_COMPLEX_PARTS))  # longdouble is f64 on some platforms
 
 
 @dataclass(frozen=True)
@@ -87,14 +92,22 @@ def _element_type(storage: np.dtype) -> DType:
         raise TypeError(f"einsum: invalid data type {storage} for einsum") from None
 
 
+def _subscript_iterators(stmt) -> list[tuple[bool, list[str]]]:
+    """Per array reference of an einsum statement: whether it is the written array, and the
+    iterators of its subscripts in order (constant subscripts -- broadcast dimensions, complex
+    parts -- left out)."""
+    accesses = [(True, stmt.target)] + [(False, e) for e in E.walk(stmt.value) if isinstance(e, E.Access)]
+    return [(stmt.target.array == access.array, [i.name for i in access.indices if isinstance(i, E.Var)])
+            for _, access in accesses]
+
+
 def reuses_operands(scop: Scop) -> bool:
     """Whether some statement reads an array element in more than one iteration: it has more
     loops than the array has subscripts ('ij,jk->ik' reads A[i, j] for every k). Such
     contractions are compute-bound and pay for tiles and register tiles; the others
     ('ij,ij->i', 'ijk->kj') read every element once and are bound by memory."""
-    return any(len(scop.arrays[ref.array].shape) < len(stmt.iterators)
-               for stmt in scop.statements for ref in stmt.reads
-               if all(ref.array != write.array for write in stmt.writes))  # not the accumulator
+    return any(not written and len(set(names)) < len(stmt.iterators)  # not the accumulator
+               for stmt in scop.statements for written, names in _subscript_iterators(stmt))
 
 
 def transposes(scop: Scop) -> bool:
@@ -103,11 +116,7 @@ def transposes(scop: Scop) -> bool:
     Whatever the loop order, one of them is then walked with a stride unless tiles keep a
     block of both in the cache."""
     for stmt in scop.statements:
-        walks = []  # (last iterator, iterators of the leading subscripts) per access
-        for access in [stmt.target, *(e for e in E.walk(stmt.value) if isinstance(e, E.Access))]:
-            names = [i.name if isinstance(i, E.Var) else None for i in access.indices]
-            if names and names[-1] is not None:
-                walks.append((names[-1], set(names[:-1])))
+        walks = [(names[-1], set(names[:-1])) for _, names in _subscript_iterators(stmt) if names]
         if any(a != b and a in leading_b and b in leading_a for a, leading_a in walks for b, leading_b in walks):
             return True
     return False
@@ -132,8 +141,8 @@ def _plan(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, al
     """The (cached) plan of one pattern; sizes are parameters, so new shapes reuse it.
     ``options``: schedule options as sorted (name, value) pairs; None: the defaults (CPU:
     :func:`default_schedule_options`; CUDA: the backend's own tiles and blocks)."""
-    element = _element_type(storage)
-    scop, temporaries = einsum_scop(spec, broadcast, path, element)
+    element = _element_type(_COMPLEX_PARTS.get(storage, storage))
+    scop, temporaries = einsum_scop(spec, broadcast, path, element, complex_parts=storage in _COMPLEX_PARTS)
     if storage not in _INTERPRETED:
         if options is not None:
             chosen = dict(options)
@@ -217,6 +226,14 @@ def _single_operand_view(spec: EinsumSpec, array: np.ndarray, sizes: dict[str, i
     return np.lib.stride_tricks.as_strided(array, shape, strides, writeable=array.flags.writeable)
 
 
+def _kernel_array(array, storage: np.dtype):
+    """What the kernel receives for a storage array: complex data as its (real, imaginary)
+    pairs, a real array with one more dimension of extent 2 (same memory); others as they are."""
+    if storage not in _COMPLEX_PARTS:
+        return array
+    return array.reshape(-1).view(_COMPLEX_PARTS[storage]).reshape(array.shape + (2,))
+
+
 def _as_storage(xp, array, storage: np.dtype, out):
     """A C-contiguous array (of the array module ``xp``: numpy or CuPy) of the kernel's element
     type, never sharing memory with ``out``."""
@@ -281,7 +298,8 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
         if num_threads is not None:
             buffers["num_threads"] = num_threads
     if plan.kernel is not None:
-        plan.kernel(**buffers)
+        plan.kernel(**{name: value if name == "num_threads" else _kernel_array(value, storage)
+                       for name, value in buffers.items()})
     else:
         params = {size_parameter(label): size for label, size in sizes.items()}
         interpret_scop(plan.scop, params, {}, buffers)

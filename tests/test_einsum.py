@@ -383,3 +383,22 @@ def test_einsum_sums_are_reassociated_like_numpys_and_kernels_keep_their_order()
     assert "fadd reassoc" in po.compile(kernel.scop, reassociate=True).optimized_ir
     a, b = _operand((300, 257)), _operand((300, 257))
     _check(po.einsum("ij,ij->i", a, b), np.einsum("ij,ij->i", a, b))
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_data_is_compiled_as_real_and_imaginary_parts(dtype):
+    """Complex einsums are compiled: every array is its (real, imaginary) pairs, each statement
+    one per part; real operands mixed in scale both parts."""
+    shapes = {"ij,jk->ik": [(7, 5), (5, 6)], "bij,bjk->bik": [(2, 4, 3), (2, 3, 5)], "ijk->kj": [(3, 4, 5)],
+              "i,i->": [(9,), (9,)], "ij,jk,kl->il": [(3, 4), (4, 5), (5, 2)], "i,j->ij": [(3,), (4,)]}
+    for subscripts, operand_shapes in shapes.items():
+        ops = [_operand(s, dtype) for s in operand_shapes]
+        kernel = po.einsum_kernel(subscripts, *ops, optimize=len(ops) > 2)
+        assert isinstance(kernel, po.CompiledKernel) and all(
+            array.shape[-1] == "2" for array in kernel.scop.arrays.values())
+        _check(po.einsum(subscripts, *ops, optimize=len(ops) > 2), np.einsum(subscripts, *ops))
+    mixed = [_operand((6, 4), dtype), _operand((4, 3), np.float64)]
+    _check(po.einsum("ij,jk->ik", *mixed), np.einsum("ij,jk->ik", *mixed))
+    out = np.zeros((6, 3), dtype=np.complex128)
+    assert po.einsum("ij,jk->ik", *mixed, out=out) is out
+    _check(out, np.einsum("ij,jk->ik", *mixed).astype(np.complex128))
