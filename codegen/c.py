@@ -29,7 +29,8 @@ _MATH_F64 = {"sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "c
 
 
 def _ctype(dtype: DType) -> str:
-    return {"f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "int"}[dtype.name]
+    return {"f32": "float", "f64": "double", "f80": "long double", "i32": "int32_t", "i64": "int64_t",
+            "bool": "int"}[dtype.name]
 
 
 def _math_name(func: str, dtype: DType) -> str:

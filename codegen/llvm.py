@@ -39,6 +39,7 @@ from functools import lru_cache
 from itertools import groupby
 from typing import Callable
 
+import numpy as np
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
@@ -58,8 +59,25 @@ _INTRINSICS = {"sqrt": "llvm.sqrt", "exp": "llvm.exp", "log": "llvm.log", "sin":
 _FCMP = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "==", "!=": "!="}
 
 
+class _X86FP80Type(ir.Type):
+    """LLVM's ``x86_fp80`` (llvmlite has no class for it): the element type of numpy's longdouble
+    on x86-64. Constants are written in LLVM's ``0xK`` form, the 80 bits most significant first."""
+
+    def __str__(self) -> str:
+        return "x86_fp80"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _X86FP80Type)
+
+    def __hash__(self) -> int:
+        return hash(_X86FP80Type)
+
+    def format_constant(self, value) -> str:
+        return "0xK" + np.longdouble(value).tobytes()[:10][::-1].hex().upper()
+
+
 def llvm_type(dtype: DType) -> ir.Type:
-    return {"f32": ir.FloatType(), "f64": ir.DoubleType(), "i32": _I32, "i64": _I64,
+    return {"f32": ir.FloatType(), "f64": ir.DoubleType(), "f80": _X86FP80Type(), "i32": _I32, "i64": _I64,
             "bool": _I1}[dtype.name]
 
 

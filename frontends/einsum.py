@@ -24,12 +24,13 @@ from math import prod
 from typing import Sequence
 
 import islpy as isl
+import numpy as np
 
 from polyopt import expr as E
 from polyopt.affine import isl_text
 from polyopt.frontends.schedule_tree import Leaf, Loop, original_schedule
 from polyopt.scop import AccessRef, Argument, Array, Scop, Statement
-from polyopt.types import DType, f32, f64, i64
+from polyopt.types import DType, i64
 
 #: numpy's sublist integers 0..51 name the labels A..Z, a..z.
 SUBLIST_LETTERS = string.ascii_uppercase + string.ascii_lowercase
@@ -378,7 +379,8 @@ class _Builder:
         parts = [(lhs_part, value) for lhs_part, value in zip(lhs, product) if lhs_part is not None]
         if set(labels) == set(target.labels):  # nothing summed: one write per element
             return _nest(labels, [self._statement(labels, l, v) for l, v in parts])
-        zero = E.Const(0.0 if self.dtype in (f32, f64) else 0, self.dtype)
+        # 0.0 for floats; an int for integers and object data (Python's 0 keeps Fractions exact)
+        zero = E.Const(0.0 if self.dtype.is_float and self.dtype.numpy != np.dtype(object) else 0, self.dtype)
         init = [self._statement(target.labels, l, zero) for l, _ in parts]
         update = [self._statement(labels, l, E.binary("+", l, v)) for l, v in parts]
         return _nest(target.labels, init) + _nest(labels, update)

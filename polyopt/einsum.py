@@ -16,8 +16,10 @@ accumulation per contraction step, one assignment where nothing is summed); dtyp
 - complex64, complex128: compiled on their float32/float64 (real, imaginary) pairs, numpy's
   memory layout of complex arrays: each statement becomes one per part
   (``einsum_scop(..., complex_parts=True)``).
-- longdouble, clongdouble, object: polyopt's reference interpreter runs the same Scop on
-  Python/numpy scalars of that type (slow, exact in that type).
+- longdouble, clongdouble where numpy's longdouble is x87 extended precision (x86-64): compiled
+  for the CPU in LLVM's ``x86_fp80`` (clongdouble as pairs of it); no GPU code.
+- object (and longdouble where it is IEEE quad precision): polyopt's reference interpreter runs
+  the same Scop on Python/numpy scalars of that type (slow, exact in that type).
 
 On the GPU (``target="cuda"``, or any CuPy operand or ``out``) the same Scop is compiled by the
 CUDA backend with the same storage types (so the same widening and reinterpreting rules hold);
@@ -44,7 +46,7 @@ from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, contraction_path, eins
 from polyopt.interpreter import run as interpret_scop
 from polyopt.runtime import DEFAULT_ALGORITHM, CompiledKernel, compile
 from polyopt.scop import Scop
-from polyopt.types import ELEMENT_TYPES, DType, as_dtype
+from polyopt.types import ELEMENT_TYPES, DType, as_dtype, f80
 
 _ORDERS = ("C", "F", "A", "K")
 #: Below this many statement instances a call runs on one thread: waking a thread team costs
@@ -58,9 +60,15 @@ _WIDENED[np.dtype(np.float16)] = np.dtype(np.float32)
 _REINTERPRETED = {np.dtype(np.uint64): np.dtype(np.int64)}
 #: complex dtypes, compiled as (real, imaginary) pairs of their part type
 _COMPLEX_PARTS = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
-#: dtypes run by the reference interpreter
+#: dtypes compiled for the CPU only (x87 extended precision has no GPU counterpart)
+_CPU_ONLY: set[np.dtype] = set()
+if f80 is not None:
+    _COMPLEX_PARTS[np.dtype(np.clongdouble)] = np.dtype(np.longdouble)
+    _CPU_ONLY |= {np.dtype(np.longdouble), np.dtype(np.clongdouble)}
+#: dtypes run by the reference interpreter (longdouble is float64 on some platforms, or IEEE
+#: quad, which polyopt does not compile)
 _INTERPRETED = ({np.dtype(t) for t in (np.longdouble, np.clongdouble, object)}
-                - {t.numpy for t in ELEMENT_TYPES.values()} - set(_COMPLEX_PARTS))  # longdouble is f64 on some platforms
+                - {t.numpy for t in ELEMENT_TYPES.values()} - set(_COMPLEX_PARTS) - _CPU_ONLY)
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,8 @@ def _element_type(storage: np.dtype) -> DType:
     dtype so the interpreter keeps values in it (``is_float`` makes it convert with that type)."""
     if storage in _INTERPRETED:
         return DType(str(storage), storage, "", storage.itemsize * 8, True)
+    if f80 is not None and storage == f80.numpy:
+        return f80
     try:
         return as_dtype(storage)
     except TypeError:
@@ -143,6 +153,10 @@ def _plan(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, al
     :func:`default_schedule_options`; CUDA: the backend's own tiles and blocks)."""
     element = _element_type(_COMPLEX_PARTS.get(storage, storage))
     scop, temporaries = einsum_scop(spec, broadcast, path, element, complex_parts=storage in _COMPLEX_PARTS)
+    if target == "cuda" and storage in _CPU_ONLY:
+        raise TargetUnavailableError(
+            f"einsum: {storage} data (x87 extended precision) has no CUDA code; the GPU compiles "
+            "bool, integer, float16/32/64 and complex64/128 data: pass numpy arrays and target=None")
     if storage not in _INTERPRETED:
         if options is not None:
             chosen = dict(options)

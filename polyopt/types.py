@@ -46,6 +46,12 @@ boolean = DType("bool", np.dtype(np.bool_), "int", 1, False)
 
 ELEMENT_TYPES: dict[str, DType] = {t.name: t for t in (f32, f64, i32, i64)}
 
+#: numpy's longdouble where it is the x87 80-bit extended type (x86-64; stored in 16 bytes),
+#: else None. po.einsum compiles longdouble data in it on the CPU; it is not a kernel annotation
+#: (the DSL and the GPU do not know it).
+f80: DType | None = (DType("f80", np.dtype(np.longdouble), "long double", 128, True)
+                     if np.finfo(np.longdouble).nmant == 63 and np.dtype(np.longdouble).itemsize == 16 else None)
+
 
 def as_dtype(value) -> DType:
     """Accept a DType, its name ("f64"), or anything numpy understands as a dtype."""

@@ -402,3 +402,21 @@ def test_complex_data_is_compiled_as_real_and_imaginary_parts(dtype):
     out = np.zeros((6, 3), dtype=np.complex128)
     assert po.einsum("ij,jk->ik", *mixed, out=out) is out
     _check(out, np.einsum("ij,jk->ik", *mixed).astype(np.complex128))
+
+
+@pytest.mark.skipif(po.types.f80 is None, reason="numpy's longdouble is not x87 extended precision here")
+def test_longdouble_is_compiled_in_extended_precision():
+    """longdouble sums are compiled in x86_fp80 and keep its 64-bit mantissa (the double
+    nearest 1/3, times 3, minus 1 is -2**-54 there and rounds to 0 in float64); clongdouble as
+    pairs of it."""
+    third, three = np.array([1 / 3, 1 / 3], np.longdouble), np.array([3, 0], np.longdouble)
+    kernel = po.einsum_kernel("i,i->", third, three)
+    assert isinstance(kernel, po.CompiledKernel) and "x86_fp80" in kernel.optimized_ir
+    assert "long double" in kernel.c_source
+    result = po.einsum("i,i->", third, three)
+    assert result.dtype == np.longdouble and result - 1 == np.einsum("i,i->", third, three) - 1 != 0
+    ops = [_operand((4, 3), np.clongdouble), _operand((3, 5), np.clongdouble)]
+    assert isinstance(po.einsum_kernel("ij,jk->ik", *ops), po.CompiledKernel)
+    _check(po.einsum("ij,jk->ik", *ops), np.einsum("ij,jk->ik", *ops))
+    with pytest.raises(po.TargetUnavailableError, match="x87"):
+        po.einsum_kernel("i,i->", third, three, target="cuda")
