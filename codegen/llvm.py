@@ -39,9 +39,9 @@ from functools import lru_cache
 from itertools import groupby
 from typing import Callable
 
-import numpy as np
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
+import numpy as np
 
 from polyopt import expr as E
 from polyopt.affine import extent_expr
