@@ -196,34 +196,49 @@ def _stand_in(value):
 
 
 def _prepare(subscripts, operands, dtype, casting: str, out, optimize):
-    """Parse and check everything numpy checks; returns (spec, arrays, sizes, broadcast, path,
-    result dtype). CuPy operands are checked through stand-ins (:func:`_stand_in`)."""
+    """Parse and check everything numpy checks; returns (arrays, spec, sizes, broadcast, path,
+    result dtype). CuPy operands are checked through stand-ins (:func:`_stand_in`). The checks
+    depend on shapes and dtypes only, so a call like an earlier one reuses their outcome."""
     arrays = [_stand_in(op) for op in operands]
     if out is not None and not isinstance(out, np.ndarray) and not is_cupy(out):
         raise TypeError("keyword parameter out must be an array for einsum")
-    spec = parse_subscripts(subscripts, [a.ndim for a in arrays])
-    sizes, broadcast = label_sizes(spec, [a.shape for a in arrays])
+    key = (subscripts, tuple((a.shape, a.dtype) for a in arrays), dtype, casting,
+           None if out is None else (out.shape, out.dtype), optimize)
+    try:
+        hash(key)
+    except TypeError:  # an explicit path given as a list, an unhashable dtype spelling
+        return (arrays, *_checked.__wrapped__(*key))
+    return (arrays, *_checked(*key))
+
+
+@lru_cache(maxsize=1024)
+def _checked(subscripts, signature: tuple, dtype, casting: str, out_signature: tuple | None, optimize):
+    """The part of :func:`_prepare` that depends on the operands' (shape, dtype) ``signature``
+    and ``out``'s: (spec, sizes, broadcast, path, result dtype); errors as numpy's."""
+    spec = parse_subscripts(subscripts, [len(shape) for shape, _ in signature])
+    sizes, broadcast = label_sizes(spec, [shape for shape, _ in signature])
     if dtype is not None:
         result = np.dtype(dtype)
     else:
-        result = np.result_type(*arrays, *([] if out is None else [_stand_in(out)]))
-    for k, a in enumerate(arrays):
-        if not np.can_cast(a.dtype, result, casting):
-            raise TypeError(f"Iterator operand {k} dtype could not be cast from {a.dtype!r} to "
+        result = np.result_type(*(d for _, d in signature), *([] if out_signature is None else [out_signature[1]]))
+    for k, (_, operand_dtype) in enumerate(signature):
+        if not np.can_cast(operand_dtype, result, casting):
+            raise TypeError(f"Iterator operand {k} dtype could not be cast from {operand_dtype!r} to "
                             f"{result!r} according to the rule '{casting}'")
-    if out is not None:
-        if out.ndim != len(spec.output):
+    if out_signature is not None:
+        out_shape, out_dtype = out_signature
+        if len(out_shape) != len(spec.output):
             raise ValueError(f"out parameter does not have the correct number of dimensions, has "
-                             f"{out.ndim} but should have {len(spec.output)}")
+                             f"{len(out_shape)} but should have {len(spec.output)}")
         expected = tuple(sizes[label] for label in spec.output)
-        if out.shape != expected:
-            raise ValueError(f"out parameter has shape {out.shape}, but the result of "
+        if out_shape != expected:
+            raise ValueError(f"out parameter has shape {out_shape}, but the result of "
                              f"'{subscripts}' has shape {expected}")
-        if not np.can_cast(result, out.dtype, casting):
+        if not np.can_cast(result, out_dtype, casting):
             raise TypeError(f"Iterator requested dtype could not be cast from {result!r} to "
-                            f"{out.dtype!r}, the operand {len(arrays)} dtype, according to the rule '{casting}'")
+                            f"{out_dtype!r}, the operand {len(signature)} dtype, according to the rule '{casting}'")
     path = contraction_path(spec, sizes, optimize)
-    return spec, arrays, sizes, broadcast, path, result
+    return spec, sizes, broadcast, path, result
 
 
 def _single_operand_view(spec: EinsumSpec, array: np.ndarray, sizes: dict[str, int]) -> np.ndarray | None:
@@ -289,7 +304,7 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
         view = _single_operand_view(spec, single, label_sizes(spec, [single.shape])[0])
         if view is not None:
             return view
-    spec, arrays, sizes, broadcast, path, result = _prepare(subscripts, ops, dtype, casting, out, optimize)
+    arrays, spec, sizes, broadcast, path, result = _prepare(subscripts, ops, dtype, casting, out, optimize)
     storage = _storage_dtype(result)
     plan = _plan(spec, broadcast, path, storage, DEFAULT_ALGORITHM, where)
     on_gpu = where == "cuda" and (any(is_cupy(a) for a in ops) or is_cupy(out))
@@ -349,7 +364,7 @@ def einsum_kernel(subscripts: str, *shapes_or_arrays, dtype=None, optimize=False
     if dtype is None:
         given = [a for a, raw in zip(arrays, shapes_or_arrays) if hasattr(raw, "dtype")]
         dtype = np.result_type(*given) if given else np.float64
-    spec, _, _, broadcast, path, result = _prepare(subscripts, arrays, dtype, "unsafe", None, optimize)
+    _, spec, _, broadcast, path, result = _prepare(subscripts, arrays, dtype, "unsafe", None, optimize)
     storage = _storage_dtype(result)
     if storage in _INTERPRETED:
         raise TypeError(f"einsum on {result} data runs on polyopt's reference interpreter and has no "
