@@ -1,6 +1,7 @@
 """gemm on the GPU at one size: polyopt's CUDA code for several launch shapes against cuBLAS.
 
     python benchmarks/gpu_gemm.py --n 4096 --dtype f32 --shape 64x128/8x32 --shape 128x128/16x16
+    python benchmarks/gpu_gemm.py --n 1000,1100,1200 --dtype f64
 
 Each ``--shape TILE/BLOCK[/VECTOR]`` (rows x columns of the block tile / of the thread block /
 adjacent coordinates per run; omitted: polyopt's defaults) is compiled with ``po.compile(gemm, target="cuda", tile=..., block=...)``.
@@ -55,7 +56,7 @@ def parse_shape(text: str) -> dict:
 
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=4096, help="NI = NJ = NK")
+    parser.add_argument("--n", default="4096", help="NI = NJ = NK, or NI,NJ,NK")
     parser.add_argument("--dtype", choices=("f32", "f64"), default="f32")
     parser.add_argument("--shape", action="append", default=None)
     parser.add_argument("--warmup", type=int, default=3)
@@ -65,10 +66,13 @@ def main(argv=None) -> list[dict]:
     cp = cupy_module()
     dtype = np.float32 if args.dtype == "f32" else np.float64
     rng = np.random.default_rng(0)
-    n = args.n
-    A, B, C0 = (cp.asarray(rng.random((n, n)), dtype=dtype) for _ in range(3))
+    sizes = [int(v) for v in args.n.split(",")]
+    ni, nj, nk = sizes * 3 if len(sizes) == 1 else sizes
+    A = cp.asarray(rng.random((ni, nk)), dtype=dtype)
+    B = cp.asarray(rng.random((nk, nj)), dtype=dtype)
+    C0 = cp.asarray(rng.random((ni, nj)), dtype=dtype)
     alpha, beta = 1.5, 1.2
-    flops = 2.0 * n ** 3
+    flops = 2.0 * ni * nj * nk
     C = C0.copy()
 
     cublas_module = importlib.import_module("cupy.cublas")
@@ -101,7 +105,7 @@ def main(argv=None) -> list[dict]:
                      "error": error, **_stats(times, flops)})
     best = rows[0]["median_ms"]
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    print(f"gemm {n}^3 {args.dtype} on {device}, {args.warmup} warm-up + {args.repeats} runs")
+    print(f"gemm {ni}x{nj}x{nk} {args.dtype} on {device}, {args.warmup} warm-up + {args.repeats} runs")
     for row in rows:
         row["of_cublas"] = best / row["median_ms"]
         print(f"{row['name']:32s} {row['median_ms']:8.3f} ms (best {row['best_ms']:.3f}) "
@@ -109,7 +113,7 @@ def main(argv=None) -> list[dict]:
               + (f"  error {row['error']:.1e}" if "error" in row else ""))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": device, "n": n, "dtype": args.dtype, "rows": rows}, f, indent=1)
+            json.dump({"device": device, "sizes": [ni, nj, nk], "dtype": args.dtype, "rows": rows}, f, indent=1)
     return rows
 
 

@@ -38,9 +38,12 @@ from polyopt.types import boolean, i64
 
 #: Threads per block for 1, 2 and 3 thread coordinates (outermost first, last is x).
 DEFAULT_BLOCK = {1: (256,), 2: (8, 32), 3: (2, 4, 32)}
-#: Coordinates per thread in a register-tiled 2-d kernel, by element size in bytes (the best
-#: of the shapes measured for gemm at 4096^3 on an H100, docs/performance.md "GPU").
-DEFAULT_UNROLL = {4: (8, 4), 8: (8, 4)}
+#: Coordinates per thread in a register-tiled 2-d kernel, by element size in bytes, and the
+#: block where it differs from DEFAULT_BLOCK: measured on gemm on an H100 (docs/performance.md
+#: "GPU"). For f64 the 64x128 tile of 8x4 is faster at 4096^3 (8.1 against 9.4 ms) but much
+#: slower at PolyBench LARGE (1.4 against 0.8 ms), where its partial edge tiles dominate.
+DEFAULT_UNROLL = {4: (8, 4), 8: (4, 4)}
+DEFAULT_TILED_BLOCK = {8: (16, 16)}
 #: Adjacent coordinates per run in shared-memory kernels, by element size (16 bytes: one vector
 #: load from shared memory).
 DEFAULT_VECTOR = {4: 4, 8: 2}
@@ -101,7 +104,10 @@ def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None, vect
     n = len(kernel.coords)
     if n == 0:
         return LaunchShape((), ())
-    threads = _per_coordinate(block, n, "block") or DEFAULT_BLOCK[n]
+    tiled = n == 2 and has_loop(kernel.body)
+    threads = (_per_coordinate(block, n, "block")
+               or (DEFAULT_TILED_BLOCK.get(element_bytes) if tiled and tile is None else None)
+               or DEFAULT_BLOCK[n])
     if prod(threads) > 1024:
         raise CodegenError(f"CUDA: block {threads} has more than 1024 threads")
     if tile is not None:
@@ -109,7 +115,7 @@ def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None, vect
         if any(s % t for s, t in zip(sizes, threads)):
             raise CodegenError(f"CUDA: tile {sizes} must be a multiple of the block {threads}")
         unroll = tuple(s // t for s, t in zip(sizes, threads))
-    elif n == 2 and has_loop(kernel.body):
+    elif tiled:
         unroll = DEFAULT_UNROLL.get(element_bytes, DEFAULT_UNROLL[8])
     else:
         unroll = (1,) * n
