@@ -274,13 +274,15 @@ def _as_storage(xp, array, storage: np.dtype, out):
 
 
 def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str = "K",
-           casting: str = "safe", optimize=False, target: str | None = None,
+           casting: str = "safe", optimize="greedy", target: str | None = None,
            num_threads: int | None = None):
     """Evaluate the Einstein summation convention on the operands, exactly as ``numpy.einsum``.
 
     ``einsum("ij,jk->ik", A, B)`` or the interleaved form ``einsum(A, [0, 1], B, [1, 2], [0, 2])``;
     ``out``, ``dtype``, ``order``, ``casting`` and ``optimize`` (False, True, "greedy", "optimal"
-    or an ``["einsum_path", ...]`` list) as numpy's. The arithmetic is polyopt-compiled code (or
+    or an ``["einsum_path", ...]`` list) as numpy's, except that the default contraction order
+    is greedy (numpy's default, False, sums all operands in one nest: 'ij,jk,kl->il' then costs
+    n^4 instead of two n^3 steps). The arithmetic is polyopt-compiled code (or
     its reference interpreter for complex, longdouble and object data). ``target="cuda"`` or
     CuPy operands run polyopt's CUDA code (module docstring; without CuPy and a GPU:
     :class:`TargetUnavailableError`). With ``order`` "K" or "A" the result is C-contiguous.
@@ -344,7 +346,7 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     return value[()] if value.ndim == 0 and xp is np else value
 
 
-def einsum_kernel(subscripts: str, *shapes_or_arrays, dtype=None, optimize=False,
+def einsum_kernel(subscripts: str, *shapes_or_arrays, dtype=None, optimize="greedy",
                   algorithm: str = DEFAULT_ALGORITHM, target: str = "cpu",
                   **schedule_options) -> CompiledKernel | CudaKernel:
     """The compiled kernel that :func:`einsum` runs for these subscripts, operand shapes (tuples)

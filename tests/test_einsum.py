@@ -420,3 +420,14 @@ def test_longdouble_is_compiled_in_extended_precision():
     _check(po.einsum("ij,jk->ik", *ops), np.einsum("ij,jk->ik", *ops))
     with pytest.raises(po.TargetUnavailableError, match="x87"):
         po.einsum_kernel("i,i->", third, three, target="cuda")
+
+
+def test_default_contraction_order_is_greedy_and_false_sums_in_one_nest():
+    """The issue asks for greedy by default (numpy.einsum's default, False, is one nest)."""
+    shapes = [(3, 4), (4, 5), (5, 2)]
+    greedy = po.einsum_kernel("ij,jk,kl->il", *shapes)
+    assert greedy is po.einsum_kernel("ij,jk,kl->il", *shapes, optimize="greedy") and "t0" in greedy.scop.arrays
+    one_nest = po.einsum_kernel("ij,jk,kl->il", *shapes, optimize=False)
+    assert "t0" not in one_nest.scop.arrays and len(one_nest.scop.statements) == 2
+    ops = [_operand(s) for s in shapes]
+    _check(po.einsum("ij,jk,kl->il", *ops), np.einsum("ij,jk,kl->il", *ops))
