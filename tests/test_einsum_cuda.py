@@ -1,6 +1,9 @@
 """po.einsum on the GPU (target="cuda" or CuPy operands): same results, dtypes, out= and casting
 as numpy.einsum; CuPy in, CuPy out. Without CuPy or a GPU: TargetUnavailableError, and the CUDA
 source still compiles (GPU tests skip with the reason)."""
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -29,6 +32,24 @@ def test_cuda_source_of_an_einsum_needs_no_gpu():
     # a 0-d result is a pointer to its one element
     dot = po.einsum_kernel("i,i->", (9,), (9,), target="cuda").cuda_source
     assert "out[0] = out[0] + op0[c0] * op1[c0];" in dot
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_nvcc_builds_einsum_kernels_of_every_kind(tmp_path):
+    """Real, complex (as (real, imaginary) pairs), batched, transposed and multi-step einsums:
+    the CUDA source of each builds with nvcc (a GPU runs them in test_cupy_operands_match_numpy)."""
+    kinds = [("ij,jk->ik", [(3, 4), (4, 5)], np.float64), ("ij,jk->ik", [(3, 4), (4, 5)], np.complex128),
+             ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], np.complex64), ("ijk->kj", [(2, 3, 4)], np.complex128),
+             ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 2)], np.float32), ("ij,ij->i", [(3, 4), (3, 4)], np.int64)]
+    files = []
+    for k, (subscripts, shapes, dtype) in enumerate(kinds):
+        kernel = po.einsum_kernel(subscripts, *shapes, dtype=dtype, target="cuda")
+        (tmp_path / f"einsum{k}.cu").write_text(kernel.cuda_source)
+        files.append(f"einsum{k}.cu")
+    result = subprocess.run(["nvcc", "-arch=sm_90", "-c", *files], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert len(list(tmp_path.glob("*.o"))) == len(kinds)
 
 
 @pytest.mark.skipif(GPU_MISSING is None, reason="CuPy and a GPU are present")
