@@ -38,15 +38,15 @@ from polyopt.types import boolean, i64
 
 #: Threads per block for 1, 2 and 3 thread coordinates (outermost first, last is x).
 DEFAULT_BLOCK = {1: (256,), 2: (8, 32), 3: (2, 4, 32)}
-#: Coordinates per thread in a register-tiled 2-d kernel, by element size in bytes, and the
-#: block where it differs from DEFAULT_BLOCK: measured on gemm on an H100 (docs/performance.md
-#: "GPU"). For f64 the 64x128 tile of 8x4 is faster at 4096^3 (8.1 against 9.4 ms) but much
-#: slower at PolyBench LARGE (1.4 against 0.8 ms), where its partial edge tiles dominate.
+#: Coordinates per thread in a register-tiled 2-d kernel, by element size in bytes (measured on
+#: gemm on an H100, docs/performance.md "GPU"). For f64 a 64x128 tile (``block=(8, 32),
+#: tile=(64, 128)``) is faster at 4096^3 (8.1 against 13.6 ms) but much slower at PolyBench
+#: LARGE (gemm 1.4 against 0.6 ms, syrk 4.7 against 1.5), where partial edge tiles dominate.
 DEFAULT_UNROLL = {4: (8, 4), 8: (4, 4)}
-DEFAULT_TILED_BLOCK = {8: (16, 16)}
-#: Adjacent coordinates per run in shared-memory kernels, by element size (16 bytes: one vector
-#: load from shared memory).
-DEFAULT_VECTOR = {4: 4, 8: 2}
+#: Adjacent coordinates per run in 2-d shared-memory kernels, by element size: f32 rows whole,
+#: columns in runs of 4 (16 bytes: one vector load); f64 coordinates a block apart (measured
+#: faster at LARGE: gemm 0.60 against 0.76 ms with runs of 2, syrk 1.46 against 2.23 ms).
+DEFAULT_VECTOR = {4: (8, 4), 8: (1, 1)}
 #: Most blocks per grid dimension (x, y, z); the grid-stride loops cover the rest.
 GRID_LIMIT = (2**31 - 1, 65535, 65535)
 
@@ -105,9 +105,7 @@ def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None, vect
     if n == 0:
         return LaunchShape((), ())
     tiled = n == 2 and has_loop(kernel.body)
-    threads = (_per_coordinate(block, n, "block")
-               or (DEFAULT_TILED_BLOCK.get(element_bytes) if tiled and tile is None else None)
-               or DEFAULT_BLOCK[n])
+    threads = _per_coordinate(block, n, "block") or DEFAULT_BLOCK[n]
     if prod(threads) > 1024:
         raise CodegenError(f"CUDA: block {threads} has more than 1024 threads")
     if tile is not None:
@@ -123,7 +121,7 @@ def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None, vect
                                                                 set(kernel.coords))):
         unroll = (1,) * n  # no lockstep: control flow differs between coordinates, or scalars
     runs = _per_coordinate(vector, n, "vector") or (
-        unroll[:-1] + (DEFAULT_VECTOR.get(element_bytes, 1),))
+        DEFAULT_VECTOR.get(element_bytes, (1, 1)) if n == 2 else (1,) * n)
     return LaunchShape(threads, unroll, tuple(gcd(v, u) for v, u in zip(runs, unroll)))
 
 

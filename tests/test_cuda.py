@@ -55,39 +55,38 @@ def test_gemm_is_register_tiled_with_promoted_accumulators():
     assert [len(k.coords) for k in program.kernels] == [2, 2]
     update = program.kernels[1]
     shape = shapes[update.name]
-    assert shape.block == (16, 16) and shape.unroll == (4, 4) and shape.vector == (4, 2)
+    assert shape.block == (8, 32) and shape.unroll == (4, 4) and shape.vector == (1, 1)
     text = result.source.source
     assert "double _r15 = C[" in text and "_r15 = _r15 + _s0[" in text
     # threadIdx.x walks j, the stride-1 subscript of C and B
     assert "B[c0 * NJ + _p1_]" in text and "_p1 = _b1 + threadIdx.x" in text
-    # A's and B's tiles (64x16 and 16x64) are staged in shared memory, double-buffered; A's
+    # A's and B's tiles (32x16 and 16x128) are staged in shared memory, double-buffered; A's
     # transposed rows are padded by 16 bytes
-    assert "__shared__ __align__(16) double _s0[2112];" in text  # 2 * 16 * (64 + 2)
-    assert "__shared__ __align__(16) double _s1[2048];" in text
+    assert "__shared__ __align__(16) double _s0[1088];" in text  # 2 * 16 * (32 + 2)
+    assert "__shared__ __align__(16) double _s1[4096];" in text
     # a 64x128 tile of 8x4 per thread would not fit with chunks of 16: chunks of 8
     wide = po.cuda_source(po.suite.get("gemm").kernel, block=(8, 32), tile=(64, 128))
     assert "__shared__ __align__(16) double _s0[1056];" in wide and "c0_chunk += 8" in wide
     # copied in A's own order (coalesced), stored k-major: a thread's rows are adjacent words;
     # alpha * A[i][k] is staged as a whole: one multiplication per element, not per use
-    assert ("_s0[(0 * 16 + _d1) * 66 + _d0] = (_g0 >= 0 && _g0 < NI && _g1 >= 0 && _g1 < NK) "
+    assert ("_s0[(0 * 16 + _d1) * 34 + _d0] = (_g0 >= 0 && _g0 < NI && _g1 >= 0 && _g1 < NK) "
             "? alpha * A[_g0 * NK + _g1] : (double)0;") in text
-    assert "_r0 = _r0 + _s0[_half * 1056 + " in text
-    # the next chunk goes through registers into the other half, one barrier per chunk
-    assert "_s0[(1 - _half) * 1056 + (0 * 16 + _d1) * 66 + _d0] = _q0[_n];" in text
+    assert "_r0 = _r0 + _s0[_half * 544 + " in text
     # a chunk the loop runs whole is copied without bounds checks (all of it is read)
     assert "if (_next + 15 < NK) {" in text and "_q0[_n] = alpha * A[_g0 * NK + _g1];" in text
-    # a thread's columns: runs of 2 adjacent ones (one 16-byte load), 16 runs apart
-    assert "_p0 = _b0 + threadIdx.y * 4, _p1 = _b1 + threadIdx.x * 2;" in text
-    assert "_p1_ = _p1 + _u1 / 2 * 32 + _u1 % 2;" in text
-    assert "(_p1 + 33 - (_b1 + 0))" in text
-    # f32: runs of 4 columns, chunks of 16
+    # the next chunk goes through registers into the other half, one barrier per chunk
+    assert "_s0[(1 - _half) * 544 + (0 * 16 + _d1) * 34 + _d0] = _q0[_n];" in text
+    # f64: a thread's coordinates are a block apart
+    assert "_p0 = _b0 + threadIdx.y, _p1 = _b1 + threadIdx.x;" in text
+    assert "_p0_ = _p0 + _u0 * 8, _p1_ = _p1 + _u1 * 32;" in text
+    # f32: a thread's rows adjacent, its columns in runs of 4 (one 16-byte load), 32 runs apart
     f32 = po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32"))
     assert "_p0 = _b0 + threadIdx.y * 8, _p1 = _b1 + threadIdx.x * 4;" in f32
-    assert "c0_chunk += 16" in f32
+    assert "(_p1 + 3 - (_b1 + 0))" in f32
     assert "__shared__" not in po.cuda_source(po.suite.get("gemm").kernel, shared=False)
-    # vector=1: a thread's columns are a block apart
-    apart = po.cuda_source(po.suite.get("gemm").kernel, vector=(4, 1))
-    assert "_p1 = _b1 + threadIdx.x;" in apart and "_p1_ = _p1 + _u1 * 16;" in apart
+    # vector=(4, 2): runs of 2 columns, 32 runs apart
+    runs = po.cuda_source(po.suite.get("gemm").kernel, vector=(4, 2))
+    assert "_p1 = _b1 + threadIdx.x * 2;" in runs and "_p1_ = _p1 + _u1 / 2 * 64 + _u1 % 2;" in runs
 
 
 def test_bounds_are_parenthesized():
