@@ -309,3 +309,14 @@ def test_original_order_with_parallel_marks(name):
     assert threaded
     for threads in THREADS:
         _check(entry, lambda **args: compiled(**args, num_threads=threads))
+
+
+def test_pluto_marks_parallel_loops_below_a_sequential_untiled_band():
+    """gramschmidt's untiled Pluto schedule has no parallel loop in its outer band (k): the
+    parallel loops of the nests inside it run on the thread team, and the result matches numpy."""
+    entry = po.suite.get("gramschmidt")
+    compiled = po.compile(entry.kernel, algorithm="pluto")
+    assert _fronts(compiled.loops) and any(runs_on_threads(loop) for loop in _loops(compiled.loops))
+    assert not any(loop.parallel for loop in _fronts(compiled.loops))
+    for threads in THREADS:
+        _check(entry, lambda **args: compiled(**args, num_threads=threads))
