@@ -11,7 +11,7 @@ Decisions are cached per kernel, candidate list, thread count and parameter valu
 
     tuned = po.autotune(gemm, alpha, beta, C, A, B)
     tuned.best.label          # e.g. "pluto tiled+registers"
-    tuned.seconds             # best time of every timed candidate
+    tuned.seconds             # median time of every timed candidate
     tuned.compiled(alpha, beta, C, A, B)
 """
 from __future__ import annotations
@@ -64,7 +64,7 @@ DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
 class TuneResult:
     """The fastest candidate's compiled kernel and the record of the decision.
 
-    ``seconds``: best time per timed candidate label; ``skipped``: label -> why it was not
+    ``seconds``: median time per timed candidate label; ``skipped``: label -> why it was not
     timed (its loops equal an earlier candidate's, or it failed to compile); ``params``: the
     size parameters the decision holds for."""
 
@@ -93,8 +93,11 @@ def autotune(kernel, *args, candidates: tuple[Candidate, ...] | None = None, rep
     """Time ``candidates`` (default :data:`DEFAULT_CANDIDATES`) of ``kernel`` on copies of the
     call arguments ``args``/``kwargs`` and return the fastest (see the module docstring).
 
-    After one checked warm-up run each, ``repeats`` rounds of timed runs, interleaved (the
-    minimum counts; a short kernel runs several times a round, see :data:`MIN_ROUND_SECONDS`);
+    After one checked warm-up run each, ``repeats`` rounds of timed runs, interleaved (a short
+    kernel runs several times a round, see :data:`MIN_ROUND_SECONDS`); the median of the runs and
+    of the rounds counts, not the minimum: threaded code on a busy machine is fast only at times
+    (a thread descheduled at a barrier stalls the team), and what is fast at times loses to what
+    is steadily fast in the median of a benchmark;
     results must agree with the first candidate's within ``rtol`` (normwise) or
     :class:`TuningError` is raised. Candidates ``prune`` times slower than the fastest in the
     first round are not timed again (their ``seconds`` is that round's)."""
@@ -128,17 +131,21 @@ def autotune(kernel, *args, candidates: tuple[Candidate, ...] | None = None, rep
     warm = _check_agreement(compiled, run, work, rtol)  # also each one's warm-up run
     # short kernels: several runs per candidate and round, so a round takes about MIN_ROUND_SECONDS
     runs = max(1, min(MAX_RUNS_PER_ROUND, int(MIN_ROUND_SECONDS / max(min(warm.values()), 1e-9))))
-    samples = {c: min(run(k) for _ in range(runs)) for c, k in compiled.items()}
-    fastest = min(samples.values())
-    contenders = {c: k for c, k in compiled.items() if samples[c] <= prune * fastest}
+    rounds = {c: [_median([run(k) for _ in range(runs)])] for c, k in compiled.items()}
+    fastest = min(times[0] for times in rounds.values())
+    contenders = {c: k for c, k in compiled.items() if rounds[c][0] <= prune * fastest}
     for _ in range(repeats - 1):
         for candidate, kernel_ in contenders.items():
-            samples[candidate] = min(samples[candidate], min(run(kernel_) for _ in range(runs)))
-    seconds = {c.label: samples[c] for c in compiled}
+            rounds[candidate].append(_median([run(kernel_) for _ in range(runs)]))
+    seconds = {c.label: _median(rounds[c]) for c in compiled}
     best = min(compiled, key=lambda c: seconds[c.label])
     result = TuneResult(compiled[best], best, seconds, skipped, dict(bound.params))
     _DECISIONS[key] = result
     return result
+
+
+def _median(times: list[float]) -> float:
+    return float(np.median(times))
 
 
 def _compile_distinct(kernel, candidates: tuple[Candidate, ...],
