@@ -19,7 +19,7 @@ runtime (:mod:`polyopt.cuda`) runs the same host program through CuPy.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from itertools import product
 from math import gcd, prod
 
@@ -43,6 +43,11 @@ DEFAULT_BLOCK = {1: (256,), 2: (8, 32), 3: (2, 4, 32)}
 #: tile=(64, 128)``) is faster at 4096^3 (8.1 against 13.6 ms) but much slower at PolyBench
 #: LARGE (gemm 1.4 against 0.6 ms, syrk 4.7 against 1.5), where partial edge tiles dominate.
 DEFAULT_UNROLL = {4: (8, 4), 8: (4, 4)}
+#: The wider (block, tile) a register-tiled 2-d kernel with default shape also gets, by element
+#: size; a launch takes it when its grid has at least WIDE_MIN_BLOCKS blocks (so each SM has
+#: several: partial edge tiles, which run one coordinate at a time, no longer dominate).
+WIDE_SHAPE = {8: ((8, 32), (64, 128))}
+WIDE_MIN_BLOCKS = 1024
 #: Adjacent coordinates per run in 2-d shared-memory kernels, by element size: f32 rows whole,
 #: columns in runs of 4 (16 bytes: one vector load); f64 coordinates a block apart (measured
 #: faster at LARGE: gemm 0.60 against 0.76 ms with runs of 2, syrk 1.46 against 2.23 ms).
@@ -86,12 +91,26 @@ class LaunchShape:
 
 @dataclass(frozen=True)
 class CudaSource:
-    """The CUDA C translation unit of a program, and each kernel's launch shape."""
+    """The CUDA C translation unit of a program, and each kernel's launch shape; ``wide`` names
+    the variant of a kernel with the wider tile (:data:`WIDE_SHAPE`), where it has one (its
+    shape is in ``shapes`` too)."""
 
     program: GpuProgram
     source: str
     shapes: dict[str, LaunchShape]
     host_function: str
+    wide: dict[str, str] = field(default_factory=dict)
+
+    def choose(self, kernel: str, lower: list[int], upper: list[int]
+               ) -> tuple[str, LaunchShape, tuple[int, int, int] | None]:
+        """The variant of ``kernel`` to launch for these coordinate bounds: (name, shape,
+        grid); the wide one when its grid has at least :data:`WIDE_MIN_BLOCKS` blocks."""
+        if kernel in self.wide:
+            name = self.wide[kernel]
+            grid = self.shapes[name].grid(lower, upper)
+            if grid is not None and prod(grid) >= WIDE_MIN_BLOCKS:
+                return name, self.shapes[name], grid
+        return kernel, self.shapes[kernel], self.shapes[kernel].grid(lower, upper)
 
 
 def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None, vector=None, *,
@@ -174,17 +193,30 @@ def cuda_source(scop: Scop, program: GpuProgram, host_function: str, *, block=No
     emit = _CudaExpr(scop)
     element_bytes = max((a.dtype.numpy.itemsize for a in scop.arrays.values()), default=8)
     scalars = {name for name, array in scop.arrays.items() if array.local}
-    shapes = {k.name: launch_shape(k, element_bytes, block, tile, vector, uses_scalars=any(
-        ref.array in scalars for s in k.statements for ref in scop.statement(s).accesses))
-        for k in program.kernels}
+    uses_scalars = {k.name: any(ref.array in scalars for s in k.statements
+                                for ref in scop.statement(s).accesses) for k in program.kernels}
+    shapes = {k.name: launch_shape(k, element_bytes, block, tile, vector,
+                                   uses_scalars=uses_scalars[k.name]) for k in program.kernels}
+    wide = {}
+    if block is None and tile is None and element_bytes in WIDE_SHAPE:
+        for k in program.kernels:
+            if len(k.coords) != 2 or all(u == 1 for u in shapes[k.name].unroll):
+                continue  # not register-tiled
+            shape = launch_shape(k, element_bytes, *WIDE_SHAPE[element_bytes], vector,
+                                 uses_scalars=uses_scalars[k.name])
+            wide[k.name] = f"{k.name}_w"
+            shapes[wide[k.name]] = shape
     private, on_device = _scalar_homes(scop, program)
     parts = [_prelude()]
     parts += [f"__device__ {_ctype(scop.arrays[s].dtype)} {s};" for s in on_device]
     for kernel in program.kernels:
-        parts.append(_kernel(scop, kernel, shapes[kernel.name], emit, private.get(kernel.name, ()),
-                             shared))
-    parts.append(_host_wrapper(scop, program, shapes, host_function, emit))
-    return CudaSource(program, "\n".join(parts) + "\n", shapes, host_function)
+        variants = [kernel] + ([replace(kernel, name=wide[kernel.name])] if kernel.name in wide
+                               else [])
+        for variant in variants:
+            parts.append(_kernel(scop, variant, shapes[variant.name], emit,
+                                 private.get(kernel.name, ()), shared))
+    parts.append(_host_wrapper(scop, program, shapes, wide, host_function, emit))
+    return CudaSource(program, "\n".join(parts) + "\n", shapes, host_function, wide)
 
 
 def _scalar_homes(scop: Scop, program: GpuProgram) -> tuple[dict[str, list[str]], list[str]]:
@@ -488,7 +520,7 @@ def _renamer_to(var: str, value: E.Expr):
 # ----- host wrapper ------------------------------------------------------------------------------
 
 def _host_wrapper(scop: Scop, program: GpuProgram, shapes: dict[str, LaunchShape],
-                  name: str, emit) -> str:
+                  wide: dict[str, str], name: str, emit) -> str:
     """``void name(...)`` launching the kernels in host order (nvcc only; NVRTC skips it)."""
     params = []
     for arg in abi_arguments(scop):
@@ -499,34 +531,49 @@ def _host_wrapper(scop: Scop, program: GpuProgram, shapes: dict[str, LaunchShape
     out = ["#ifndef __CUDACC_RTC__", "static inline unsigned pl_blocks(long lo, long hi, long span, long limit)",
            "{ long n = (hi - lo + span) / span; return (unsigned)(n < limit ? n : limit); }",
            f'extern "C" void {name}({", ".join(params) or "void"})', "{"]
-    _host_steps(scop, program.host, shapes, emit, out, 1)
+    _host_steps(scop, program.host, shapes, wide, emit, out, 1)
     out += ["}", "#endif"]
     return "\n".join(out)
 
 
-def _host_steps(scop, steps, shapes, emit, out, depth) -> None:
+def _host_steps(scop, steps, shapes, wide, emit, out, depth) -> None:
     pad = "  " * depth
     args = [a.name for a in abi_arguments(scop)]
     for step in steps:
         if isinstance(step, HostLoop):
             out.append(f"{pad}for (long {step.var} = {emit(step.lower)}; {step.var} <= "
                        f"{emit.at(step.upper, _PRIMARY)}; {step.var}++) {{")
-            _host_steps(scop, step.body, shapes, emit, out, depth + 1)
+            _host_steps(scop, step.body, shapes, wide, emit, out, depth + 1)
             out.append(f"{pad}}}")
             continue
-        shape = shapes[step.name]
         call_args = ", ".join(args + list(step.host_vars))
         if not step.coords:
             out.append(f"{pad}{step.name}<<<1, 1>>>({call_args});")
             continue
-        n = len(step.coords)
-        grid = ["1", "1", "1"]
-        conds = []
-        for d in range(n):
-            axis = n - 1 - d
-            lo, hi = emit(step.lower[d]), emit(step.upper[d])
-            conds.append(f"({hi}) >= ({lo})")
-            grid[axis] = f"pl_blocks({lo}, {hi}, {shape.block[d] * shape.unroll[d]}, {GRID_LIMIT[axis]})"
-        bx, by, bz = shape.cuda_block()
-        out.append(f"{pad}if ({' && '.join(conds)})")
-        out.append(f"{pad}  {step.name}<<<dim3({', '.join(grid)}), dim3({bx}, {by}, {bz})>>>({call_args});")
+        conds = [f"({emit(hi)}) >= ({emit(lo)})" for lo, hi in zip(step.lower, step.upper)]
+        out.append(f"{pad}if ({' && '.join(conds)}) {{")
+        grid, launch = _launch_line(step, step.name, shapes[step.name], call_args, emit)
+        if step.name in wide:  # the wider tile where its grid has enough blocks
+            wide_grid, wide_launch = _launch_line(step, wide[step.name], shapes[wide[step.name]],
+                                                  call_args, emit)
+            out.append(f"{pad}  if ((long){' * (long)'.join(wide_grid)} >= {WIDE_MIN_BLOCKS})")
+            out.append(f"{pad}    {wide_launch}")
+            out.append(f"{pad}  else")
+            out.append(f"{pad}    {launch}")
+        else:
+            out.append(f"{pad}  {launch}")
+        out.append(f"{pad}}}")
+
+
+def _launch_line(step: Kernel, name: str, shape: LaunchShape, call_args: str, emit
+                 ) -> tuple[list[str], str]:
+    """The grid dimensions (x, y, z as C) of launching ``name`` with ``shape`` for the
+    coordinate bounds of ``step``, and the launch statement."""
+    n = len(step.coords)
+    grid = ["1", "1", "1"]
+    for d in range(n):
+        axis = n - 1 - d
+        lo, hi = emit(step.lower[d]), emit(step.upper[d])
+        grid[axis] = f"pl_blocks({lo}, {hi}, {shape.block[d] * shape.unroll[d]}, {GRID_LIMIT[axis]})"
+    bx, by, bz = shape.cuda_block()
+    return grid, f"{name}<<<dim3({', '.join(grid)}), dim3({bx}, {by}, {bz})>>>({call_args});"

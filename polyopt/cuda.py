@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from polyopt.codegen.ast import abi_arguments
-from polyopt.codegen.cuda import CudaSource, LaunchShape, cuda_source as emit_cuda
+from polyopt.codegen.cuda import CudaSource, cuda_source as emit_cuda
 from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel, map_to_gpu
 from polyopt.errors import TargetUnavailableError
 from polyopt.interpreter import evaluate
@@ -198,19 +198,19 @@ class CudaKernel:
                 values.append(arrays[arg.name])
         module = _raw_module(self.compiled.source)
         if not graph:
-            _run_steps(self.program.host, dict(params), values, module, self.compiled.shapes)
+            _run_steps(self.program.host, dict(params), values, module, self.compiled)
             return
         cupy = cupy_module()
         key = tuple(v.data.ptr if is_cupy(v) else v.item() for v in values)
         if key not in self._graphs:
             if len(self._graphs) >= _MAX_GRAPHS:
                 self._graphs.clear()
-            for kernel in self.program.kernels:  # build and load outside the capture
-                module.get_function(kernel.name)
+            for name in self.compiled.shapes:  # build and load outside the capture
+                module.get_function(name)
             stream = cupy.cuda.Stream(non_blocking=True)
             with stream:
                 stream.begin_capture()
-                _run_steps(self.program.host, dict(params), values, module, self.compiled.shapes)
+                _run_steps(self.program.host, dict(params), values, module, self.compiled)
                 self._graphs[key] = (stream, stream.end_capture())
         stream, captured = self._graphs[key]
         current = cupy.cuda.get_current_stream()
@@ -219,27 +219,26 @@ class CudaKernel:
         current.wait_event(stream.record())
 
 
-def _run_steps(steps, env: dict, values: list, module, shapes: dict[str, LaunchShape]) -> None:
+def _run_steps(steps, env: dict, values: list, module, compiled: CudaSource) -> None:
     for step in steps:
         if isinstance(step, HostLoop):
             low, high = evaluate(step.lower, env, {}), evaluate(step.upper, env, {})
             for value in range(low, high + 1):
                 env[step.var] = value
-                _run_steps(step.body, env, values, module, shapes)
+                _run_steps(step.body, env, values, module, compiled)
             continue
-        _launch(step, env, values, module, shapes[step.name])
+        _launch(step, env, values, module, compiled)
 
 
-def _launch(kernel: Kernel, env: dict, values: list, module, shape: LaunchShape) -> None:
+def _launch(kernel: Kernel, env: dict, values: list, module, compiled: CudaSource) -> None:
     args = tuple(values) + tuple(np.int64(env[v]) for v in kernel.host_vars)
-    function = module.get_function(kernel.name)
     if not kernel.coords:
-        function((1,), (1,), args)
+        module.get_function(kernel.name)((1,), (1,), args)
         return
-    grid = shape.grid([evaluate(e, env, {}) for e in kernel.lower],
-                      [evaluate(e, env, {}) for e in kernel.upper])
+    name, shape, grid = compiled.choose(kernel.name, [evaluate(e, env, {}) for e in kernel.lower],
+                                        [evaluate(e, env, {}) for e in kernel.upper])
     if grid is not None:
-        function(grid, shape.cuda_block(), args)
+        module.get_function(name)(grid, shape.cuda_block(), args)
 
 
 def _check_device_aliasing(kernel: str, arrays: dict, written: set[str]) -> None:

@@ -89,6 +89,21 @@ def test_gemm_is_register_tiled_with_promoted_accumulators():
     assert "_p1 = _b1 + threadIdx.x * 2;" in runs and "_p1_ = _p1 + _u1 / 2 * 64 + _u1 % 2;" in runs
 
 
+def test_f64_register_tiles_widen_on_large_grids():
+    source = plan(po.suite.get("gemm").kernel).source
+    update = source.program.kernels[1].name
+    assert source.wide == {update: update + "_w"}
+    assert source.shapes[update + "_w"].unroll == (8, 4)
+    # 4096^2: 32x64 blocks of 64x128 -> the wide tile; PolyBench LARGE: 144 blocks -> 32x128
+    assert source.choose(update, [0, 0], [4095, 4095])[0] == update + "_w"
+    name, shape, grid = source.choose(update, [0, 0], [999, 1099])
+    assert name == update and grid == (9, 32, 1)
+    assert f"if ((long)pl_blocks(0, NJ - 1, 128, 2147483647) * (long)pl_blocks(0, NI - 1, 64, 65535) * (long)1 >= 1024)" in source.source
+    # a shape the user gives is the only one; f32 has no wider variant
+    assert plan(po.suite.get("gemm").kernel, block=(8, 32), tile=(32, 128)).source.wide == {}
+    assert plan(po.suite.get("gemm").kernel.with_dtype("f32")).source.wide == {}
+
+
 def test_bounds_are_parenthesized():
     source = po.cuda_source(po.suite.get("covariance").kernel)
     assert "_b0 <= (M >= N ? M - 1 : N - 1);" in source
