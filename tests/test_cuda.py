@@ -98,7 +98,7 @@ def test_f64_register_tiles_widen_on_large_grids():
     assert source.choose(update, [0, 0], [4095, 4095])[0] == update + "_w"
     name, shape, grid = source.choose(update, [0, 0], [999, 1099])
     assert name == update and grid == (9, 32, 1)
-    assert f"if ((long)pl_blocks(0, NJ - 1, 128, 2147483647) * (long)pl_blocks(0, NI - 1, 64, 65535) * (long)1 >= 1024)" in source.source
+    assert "if ((long)pl_blocks(0, NJ - 1, 128, 2147483647) * (long)pl_blocks(0, NI - 1, 64, 65535) * (long)1 >= 1024)" in source.source
     # a shape the user gives is the only one; f32 has no wider variant
     assert plan(po.suite.get("gemm").kernel, block=(8, 32), tile=(32, 128)).source.wide == {}
     assert plan(po.suite.get("gemm").kernel.with_dtype("f32")).source.wide == {}
