@@ -4,9 +4,10 @@ Loop iterators live in stack slots that LLVM's mem2reg promotes; array arguments
 flat pointers, aligned to their element size (checked at call time), indexed row-major with
 strides computed once from the parameters. Floating-point multiply-adds may be contracted into
 FMAs (as gcc does by default) except in a statement that accumulates into one element along the
-innermost loop (``w = w - A[i][k] * A[k][j]`` in a ``k`` loop): there the add is a loop-carried
-chain whose latency decides the speed, and a separate multiply keeps it off the chain (an add
-takes 3 cycles, an FMA 4 on current x86 cores), as gcc's vectorized in-order reductions do.
+innermost loop (``w = w - A[i][k] * A[k][j]`` in a ``k`` loop) when it is the loop's only such
+chain: the add's latency then decides the speed, and a separate multiply keeps it off the chain
+(an add takes 3 cycles, an FMA 4 on current x86 cores), as gcc's vectorized in-order reductions
+do. Several chains in one loop (a register tile's) keep their FMAs: throughput counts there.
 Nothing is reassociated; the vectorizer may vectorize such in-order (strict) reductions, keeping
 the order of the adds (LLVM's ``-force-ordered-reductions``, set once per process), but not where
 one of the loop's accesses is strided (a column walk): then only the multiplies would run on
@@ -176,6 +177,7 @@ class _FunctionEmitter:
         self.team: tuple[ir.Value, ir.Value] | None = None  # (thread number, team size), i64
         self.access_group: _Distinct | None = None  # of the innermost parallel loop being emitted
         self.innermost_var: str | None = None  # iterator of the innermost loop being emitted
+        self.chains = 0  # floating-point accumulations along that loop (see _chains)
         self.float_flags: tuple[str, ...] = _FLOAT_FLAGS
         self.sum_flags: tuple[str, ...] = ()  # of statements that accumulate along the innermost loop
 
@@ -242,8 +244,7 @@ class _FunctionEmitter:
             self._if(node)
         else:
             target, value = instantiate(self.scop.statement(node.statement), node.args)
-            self.float_flags = (self.sum_flags if self._accumulates(target, value, self.innermost_var)
-                                else _FLOAT_FLAGS)
+            self.float_flags = self._statement_flags(target, value)
             result = self.expr(value)
             self.float_flags = _FLOAT_FLAGS
             store = self.builder.store(result, self.address(target), align=target.dtype.bits // 8)
@@ -257,18 +258,29 @@ class _FunctionEmitter:
             return False
         return any(a == target for a in E.walk(value))
 
-    def _gathering_reduction(self, loop: For) -> bool:
-        """Whether innermost ``loop`` accumulates floating-point values (see
-        :meth:`_accumulates`) and walks some array with a stride."""
-        accumulates, strided = False, False
+    def _statement_flags(self, target: E.Access, value: E.Expr) -> tuple[str, ...]:
+        """Floating-point flags of a statement's arithmetic: ``sum_flags`` for an accumulation
+        along the innermost loop that is the loop's only chain, or whose sums may be reassociated;
+        the contractible default for the rest."""
+        if not self._accumulates(target, value, self.innermost_var):
+            return _FLOAT_FLAGS
+        return self.sum_flags if self.sum_flags or self.chains == 1 else _FLOAT_FLAGS
+
+    def _statements(self, loop: For):
+        """(target, value) of every statement in ``loop``'s body, its iterators bound."""
         for run in nodes(loop.body):
-            if not isinstance(run, Run):
-                continue
-            target, value = instantiate(self.scop.statement(run.statement), run.args)
-            accumulates |= target.dtype.is_float and self._accumulates(target, value, loop.var)
-            strided |= any(isinstance(a, E.Access) and not _contiguous(a, loop.var)
-                           for a in (target, *E.walk(value)))
-        return accumulates and strided
+            if isinstance(run, Run):
+                yield instantiate(self.scop.statement(run.statement), run.args)
+
+    def _chains(self, loop: For) -> int:
+        """Floating-point accumulations along innermost ``loop`` (see :meth:`_accumulates`)."""
+        return sum(target.dtype.is_float and self._accumulates(target, value, loop.var)
+                   for target, value in self._statements(loop))
+
+    def _strided(self, loop: For) -> bool:
+        """Whether innermost ``loop`` walks some array with a stride."""
+        return any(isinstance(a, E.Access) and not _contiguous(a, loop.var)
+                   for target, value in self._statements(loop) for a in (target, *E.walk(value)))
 
     def _if(self, node: If) -> None:
         b = self.builder
@@ -303,15 +315,17 @@ class _FunctionEmitter:
         vectorize, saved_group = node.parallel and innermost, self.access_group
         if vectorize:
             self.access_group = _Distinct(self.module, [], self_reference=False)
-        saved_var, self.innermost_var = self.innermost_var, node.var if innermost else None
+        saved = self.innermost_var, self.chains
+        self.innermost_var, self.chains = (node.var, self._chains(node)) if innermost else (None, 0)
+        chains = self.chains
         self.emit(node.body)
-        self.innermost_var = saved_var
+        self.innermost_var, self.chains = saved
         value = b.load(slot, typ=_I64)
         b.store(b.add(value, ir.Constant(_I64, node.step), flags=("nsw",)), slot)
         back = b.branch(header)
         if vectorize:
             back.set_metadata("llvm.loop", self._loop_id())
-        elif innermost and self._gathering_reduction(node):
+        elif chains == 1 and self._strided(node):  # one in-order sum: gathers do not pay
             back.set_metadata("llvm.loop", self._no_vectorize_id())
         self.access_group = saved_group
         b.position_at_end(done)

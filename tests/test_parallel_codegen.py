@@ -320,3 +320,11 @@ def test_pluto_marks_parallel_loops_below_a_sequential_untiled_band():
     assert not any(loop.parallel for loop in _fronts(compiled.loops))
     for threads in THREADS:
         _check(entry, lambda **args: compiled(**args, num_threads=threads))
+
+
+def test_register_tile_sums_keep_their_fmas():
+    """gemm's register tile accumulates 32 elements of C along k in one loop: throughput, not
+    one chain's latency, counts there, so every multiply-add stays contractible into an FMA."""
+    compiled = po.compile(po.suite.get("gemm").kernel, algorithm="pluto", tile="auto", register_tile="auto")
+    assert re.findall(r"= f(?:add|mul) contract double", compiled.llvm_ir)
+    assert not re.findall(r"= f(?:add|mul) double", compiled.llvm_ir)
