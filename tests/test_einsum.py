@@ -381,6 +381,8 @@ def test_einsum_sums_are_reassociated_like_numpys_and_kernels_keep_their_order()
     assert "fadd reassoc" in kernel.optimized_ir
     assert "reassoc" not in po.compile(kernel.scop).optimized_ir
     assert "fadd reassoc" in po.compile(kernel.scop, reassociate=True).optimized_ir
+    # a register tile's many sums keep their order and FMAs (vectorized across its columns)
+    assert "reassoc" not in po.einsum_kernel("ij,jk->ik", (5, 5), (5, 5)).optimized_ir
     a, b = _operand((300, 257)), _operand((300, 257))
     _check(po.einsum("ij,ij->i", a, b), np.einsum("ij,ij->i", a, b))
 
