@@ -6,7 +6,7 @@ compiles each :class:`Candidate` (the original loop order among them, so the res
 slower than that), skips candidates whose loops come out the same as an earlier one's (the cheap
 static pruning), runs each once on copies of the caller's arguments and checks that all agree,
 times them interleaved (dropping after the first round those ``prune`` times slower than the
-fastest) and returns the fastest. The caller's arrays are never written.
+fastest) and returns the fastest, or the first listed within :data:`SIMPLER_WITHIN` of it. The caller's arrays are never written.
 Decisions are cached per kernel, candidate list, thread count and parameter values.
 
     tuned = po.autotune(gemm, alpha, beta, C, A, B)
@@ -80,6 +80,10 @@ _DECISIONS: dict[tuple, TuneResult] = {}
 MIN_ROUND_SECONDS = 0.02
 #: ...but at most this many times.
 MAX_RUNS_PER_ROUND = 20
+#: A candidate listed earlier (simpler: the original order comes first) wins over a faster one
+#: unless that is faster by more than this factor: a few percent are timing noise, and threads or
+#: tiles bought for them are a risk (2-thread code on a busy machine stalls at its barriers).
+SIMPLER_WITHIN = 1.05
 
 
 def clear_decisions() -> None:
@@ -138,7 +142,8 @@ def autotune(kernel, *args, candidates: tuple[Candidate, ...] | None = None, rep
         for candidate, kernel_ in contenders.items():
             rounds[candidate].append(_median([run(kernel_) for _ in range(runs)]))
     seconds = {c.label: _median(rounds[c]) for c in compiled}
-    best = min(compiled, key=lambda c: seconds[c.label])
+    fastest = min(seconds.values())
+    best = next(c for c in compiled if seconds[c.label] <= SIMPLER_WITHIN * fastest)
     result = TuneResult(compiled[best], best, seconds, skipped, dict(bound.params))
     _DECISIONS[key] = result
     return result
