@@ -53,18 +53,22 @@ class Run:
 Node = For | If | Block | Run
 
 
+def children(node) -> tuple:
+    """The nodes directly below a For, If or Block (none below anything else)."""
+    if isinstance(node, For):
+        return (node.body,)
+    if isinstance(node, If):
+        return (node.then,) if node.otherwise is None else (node.then, node.otherwise)
+    if isinstance(node, Block):
+        return node.body
+    return ()
+
+
 def nodes(node: Node) -> Iterator[Node]:
     """``node`` and every node below it, parents first."""
     yield node
-    if isinstance(node, For):
-        yield from nodes(node.body)
-    elif isinstance(node, If):
-        yield from nodes(node.then)
-        if node.otherwise is not None:
-            yield from nodes(node.otherwise)
-    elif isinstance(node, Block):
-        for child in node.body:
-            yield from nodes(child)
+    for child in children(node):
+        yield from nodes(child)
 
 
 def runs_on_threads(loop: Node) -> bool:

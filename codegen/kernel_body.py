@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from itertools import product
 
 from polyopt import expr as E
-from polyopt.codegen.ast import Block, For, If, Node, Run, instantiate
+from polyopt.codegen.ast import Block, For, If, Node, Run, children, instantiate
 from polyopt.scop import Scop
 from polyopt.types import i64
 
@@ -55,17 +55,8 @@ def assignments(scop: Scop, node: Node) -> BodyNode:
 def walk(node: BodyNode):
     """``node`` and every node below it, parents first (a promoted loop is below its Promote)."""
     yield node
-    if isinstance(node, For):
-        yield from walk(node.body)
-    elif isinstance(node, If):
-        yield from walk(node.then)
-        if node.otherwise is not None:
-            yield from walk(node.otherwise)
-    elif isinstance(node, Block):
-        for child in node.body:
-            yield from walk(child)
-    elif isinstance(node, Promote):
-        yield from walk(node.loop)
+    for child in (node.loop,) if isinstance(node, Promote) else children(node):
+        yield from walk(child)
 
 
 def control_expressions(node: BodyNode):
