@@ -1,5 +1,5 @@
-"""Shared helpers for the polyopt tests: the algorithm list, a compiled-vs-interpreter runner and
-a seeded random generator fixture. (Test modules import the helpers: ``from conftest import ...``.)"""
+"""Shared helpers for the polyopt tests: the algorithm list, a compiled-vs-interpreter runner, a
+seeded random generator fixture and the GPU-presence skip marks. (Test modules import the helpers: ``from conftest import ...``.)"""
 from __future__ import annotations
 
 import numpy as np
@@ -51,3 +51,19 @@ def run_everywhere(kernel, *args, algorithms=ALGORITHMS, rtol=1e-12, **kwargs):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+def _gpu_missing() -> str | None:
+    """Why the CUDA target cannot run here (no CuPy, no GPU), or None where it can."""
+    try:
+        po.cuda.cupy_module()
+    except po.TargetUnavailableError as exc:
+        return str(exc)
+    return None
+
+
+#: The reason GPU tests skip here, or None on a machine with CuPy and a GPU.
+GPU_MISSING = _gpu_missing()
+#: For tests that need a GPU, and for those that check the error where there is none.
+needs_gpu = pytest.mark.skipif(GPU_MISSING is not None, reason=f"no GPU: {GPU_MISSING}")
+needs_no_gpu = pytest.mark.skipif(GPU_MISSING is None, reason="CuPy and a GPU are present")

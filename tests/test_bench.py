@@ -20,13 +20,14 @@ from polyopt.bench import (TARGET_RUNNERS, BenchConfig, Runner, bench_einsum, be
 from polyopt.bench.report import section_name, table
 from polyopt.bench.einsum_cases import CASES, case_label
 from polyopt.bench.runners import abi_prototype
-from polyopt.cuda import cupy_module
 from polyopt.bench.kernels import summarize_kernels
 from polyopt.bench.measure import check, interleave
 from polyopt.bench.threads import blas_threads, openmp_threads
 from polyopt.cbuild import find_compiler
-from polyopt.errors import BenchmarkError, TargetUnavailableError
+from polyopt.errors import BenchmarkError
 from polyopt.cli import main
+
+from conftest import needs_no_gpu
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 FAST = ["--size", "MINI", "--repeats", "1", "--threads", "1"]
@@ -140,15 +141,7 @@ def test_a_kernel_polyopt_cannot_compile_is_recorded_and_the_run_goes_on(tmp_pat
     assert "ERROR" in out and "gemm: not run: ScheduleError" in out
 
 
-def _gpu_missing() -> str | None:
-    try:
-        cupy_module()
-    except TargetUnavailableError as error:
-        return str(error)
-    return None
-
-
-@pytest.mark.skipif(_gpu_missing() is None, reason="CuPy and a GPU are present")
+@needs_no_gpu
 def test_cuda_target_without_gpu_is_a_clear_error(tmp_path, capsys):
     status, report = _run(["gemm", "--target", "cuda"], tmp_path)
     assert status == 2 and report == {}

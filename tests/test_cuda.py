@@ -12,6 +12,8 @@ from polyopt.codegen.gpu_mapping import HostLoop
 from polyopt.codegen.cuda import launch_shape
 from polyopt.cuda import plan
 
+from conftest import needs_gpu, needs_no_gpu
+
 SUITE = po.suite.names()
 
 
@@ -154,18 +156,7 @@ def test_block_and_tile_options():
         po.cuda_source(po.suite.get("gemm").kernel, block=(64, 64))
 
 
-def _has_gpu() -> str | None:
-    try:
-        po.cuda.cupy_module()
-    except po.TargetUnavailableError as exc:
-        return str(exc)
-    return None
-
-
-GPU_MISSING = _has_gpu()
-
-
-@pytest.mark.skipif(GPU_MISSING is None, reason="CuPy and a GPU are present")
+@needs_no_gpu
 def test_call_without_gpu_is_a_clear_error():
     entry = po.suite.get("gemm")
     compiled = po.compile(entry.kernel, target="cuda")
@@ -174,8 +165,6 @@ def test_call_without_gpu_is_a_clear_error():
     # the CPU target is unaffected
     po.compile(entry.kernel)(**entry.inputs(entry.sizes("MINI")))
 
-
-needs_gpu = pytest.mark.skipif(GPU_MISSING is not None, reason=f"no GPU: {GPU_MISSING}")
 
 
 def _check(name: str, sizes: dict, dtype=np.float64, **options):

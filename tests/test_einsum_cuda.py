@@ -9,17 +9,7 @@ import pytest
 
 import polyopt as po
 
-
-def _gpu_missing() -> str | None:
-    try:
-        po.cuda.cupy_module()
-    except po.TargetUnavailableError as exc:
-        return str(exc)
-    return None
-
-
-GPU_MISSING = _gpu_missing()
-needs_gpu = pytest.mark.skipif(GPU_MISSING is not None, reason=f"no GPU: {GPU_MISSING}")
+from conftest import needs_gpu, needs_no_gpu
 
 
 def test_cuda_source_of_an_einsum_needs_no_gpu():
@@ -52,7 +42,7 @@ def test_nvcc_builds_einsum_kernels_of_every_kind(tmp_path):
     assert len(list(tmp_path.glob("*.o"))) == len(kinds)
 
 
-@pytest.mark.skipif(GPU_MISSING is None, reason="CuPy and a GPU are present")
+@needs_no_gpu
 def test_cuda_target_without_gpu_is_a_clear_error():
     with pytest.raises(po.TargetUnavailableError, match="target 'cuda'"):
         po.einsum("ij->i", np.ones((2, 2)), target="cuda")
