@@ -6,7 +6,8 @@
     ck = po.einsum_kernel("ij,jk->ik", A, B)         # the CompiledKernel: ck.scop, ck.schedule, ck.c_source
 
 The subscripts are lowered by :mod:`polyopt.frontends.einsum` to one Scop (a zero-fill and an
-accumulation per contraction step, one assignment where nothing is summed); dtypes follow numpy's promotion and casting rules. How each dtype runs:
+accumulation per contraction step, one assignment where nothing is summed); dtypes follow
+numpy's promotion and casting rules. How each dtype runs:
 
 - float32, float64, int32, int64: natively compiled in that type.
 - bool, int8, int16, uint8, uint16, uint32: compiled in int64, then cast back (exact: integer
@@ -45,7 +46,7 @@ from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, contraction_path, eins
                                       label_sizes, parse_subscripts, size_parameter, sublists_to_subscripts)
 from polyopt.interpreter import run as interpret_scop
 from polyopt.runtime import DEFAULT_ALGORITHM, CompiledKernel, compile
-from polyopt.scop import Scop
+from polyopt.scop import Scop, Statement
 from polyopt.types import ELEMENT_TYPES, DType, as_dtype, f80
 
 _ORDERS = ("C", "F", "A", "K")
@@ -102,13 +103,13 @@ def _element_type(storage: np.dtype) -> DType:
         raise TypeError(f"einsum: invalid data type {storage} for einsum") from None
 
 
-def _subscript_iterators(stmt) -> list[tuple[bool, list[str]]]:
+def _subscript_iterators(stmt: Statement) -> list[tuple[bool, list[str]]]:
     """Per array reference of an einsum statement: whether it is the written array, and the
     iterators of its subscripts in order (constant subscripts -- broadcast dimensions, complex
     parts -- left out)."""
-    accesses = [(True, stmt.target)] + [(False, e) for e in E.walk(stmt.value) if isinstance(e, E.Access)]
+    accesses = [stmt.target] + [e for e in E.walk(stmt.value) if isinstance(e, E.Access)]
     return [(stmt.target.array == access.array, [i.name for i in access.indices if isinstance(i, E.Var)])
-            for _, access in accesses]
+            for access in accesses]
 
 
 def reuses_operands(scop: Scop) -> bool:
