@@ -77,6 +77,8 @@ def runs_on_threads(loop: Node) -> bool:
     pay for starting a team, or for a barrier per iteration of a loop around it; it runs
     sequentially and is vectorized instead (Polly's rule)."""
     return isinstance(loop, For) and loop.parallel and any(isinstance(n, For) for n in nodes(loop.body))
+
+
 _MAX_DEPTH = 64  # loop iterator names handed to isl; deeper nests get isl's own names
 
 _BINARY = {
@@ -107,8 +109,12 @@ def _iterator_prefix(scop: Scop) -> str:
 
 
 class _Translator:
-    def __init__(self, params: set[str]):
+    """isl AST expressions and nodes to ours; ``iterator_names[d]`` names the loop of schedule
+    dimension ``d`` (the names handed to the AST build), which places the parallel marks."""
+
+    def __init__(self, params: set[str], iterator_names: tuple[str, ...] = ()):
         self.params = params
+        self.iterator_names = iterator_names
 
     def expr(self, e: isl.AstExpr) -> E.Expr:
         kind = e.get_type()
@@ -152,22 +158,56 @@ class _Translator:
             return Run(name, tuple(self.expr(call.get_op_arg(k)) for k in range(1, call.get_op_n_arg())))
         if kind == isl.ast_node_type.mark:
             child = self.node(n.mark_get_node())
-            if n.mark_get_id().get_name() == PARALLEL_MARK and isinstance(child, For):
-                return replace(child, parallel=True)
+            mark = n.mark_get_id()
+            depth = mark.get_user() if mark.get_name() == PARALLEL_MARK else None
+            if depth is not None and depth < len(self.iterator_names):
+                return _parallelize(child, self.iterator_names[depth])
             return child
         raise CodegenError(f"unsupported isl AST node {kind}")
+
+
+def _parallelize(node: Node, var: str) -> Node:
+    """``node`` with the loops over ``var`` that it holds (not nested in another loop) marked
+    parallel.
+
+    A parallel mark is about one schedule dimension, the first member of the band below it. Where
+    that member takes one value for the statements of an AST piece, isl emits no loop for it and
+    the first loop under the mark belongs to a deeper, maybe sequential, dimension: that loop must
+    stay sequential. So the loop is found by its iterator, which names its dimension."""
+    if isinstance(node, For):
+        return replace(node, parallel=True) if node.var == var else node
+    if isinstance(node, If):
+        otherwise = None if node.otherwise is None else _parallelize(node.otherwise, var)
+        return If(node.cond, _parallelize(node.then, var), otherwise)
+    if isinstance(node, Block):
+        return Block(tuple(_parallelize(child, var) for child in node.body))
+    return node
+
+
+def _with_mark_depths(tree: isl.Schedule) -> isl.Schedule:
+    """``tree`` with each parallel mark's id carrying the schedule dimension it marks (the depth
+    of the band below it), for :func:`_parallelize`."""
+
+    def stamp(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if node.get_type() == isl.schedule_node_type.mark and node.mark_get_id().get_name() == PARALLEL_MARK:
+            depth = node.child(0).get_schedule_depth()
+            node = node.delete().insert_mark(isl.Id(PARALLEL_MARK, user=depth))
+        return node
+
+    return tree.map_schedule_node_bottom_up(stamp)
 
 
 def build_loop_ast(scop: Scop, tree: isl.Schedule) -> Node:
     """Generate the loop AST of schedule ``tree`` over ``scop``'s domain with isl's AST builder."""
     build = isl.AstBuild.from_context(scop.context)
     prefix = _iterator_prefix(scop)
+    iterator_names = tuple(f"{prefix}{k}" for k in range(_MAX_DEPTH))
     names = isl.IdList.alloc(isl.DEFAULT_CONTEXT, _MAX_DEPTH)
-    for k in range(_MAX_DEPTH):
-        names = names.add(isl.Id(f"{prefix}{k}"))
+    for name in iterator_names:
+        names = names.add(isl.Id(name))
     build = build.set_iterators(names)
-    root = build.node_from_schedule(tree.intersect_domain(scop.domain))
-    return _Translator(set(scop.params)).node(root)
+    root = build.node_from_schedule(_with_mark_depths(tree).intersect_domain(scop.domain))
+    return _Translator(set(scop.params), iterator_names).node(root)
 
 
 def instantiate(stmt: Statement, args: tuple[E.Expr, ...]) -> tuple[E.Access, E.Expr]:

@@ -10,7 +10,7 @@ import numpy as np
 
 from polyopt import expr as E
 from polyopt.islutil import param_point
-from polyopt.scop import Scop
+from polyopt.scop import Scop, Statement
 
 
 def evaluate(e: E.Expr, env: dict, arrays: dict):
@@ -88,8 +88,10 @@ def instances(scop: Scop, params: dict[str, int]) -> list[tuple[tuple[int, ...],
     return result
 
 
-def run(scop: Scop, params: dict[str, int], scalars: dict, arrays: dict[str, np.ndarray]) -> None:
-    """Execute ``scop`` in place on ``arrays`` (numpy arrays, updated in place)."""
+def prepare(scop: Scop, params: dict[str, int], scalars: dict,
+            arrays: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:
+    """The environment (parameters and typed scalars) and the storage (the caller's arrays plus
+    the Scop's local scalars) that :func:`execute` runs statement instances in."""
     env = {name: int(value) for name, value in params.items()}
     for name, value in scalars.items():
         dtype = next(a.dtype for a in scop.arguments if a.name == name)
@@ -98,14 +100,25 @@ def run(scop: Scop, params: dict[str, int], scalars: dict, arrays: dict[str, np.
     for array in scop.arrays.values():
         if array.local:
             storage[array.name] = np.zeros((), dtype=array.dtype.numpy)
+    return env, storage
+
+
+def execute(stmt: Statement, env: dict, storage: dict[str, np.ndarray]) -> None:
+    """One statement instance: evaluate its value with ``env`` (which binds its iterators), then
+    store it to its target."""
+    value = evaluate(stmt.value, env, storage)
+    index = tuple(int(evaluate(i, env, storage)) for i in stmt.target.indices)
+    storage[stmt.target.array][index] = value
+
+
+def run(scop: Scop, params: dict[str, int], scalars: dict, arrays: dict[str, np.ndarray]) -> None:
+    """Execute ``scop`` in place on ``arrays`` (numpy arrays, updated in place)."""
+    env, storage = prepare(scop, params, scalars, arrays)
     statements = {s.name: s for s in scop.statements}
     with np.errstate(all="ignore"):
         for _, name, point in instances(scop, params):
             stmt = statements[name]
-            local_env = dict(env, **dict(zip(stmt.iterators, point)))
-            value = evaluate(stmt.value, local_env, storage)
-            index = tuple(int(evaluate(i, local_env, storage)) for i in stmt.target.indices)
-            storage[stmt.target.array][index] = value
+            execute(stmt, dict(env, **dict(zip(stmt.iterators, point))), storage)
 
 
 def interpret(kernel, *args, **kwargs) -> None:
@@ -117,4 +130,4 @@ def interpret(kernel, *args, **kwargs) -> None:
     run(scop, bound.params, bound.scalars, bound.arrays)
 
 
-__all__ = ["evaluate", "instances", "interpret", "run"]
+__all__ = ["evaluate", "execute", "instances", "interpret", "prepare", "run"]
