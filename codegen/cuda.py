@@ -29,8 +29,9 @@ from polyopt.codegen.ast import Block, For, If, abi_arguments
 from polyopt.codegen.c import _AND, _COND, _PRIMARY, _CExpr, _ctype, c_prelude
 from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel
 from polyopt.codegen.kernel_body import (Assign, BodyNode, Promote, assignments,
-                                         control_expressions, has_loop, jam, mentions, offset,
+                                         control_expressions, has_loop, jam, offset,
                                          promote_accumulators, rewrite)
+from polyopt.codegen.promotion import mentions
 from polyopt.codegen.shared_memory import HALF, Staged, stage_reads
 from polyopt.errors import CodegenError
 from polyopt.scop import Scop

@@ -5,7 +5,8 @@ Register tiling is legal because the thread coordinates carry no dependence: the
 different coordinates may interleave in any order, so one thread can run the bodies of several
 coordinates in lockstep when their control flow is the same. Promotion keeps an array element
 that a loop updates at a loop-invariant index in a register (load before, store after), when
-every access of that array inside the loop is to one of the promoted elements.
+every access of that array inside the loop is to one of the promoted elements
+(:mod:`polyopt.codegen.promotion` decides which).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from itertools import product
 
 from polyopt import expr as E
 from polyopt.codegen.ast import Block, For, If, Node, Run, children, instantiate
+from polyopt.codegen.promotion import elements_to_promote
 from polyopt.scop import Scop
 from polyopt.types import i64
 
@@ -67,11 +69,6 @@ def control_expressions(node: BodyNode):
             yield n.cond
         elif isinstance(n, If):
             yield n.cond
-
-
-def mentions(exprs, names: set[str]) -> bool:
-    """Whether any expression in ``exprs`` reads a variable in ``names``."""
-    return any(isinstance(n, E.Var) and n.name in names for e in exprs for n in E.walk(e))
 
 
 def has_loop(node: BodyNode) -> bool:
@@ -130,20 +127,8 @@ def promote_accumulators(node: BodyNode, prefix: str = "_r") -> BodyNode:
 
 def _promote(loop: For, prefix: str, counter: list[int]) -> BodyNode:
     direct = loop.body.body if isinstance(loop.body, Block) else (loop.body,)
-    inner = _loop_vars(loop)
-    candidates: dict[str, list[E.Access]] = {}
-    for child in direct:
-        if (isinstance(child, Assign) and isinstance(child.target, E.Access) and child.target.indices
-                and not mentions(child.target.indices, inner)):
-            found = candidates.setdefault(child.target.array, [])
-            if child.target not in found:
-                found.append(child.target)
-    accesses = list(_accesses(loop.body))
-    chosen: list[E.Access] = []
-    for array, elements in candidates.items():
-        others = [a for a in accesses if a.array == array and a not in elements]
-        if not others and _pairwise_distinct(elements):
-            chosen += elements
+    targets = [child.target for child in direct if isinstance(child, Assign) and isinstance(child.target, E.Access)]
+    chosen = elements_to_promote(targets, _accesses(loop.body), _loop_vars(loop))
     if not chosen:
         return loop
     registers = []
@@ -193,45 +178,3 @@ def rewrite(node: BodyNode, replace_expr) -> BodyNode:
         return Block(tuple(rewrite(c, replace_expr) for c in node.body))
     return Promote(tuple((name, sub(element)) for name, element in node.registers),
                    rewrite(node.loop, replace_expr))
-
-
-def _linear(e: E.Expr) -> dict | None:
-    """``e`` as {variable: coefficient, 1: constant} when it is affine in plain variables."""
-    if isinstance(e, E.Const) and not e.dtype.is_float:
-        return {1: int(e.value)}
-    if isinstance(e, E.Var):
-        return {e.name: 1}
-    if isinstance(e, E.Binary) and e.op in ("+", "-", "*"):
-        a, b = _linear(e.lhs), _linear(e.rhs)
-        if a is None or b is None:
-            return None
-        if e.op == "*":
-            if set(a) == {1}:
-                a, b = b, a
-            if set(b) != {1}:
-                return None
-            return {k: v * b[1] for k, v in a.items()}
-        sign = 1 if e.op == "+" else -1
-        out = dict(a)
-        for k, v in b.items():
-            out[k] = out.get(k, 0) + sign * v
-        return out
-    return None
-
-
-def _pairwise_distinct(elements: list[E.Access]) -> bool:
-    """Whether the elements are provably different: in some dimension their affine subscripts
-    differ by a non-zero constant."""
-    for k, a in enumerate(elements):
-        for b in elements[k + 1:]:
-            if not any(_constant_difference(x, y) for x, y in zip(a.indices, b.indices)):
-                return False
-    return True
-
-
-def _constant_difference(x: E.Expr, y: E.Expr) -> bool:
-    a, b = _linear(x), _linear(y)
-    if a is None or b is None:
-        return False
-    diff = {k: a.get(k, 0) - b.get(k, 0) for k in set(a) | set(b)}
-    return all(v == 0 for k, v in diff.items() if k != 1) and diff.get(1, 0) != 0

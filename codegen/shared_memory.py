@@ -20,7 +20,8 @@ from math import prod
 
 from polyopt import expr as E
 from polyopt.codegen.ast import Block, For
-from polyopt.codegen.kernel_body import Assign, BodyNode, Promote, _linear, rewrite
+from polyopt.codegen.kernel_body import Assign, BodyNode, Promote, rewrite
+from polyopt.codegen.promotion import linear
 from polyopt.types import i64
 
 #: Largest shared memory a kernel's buffers may take (bytes; the default static limit).
@@ -129,7 +130,7 @@ def _straight_line(node: BodyNode) -> bool:
 def _classify(index: E.Expr, loop_var: str, coords: tuple[str, ...]):
     """(walking variable or None, uniform part without constant, constant) of an affine
     subscript, or None when it is not of the supported form."""
-    form = _linear(index)
+    form = linear(index)
     if form is None:
         return None
     walking = [v for v in form if v in coords or v == loop_var]

@@ -315,14 +315,17 @@ def _has_band_below(node: isl.ScheduleNode) -> bool:
 # ----- register tiling ----------------------------------------------------------------------------
 
 def register_tile_sizes(scop: Scop, sizes: Sequence[int] | str = "auto") -> tuple[int, int]:
-    """Checked register tile sizes (rows, columns); "auto": one row of four vector registers.
+    """Checked register tile sizes (rows, columns); "auto": four rows of four vector registers
+    with AVX-512's 32 registers (16 accumulators, 4 loads, a broadcast), of two with AVX2's 16.
 
-    One row, because the generated code gives LLVM no fact that separates rows of an array whose
-    row length is a parameter: with several rows, the accumulators of the other rows may alias
-    and LLVM keeps them in memory. Within a row, LLVM keeps them in registers."""
+    The rows' accumulators stay in registers across the reduction loop because the LLVM emitter
+    promotes them itself (:mod:`polyopt.codegen.promotion`): LLVM alone keeps only one row in
+    registers, not knowing that rows of a parameter-sized array never coincide. Four rows of
+    four vectors: einsum's 1000^3 f64 matmul 45 -> 96 GFLOP/s on 2 threads of this machine."""
     if sizes == "auto":
         element = max((array.dtype.bits // 8 for array in scop.arrays.values()), default=8)
-        return 1, 4 * vector_bytes() // element
+        width = vector_bytes()
+        return 4, (4 if width == 64 else 2) * width // element
     if (isinstance(sizes, (str, int)) or len(sizes) != 2
             or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes)):
         raise ScheduleError(f'register_tile must be "auto" or (rows, columns) of positive ints, got {sizes!r}')

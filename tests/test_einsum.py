@@ -347,10 +347,11 @@ def test_compute_bound_contractions_get_tiles_and_register_tiles():
     untiled schedule."""
     from polyopt.einsum import default_schedule_options
     tiles = {"tile": "auto", "conflict_free_tiles": True}
-    cases = [("ij,jk->ik", [(4, 5), (5, 6)], {**tiles, "register_tile": "auto"}),
-             ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], {**tiles, "register_tile": "auto"}),
-             ("ijk,jl->ikl", [(2, 3, 4), (3, 5)], {**tiles, "register_tile": "auto"}),
-             ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 6)], {**tiles, "register_tile": "auto"}),
+    registers = {"tile": "auto", "register_tile": "auto"}
+    cases = [("ij,jk->ik", [(4, 5), (5, 6)], registers),
+             ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], registers),
+             ("ijk,jl->ikl", [(2, 3, 4), (3, 5)], registers),
+             ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 6)], registers),
              ("ijk->kj", [(2, 3, 4)], tiles), ("ij,ji->ij", [(3, 3), (3, 3)], tiles),
              ("ij,ij->i", [(4, 5), (4, 5)], {}), ("ij->", [(3, 4)], {}), ("ii->", [(3, 3)], {})]
     for subscripts, shapes, expected in cases:

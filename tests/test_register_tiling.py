@@ -43,11 +43,12 @@ def test_multi_row_register_tiles_in_odd_cache_tiles_match_reference(name):
 def test_gemm_register_tile_is_unrolled_with_accumulators_in_registers():
     compiled = po.compile(po.suite.get("gemm").kernel, algorithm="pluto", tile="auto", register_tile="auto")
     rows, columns = transform.register_tile_sizes(compiled.scop, "auto")
-    assert rows == 1 and columns >= 8
-    # the whole tiles: one k loop whose body is the unrolled row of `columns` instances
+    assert rows == 4 and columns >= 4
+    # the whole tiles: one k loop whose body is the unrolled tile of `rows x columns` instances
     body = re.search(r"for (c\d+) = [^\n]*\n((?:\s+S1\([^\n]*\n)+)", compiled.loop_ast)
-    assert body is not None and body.group(2).count("S1(") == columns
-    # in the optimized IR, some loop keeps C in vector phis: no store in that loop's block
+    assert body is not None and body.group(2).count("S1(") == rows * columns
+    # in the optimized IR, some loop keeps C in vector phis: no store in that loop's block (the
+    # emitter promotes the elements of all rows; LLVM alone would keep only one row)
     blocks = compiled.optimized_ir.split("\n\n")
     register_loops = [b for b in blocks if re.search(r"phi <\d+ x double>", b) and "fmul" in b
                       and not re.search(r"\bstore\b", b)]
@@ -187,3 +188,28 @@ def _bands(tree: isl.Schedule) -> list[isl.ScheduleNode]:
 
     visit(tree.get_root())
     return found
+
+
+def test_promotion_needs_elements_that_provably_differ():
+    """The emitter keeps a loop's invariant targets in registers only where no other access of
+    the loop can reach them: rows i and i + 1 differ, C[i, k] and C[k, i] might not."""
+    from polyopt import expr as E
+    from polyopt.codegen.promotion import elements_to_promote
+    from polyopt.types import i64
+
+    def var(name):
+        return E.Var(name, "iter", i64)
+
+    def plus(e, k):
+        return E.Binary("+", e, E.Const(k, i64), i64)
+
+    def c(*indices):
+        return E.Access("C", tuple(indices), f64)
+
+    rows = [c(var("i"), var("k")), c(plus(var("i"), 1), var("k"))]
+    assert elements_to_promote(rows, rows, {"j"}) == rows
+    crossed = [c(var("i"), var("k")), c(var("k"), var("i"))]
+    assert elements_to_promote(crossed, crossed, {"j"}) == []
+    moving = c(var("j"), var("k"))  # another access of C that moves with the loop
+    assert elements_to_promote(rows, [*rows, moving], {"j"}) == []
+    assert elements_to_promote([moving], [moving], {"j"}) == []
