@@ -154,6 +154,19 @@ def test_conflict_free_tiles_keep_reused_rows_within_the_l1_ways():
     np.testing.assert_allclose(args["C"], expected, rtol=1e-12)
 
 
+def test_conflict_free_tiles_read_transposed_rows_in_runs():
+    """'ijk->kj' sums a transposition: no tile size changes its footprint per iteration, and
+    conflict-free tiles walk the input's rows in runs of STREAM_RUN_BYTES (the outermost point
+    loop), which the hardware prefetcher follows."""
+    from polyopt.tilesize import CANDIDATE_SIZES, STREAM_RUN_BYTES
+    kernel = po.einsum_kernel("ijk->kj", (2, 3, 4))
+    band = _bands(po.schedule(kernel.scop, "pluto", parallel=False).tree)[-1]
+    partial = band.band_get_partial_schedule()
+    sizes = band_tile_sizes(partial, kernel.scop, conflict_free=True)
+    assert sizes[0] * 8 == STREAM_RUN_BYTES  # member 0 is k, the input's last subscript
+    assert band_tile_sizes(partial, kernel.scop)[0] == CANDIDATE_SIZES[0]  # without: the smallest
+
+
 def test_auto_tiles_of_wavefront_bands_are_uniform_and_small():
     # jacobi-1d's skewed band has no parallel member: equal sizes, capped (isl's AST time)
     scop = po.suite.get("jacobi-1d").kernel.scop
