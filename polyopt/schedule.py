@@ -169,7 +169,7 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
     outermost parallel loop, with a wavefront where a tiled band has none, and below an untiled
     band without one: gramschmidt, adi 1.5-2x faster on 2 threads), ``vectorize`` (reorder the
     innermost band so its innermost loop is parallel and stride-1), ``register_tile`` (None,
-    (rows, columns) or "auto": unroll-and-jam of the innermost band, see
+    (rows, columns), "auto" or "row": unroll-and-jam of the innermost band, see
     :func:`polyopt.transform.register_tile`).
     """
     from polyopt import transform

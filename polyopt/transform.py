@@ -239,16 +239,10 @@ def _stride_counts(member: isl.UnionPwAff, scop: Scop) -> tuple[int, int] | None
     for stmt_name, position in positions.items():
         stmt = scop.statement(stmt_name)
         for ref in stmt.accesses:
-            relation = ref.relation
-            if relation.dim(isl.dim_type.out) == 0:
+            found = _subscript_steps(ref.relation, [position])
+            if found is None:
                 continue
-            outputs: list[isl.MultiAff] = []
-            isl.PwMultiAff.from_map(relation).foreach_piece(lambda _, multi: outputs.append(multi))
-            if len(outputs) != 1:
-                continue
-            multi = outputs[0]
-            steps = [abs(multi.get_at(d).get_coefficient_val(isl.dim_type.in_, position).to_python())
-                     for d in range(multi.dim(isl.dim_type.out))]
+            steps = [abs(step) for step in found[0]]
             if steps[-1] == 1 and not any(steps[:-1]):
                 unit += 1
             elif any(steps):
@@ -316,19 +310,23 @@ def _has_band_below(node: isl.ScheduleNode) -> bool:
 
 def register_tile_sizes(scop: Scop, sizes: Sequence[int] | str = "auto") -> tuple[int, int]:
     """Checked register tile sizes (rows, columns); "auto": four rows of four vector registers
-    with AVX-512's 32 registers (16 accumulators, 4 loads, a broadcast), of two with AVX2's 16.
+    with AVX-512's 32 registers (16 accumulators, 4 loads, a broadcast), of two with AVX2's 16;
+    "row": one row of four vector registers (triangular bands like covariance's have fewer
+    partial tiles: LARGE covariance 70 ms against 225 with "auto" and cache tiles).
 
     The rows' accumulators stay in registers across the reduction loop because the LLVM emitter
     promotes them itself (:mod:`polyopt.codegen.promotion`): LLVM alone keeps only one row in
     registers, not knowing that rows of a parameter-sized array never coincide. Four rows of
     four vectors: einsum's 1000^3 f64 matmul 45 -> 96 GFLOP/s on 2 threads of this machine."""
+    element = max((array.dtype.bits // 8 for array in scop.arrays.values()), default=8)
+    width = vector_bytes()
     if sizes == "auto":
-        element = max((array.dtype.bits // 8 for array in scop.arrays.values()), default=8)
-        width = vector_bytes()
         return 4, (4 if width == 64 else 2) * width // element
+    if sizes == "row":
+        return 1, 4 * width // element
     if (isinstance(sizes, (str, int)) or len(sizes) != 2
             or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes)):
-        raise ScheduleError(f'register_tile must be "auto" or (rows, columns) of positive ints, got {sizes!r}')
+        raise ScheduleError(f'register_tile must be "auto", "row" or (rows, columns) of positive ints, got {sizes!r}')
     return int(sizes[0]), int(sizes[1])
 
 
@@ -338,7 +336,8 @@ def _register_plan(node: isl.ScheduleNode, scop: Scop, sizes: Sequence[int]) -> 
     A band qualifies when it is permutable, its innermost member is parallel and walks every
     array it moves in with unit stride (the vector loop: ``sizes[1]``), and some member is not
     parallel (the loop, like gemm's k, along which the register tile's accumulators are
-    reused). The outermost parallel member gets ``sizes[0]``."""
+    reused). ``sizes[0]`` goes to the parallel member whose rows share the most vector loads
+    (:func:`_shared_vector_reads`; the outermost among equals)."""
     n = node.band_n_member()
     coincident = [bool(node.band_member_get_coincident(k)) for k in range(n)]
     if n < 2 or not node.band_get_permutable() or not coincident[-1] or all(coincident):
@@ -347,9 +346,45 @@ def _register_plan(node: isl.ScheduleNode, scop: Scop, sizes: Sequence[int]) -> 
     if counts is None or counts[0] == 0 or counts[1] > 0:
         return None  # e.g. syrk's j also walks A[j, k] down a column: gathers, not vectors
     plan = [1] * n
-    plan[coincident.index(True)] = sizes[0]
+    row_members = [k for k in range(n - 1) if coincident[k]]
+    if row_members:
+        partial = node.band_get_partial_schedule()
+        plan[max(row_members, key=lambda k: (_shared_vector_reads(partial.get_at(k), partial.get_at(n - 1), scop), -k))] = sizes[0]
     plan[-1] = sizes[1]
     return plan if any(v > 1 for v in plan) else None
+
+
+def _shared_vector_reads(row: isl.UnionPwAff, vector: isl.UnionPwAff, scop: Scop) -> int:
+    """How many accesses move along the ``vector`` member but not along the ``row`` member: the
+    vector loads that all rows of a register tile share. gemm's B[k, j] for rows of i; a
+    batch member moves every operand, so batched matmul's rows must come from i instead (its
+    rows over batches loaded 16 vectors for 16 FMAs)."""
+    rows, vectors = _unit_iterator(row, scop), _unit_iterator(vector, scop)
+    if not rows or not vectors:
+        return 0
+    shared = 0
+    for name, position in vectors.items():
+        if name not in rows:
+            continue
+        for ref in scop.statement(name).accesses:
+            steps = _subscript_steps(ref.relation, [position, rows[name]])
+            if steps is not None and any(steps[0]) and not any(steps[1]):
+                shared += 1
+    return shared
+
+
+def _subscript_steps(relation: isl.Map, positions: list[int]) -> list[list[int]] | None:
+    """Per iterator position, the coefficient of that iterator in each subscript of an access
+    relation; None where the relation is not one affine function."""
+    if relation.dim(isl.dim_type.out) == 0:
+        return None
+    outputs: list[isl.MultiAff] = []
+    isl.PwMultiAff.from_map(relation).foreach_piece(lambda _, multi: outputs.append(multi))
+    if len(outputs) != 1:
+        return None
+    multi = outputs[0]
+    return [[multi.get_at(d).get_coefficient_val(isl.dim_type.in_, position).to_python()
+             for d in range(multi.dim(isl.dim_type.out))] for position in positions]
 
 
 def register_tile(tree: isl.Schedule, scop: Scop, sizes: Sequence[int]) -> isl.Schedule:

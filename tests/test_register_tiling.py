@@ -226,3 +226,19 @@ def test_promotion_needs_elements_that_provably_differ():
     moving = c(var("j"), var("k"))  # another access of C that moves with the loop
     assert elements_to_promote(rows, [*rows, moving], {"j"}) == []
     assert elements_to_promote([moving], [moving], {"j"}) == []
+
+
+def test_register_tile_rows_share_the_vector_loads():
+    """Batched matmul: the rows of a register tile come from i, whose rows all read the same
+    B[b, j, k:k+w] vectors, not from the outer parallel batch member b, which moves every
+    operand (rows over batches load one vector per FMA)."""
+    scop = po.einsum_kernel("bij,bjk->bik", (2, 3, 4), (2, 4, 5)).scop
+    sched = po.schedule(scop, "pluto", register_tile=(2, 8), parallel=False)
+    members = [str(_bands(sched.tree)[-1].band_get_partial_schedule().get_at(k))
+               for k in range(_bands(sched.tree)[-1].band_n_member())]
+    assert any("(i_i) mod 2" in m for m in members) and not any("(i_b) mod 2" in m for m in members)
+    po.verify(scop, sched)
+    a, b = np.random.default_rng(1).random((3, 9, 11)), np.random.default_rng(2).random((3, 11, 37))
+    out = np.zeros((3, 9, 37))
+    po.einsum_kernel("bij,bjk->bik", a, b, register_tile=(2, 8))(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-12)
