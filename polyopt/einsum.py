@@ -39,13 +39,14 @@ from typing import Any
 
 import numpy as np
 
+from polyopt import einsum_calls
 from polyopt import expr as E
 from polyopt.cuda import CudaKernel, cupy_module, is_cupy
 from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, contraction_path, einsum_scop, iteration_count,
                                       label_sizes, parse_subscripts, size_parameter, sublists_to_subscripts)
 from polyopt.interpreter import run as interpret_scop
-from polyopt.runtime import DEFAULT_ALGORITHM, CompiledKernel, compile
+from polyopt.runtime import DEFAULT_ALGORITHM, CompiledKernel, compile, default_num_threads
 from polyopt.scop import Scop, Statement
 from polyopt.types import ELEMENT_TYPES, DType, as_dtype, f80
 
@@ -275,6 +276,24 @@ def _as_storage(xp, array, storage: np.dtype, out):
     return xp.asarray(array, dtype=storage, order="C")
 
 
+def _kernel_call(plan: _Plan, sizes: dict[str, int], shape: tuple[int, ...], storage: np.dtype,
+                 num_threads: int | None) -> einsum_calls.KernelCall:
+    """What a repeat of a call that ran ``plan``'s CPU kernel on these sizes needs (see
+    :mod:`polyopt.einsum_calls`)."""
+    params = {size_parameter(label): size for label, size in sizes.items()}
+    temporaries = dict(plan.temporaries)
+    arrays = []
+    for argument in plan.scop.arguments:
+        if argument.name == OUTPUT:
+            arrays.append(("out", None))
+        elif argument.name in temporaries:
+            arrays.append(("temporary", tuple(sizes[label] for label in temporaries[argument.name])))
+        else:  # op0, op1, ...
+            arrays.append(("operand", int(argument.name[2:])))
+    return einsum_calls.KernelCall(plan.kernel.native_function, tuple(params[p] for p in plan.scop.params),
+                                   tuple(arrays), shape, storage, num_threads or default_num_threads())
+
+
 def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str = "K",
            casting: str = "safe", optimize="greedy", target: str | None = None,
            num_threads: int | None = None):
@@ -297,6 +316,12 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     if not operands or (not isinstance(operands[0], str) and len(operands) < 2):
         raise ValueError("must specify the einstein sum subscripts string and at least one operand, "
                          "or at least one operand and its corresponding subscripts list")
+    key = einsum_calls.call_key(operands, out, dtype, order, casting, optimize, target, num_threads)
+    known = einsum_calls.recorded(key)
+    if known is not None:
+        result = known(operands[1:], out)
+        if result is not None:
+            return result
     if isinstance(operands[0], str):
         subscripts, ops = operands[0], list(operands[1:])
     else:
@@ -307,6 +332,7 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
         spec = parse_subscripts(subscripts, [single.ndim])
         view = _single_operand_view(spec, single, label_sizes(spec, [single.shape])[0])
         if view is not None:
+            einsum_calls.record(key, einsum_calls.ViewCall(view.shape, view.strides))
             return view
     arrays, spec, sizes, broadcast, path, result = _prepare(subscripts, ops, dtype, casting, out, optimize)
     storage = _storage_dtype(result)
@@ -333,6 +359,10 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     if plan.kernel is not None:
         plan.kernel(**{name: value if name == "num_threads" else _kernel_array(value, storage)
                        for name, value in buffers.items()})
+        if (key is not None and where == "cpu" and storage == result and storage not in _COMPLEX_PARTS
+                and all(op.dtype == storage for op in ops) and (out is None or direct)
+                and (order != "F" or len(shape) <= 1)):
+            einsum_calls.record(key, _kernel_call(plan, sizes, shape, storage, num_threads))
     else:
         params = {size_parameter(label): size for label, size in sizes.items()}
         interpret_scop(plan.scop, params, {}, buffers)

@@ -230,8 +230,9 @@ class CompiledKernel:
         return loop_ast_text(self.loops)
 
     @cached_property
-    def _function(self):
-        # the LLVM kernel takes the team size after the shared calling convention
+    def native_function(self):
+        """The native kernel as a ctypes function: the :func:`abi_values` of a call, then the
+        team size (an int). Unchecked: for callers that checked the arguments once already."""
         return ctypes.CFUNCTYPE(None, *abi_ctypes(self.scop), ctypes.c_int32)(self.native.address)
 
     def __call__(self, *args, **kwargs) -> None:
@@ -240,7 +241,7 @@ class CompiledKernel:
             threads = check_num_threads(kwargs.pop("num_threads"))
         bound = bind_arguments(self.scop, args, kwargs)
         self._check_params(bound.params)
-        self._function(*abi_values(self.scop, bound), threads or default_num_threads())
+        self.native_function(*abi_values(self.scop, bound), threads or default_num_threads())
 
     def _check_params(self, params: dict[str, int]) -> None:
         """Refuse parameter values outside the context or for which an access leaves its array."""
