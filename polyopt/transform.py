@@ -85,7 +85,8 @@ def tile(tree: isl.Schedule, sizes: int | Sequence[int] | str, *, min_depth: int
         if not (node.band_get_permutable() and node.band_n_member() >= min_depth):
             return node
         if sizes == "auto":
-            plan = _register_plan(node, scop, register_tile) if register_tile is not None else None
+            found = _register_plan(node, scop, register_tile) if register_tile is not None else None
+            plan = found[0] if found is not None else None
             wavefront = not any(node.band_member_get_coincident(k) for k in range(node.band_n_member()))
             inner = band_tile_sizes(node.band_get_partial_schedule(), scop, multiple_of=plan, uniform=wavefront,
                                     largest=WAVEFRONT_TILE_CAP if wavefront else None,
@@ -330,28 +331,59 @@ def register_tile_sizes(scop: Scop, sizes: Sequence[int] | str = "auto") -> tupl
     return int(sizes[0]), int(sizes[1])
 
 
-def _register_plan(node: isl.ScheduleNode, scop: Scop, sizes: Sequence[int]) -> list[int] | None:
-    """Register tile size per member of a band, None when it does not qualify.
+def _register_plan(node: isl.ScheduleNode, scop: Scop, sizes: Sequence[int]) -> tuple[list[int], int] | None:
+    """Register tile size per member of a band and its vector member; None when the band does
+    not qualify.
 
-    A band qualifies when it is permutable, its innermost member is parallel and walks every
-    array it moves in with unit stride (the vector loop: ``sizes[1]``), and some member is not
-    parallel (the loop, like gemm's k, along which the register tile's accumulators are
-    reused). ``sizes[0]`` goes to the parallel member whose rows share the most vector loads
-    (:func:`_shared_vector_reads`; the outermost among equals)."""
+    A band qualifies when it is permutable, some member is not parallel (the loop, like gemm's
+    k, along which the register tile's accumulators are reused) and some parallel member can be
+    the vector loop (:func:`_vector_member`; it gets ``sizes[1]``). ``sizes[0]`` goes to the
+    parallel member whose rows share the most vector loads (:func:`_shared_vector_reads`; the
+    outermost among equals)."""
     n = node.band_n_member()
     coincident = [bool(node.band_member_get_coincident(k)) for k in range(n)]
-    if n < 2 or not node.band_get_permutable() or not coincident[-1] or all(coincident):
+    if n < 2 or not node.band_get_permutable() or all(coincident):
         return None
-    counts = _stride_counts(node.band_get_partial_schedule().get_at(n - 1), scop)
-    if counts is None or counts[0] == 0 or counts[1] > 0:
-        return None  # e.g. syrk's j also walks A[j, k] down a column: gathers, not vectors
+    partial = node.band_get_partial_schedule()
+    vector = _vector_member(partial, coincident, scop)
+    if vector is None:
+        return None
     plan = [1] * n
-    row_members = [k for k in range(n - 1) if coincident[k]]
+    row_members = [k for k in range(n) if coincident[k] and k != vector]
     if row_members:
-        partial = node.band_get_partial_schedule()
-        plan[max(row_members, key=lambda k: (_shared_vector_reads(partial.get_at(k), partial.get_at(n - 1), scop), -k))] = sizes[0]
-    plan[-1] = sizes[1]
-    return plan if any(v > 1 for v in plan) else None
+        plan[max(row_members, key=lambda k: (_shared_vector_reads(partial.get_at(k), partial.get_at(vector), scop), -k))] = sizes[0]
+    plan[vector] = sizes[1]
+    return (plan, vector) if any(v > 1 for v in plan) else None
+
+
+def _vector_member(partial: isl.MultiUnionPwAff, coincident: list[bool], scop: Scop) -> int | None:
+    """The innermost parallel member that walks some array with unit stride and moves in no
+    other array but with unit stride or (a sum's target, 'ijk->kj' walking out[k, j] down a
+    column) where that array stays put along every sequential member: the emitter keeps such
+    elements in registers across the sum, so only the unit-stride accesses are vectors. None
+    where no member does (syrk's j walks A[j, k] down a column inside the sum: gathers)."""
+    sequential = [_unit_iterator(partial.get_at(k), scop) for k in range(len(coincident)) if not coincident[k]]
+    for member in reversed(range(len(coincident))):
+        if not coincident[member]:
+            continue
+        positions = _unit_iterator(partial.get_at(member), scop)
+        if not positions:
+            continue
+        unit, gathers = 0, False
+        for name, position in positions.items():
+            sums = [found[name] for found in sequential if found and name in found]
+            for ref in scop.statement(name).accesses:
+                steps = _subscript_steps(ref.relation, [position, *sums])
+                if steps is None:
+                    continue
+                along = [abs(step) for step in steps[0]]
+                if along[-1] == 1 and not any(along[:-1]):
+                    unit += 1
+                elif any(along) and (len(sums) < len(sequential) or any(any(row) for row in steps[1:])):
+                    gathers = True
+        if unit and not gathers:
+            return member
+    return None
 
 
 def _shared_vector_reads(row: isl.UnionPwAff, vector: isl.UnionPwAff, scop: Scop) -> int:
@@ -402,15 +434,17 @@ def register_tile(tree: isl.Schedule, scop: Scop, sizes: Sequence[int]) -> isl.S
     isl's isolate option and fully unrolled; partial ones at the edges stay loops."""
 
     def rewrite(node: isl.ScheduleNode) -> isl.ScheduleNode:
-        plan = _register_plan(node, scop, sizes)
-        if plan is None or _has_band_below(node):
+        found = _register_plan(node, scop, sizes)
+        if found is None or _has_band_below(node):
             return node
+        plan, vector = found
         partial = node.band_get_partial_schedule()
         n = len(plan)
         coincident = [bool(node.band_member_get_coincident(k)) for k in range(n)]
-        tiled = [k for k in [n - 1, *range(n - 1)] if plan[k] > 1]  # the vector loop's tiles outermost
+        tiled = sorted((k for k in range(n) if plan[k] > 1), key=lambda k: k != vector)  # vector tiles outermost
         rest = sorted((k for k in range(n) if plan[k] == 1), key=lambda k: not coincident[k])
-        order = [(k, "tile") for k in tiled] + [(k, "whole") for k in rest] + [(k, "point") for k in sorted(tiled)]
+        points = sorted(tiled, key=lambda k: k == vector)  # the vector loop innermost
+        order = [(k, "tile") for k in tiled] + [(k, "whole") for k in rest] + [(k, "point") for k in points]
         members, flags = [], []
         for k, part in order:
             member = partial.get_at(k)
@@ -420,7 +454,7 @@ def register_tile(tree: isl.Schedule, scop: Scop, sizes: Sequence[int]) -> isl.S
             members.append(member)
             flags.append(coincident[k])
         node = _replace_band(node, members, flags, permutable=False)
-        return _isolate_whole_tiles(node, [plan[k] for k in sorted(tiled)])
+        return _isolate_whole_tiles(node, [plan[k] for k in points])
 
     return _rewrite_bands(tree, rewrite)
 

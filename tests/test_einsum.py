@@ -348,7 +348,7 @@ def test_compute_bound_contractions_get_tiles_and_register_tiles():
     register tiles, transpositions with tiles; those that stream every array in order keep the
     untiled schedule."""
     from polyopt.einsum import default_schedule_options
-    tiles = {"tile": "auto", "conflict_free_tiles": True}
+    tiles = {"tile": "auto", "conflict_free_tiles": True, "register_tile": "auto"}
     registers = {"tile": "auto", "register_tile": "auto"}
     cases = [("ij,jk->ik", [(4, 5), (5, 6)], registers),
              ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], registers),
