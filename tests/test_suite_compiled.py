@@ -41,16 +41,22 @@ def _instance_count(entry, sizes) -> int:
     return len(instances(entry.kernel.scop, params))
 
 
-@pytest.mark.parametrize("name", po.suite.names())
-def test_interpreter_matches_reference(name):
+def _python_case(name: str, most_instances: int, shrink: int):
+    """(entry, arguments, expected arrays) at MINI, or MINI divided by ``shrink`` where MINI has
+    more than ``most_instances`` statement instances: for checks that run in plain Python."""
     entry = po.suite.get(name)
     sizes = entry.sizes("MINI")
-    # the interpreter is plain Python: halve the few biggest MINI problems to keep this fast
-    if _instance_count(entry, sizes) > 60_000:
-        sizes = {k: max(2, v // 2) for k, v in sizes.items()}
+    if _instance_count(entry, sizes) > most_instances:
+        sizes = {k: max(2, v // shrink) for k, v in sizes.items()}
     args = entry.inputs(sizes)
     expected = _copies(args)
     entry.reference(**expected)
+    return entry, args, expected
+
+
+@pytest.mark.parametrize("name", po.suite.names())
+def test_interpreter_matches_reference(name):
+    entry, args, expected = _python_case(name, 60_000, 2)
     po.interpret(entry.kernel, **args)
     assert_same_arrays(args, expected)
 
@@ -61,13 +67,7 @@ def test_loops_with_parallel_loops_run_backwards_match_reference(name, algorithm
     """The loop AST the emitters get, run in Python with every parallel loop's iterations in
     reverse order (polyopt.codegen.ast_interpreter): a parallel mark on a loop that carries a
     dependence fails here deterministically, where the threaded code fails only sometimes."""
-    entry = po.suite.get(name)
-    sizes = entry.sizes("MINI")
-    if _instance_count(entry, sizes) > 20_000:
-        sizes = {k: max(2, v // 3) for k, v in sizes.items()}
-    args = entry.inputs(sizes)
-    expected = _copies(args)
-    entry.reference(**expected)
+    entry, args, expected = _python_case(name, 20_000, 3)
     compiled = po.compile(entry.kernel, algorithm=algorithm)
     bound = bind_arguments(entry.kernel.scop, (), args)
     run_loop_ast(entry.kernel.scop, compiled.loops, bound.params, bound.scalars, bound.arrays)
