@@ -37,9 +37,11 @@ def test_every_suite_kernel_with_register_tiles_matches_reference(name, register
 def test_a_sum_along_a_transposition_is_register_tiled_along_the_input_rows():
     """'ijk->kj': k walks the input along its rows and the output down a column; the output's
     elements stay put along the sum over i (kept in registers), so k is the vector member even
-    though it is not the band's last, and i becomes the innermost loop."""
+    though it is not the band's last, and i becomes the innermost loop. Rows of j would share
+    no vector load (each reads its own input row): the tile keeps one row."""
     kernel = po.einsum_kernel("ijk->kj", (2, 3, 4), register_tile=(2, 8))
     assert "+= 8 (parallel)" in kernel.loop_ast  # the vector member's tiles, shared out
+    assert "+= 2" not in kernel.loop_ast
     x = np.random.default_rng(0).random((5, 11, 19))
     out = np.empty((19, 11))
     kernel(x, out)
