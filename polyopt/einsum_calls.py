@@ -27,8 +27,8 @@ _CALLS: dict[tuple, "KernelCall | ViewCall"] = {}
 def call_key(operands: tuple, out, dtype, order: str, casting: str, optimize, target, num_threads
              ) -> tuple | None:
     """The key of a call of ``einsum(*operands, out=..., ...)``; None for a call that is never
-    recorded (interleaved sublists, operands that are not C-contiguous numpy arrays, an
-    unhashable option)."""
+    recorded (interleaved sublists, operands that are not C-contiguous numpy arrays). A key
+    with an unhashable option is neither looked up nor recorded."""
     if not operands or type(operands[0]) is not str:
         return None
     signature = []
@@ -42,20 +42,24 @@ def call_key(operands: tuple, out, dtype, order: str, casting: str, optimize, ta
         out_signature = (out.shape, out.dtype)
     else:
         return None
-    key = (operands[0], tuple(signature), out_signature, dtype, order, casting, optimize, target, num_threads)
-    try:
-        hash(key)
-    except TypeError:  # an explicit path given as a list, say
-        return None
-    return key
+    return (operands[0], tuple(signature), out_signature, dtype, order, casting, optimize, target, num_threads)
 
 
 def recorded(key: tuple | None) -> "KernelCall | ViewCall | None":
-    return None if key is None else _CALLS.get(key)
+    if key is None:
+        return None
+    try:
+        return _CALLS.get(key)
+    except TypeError:  # an unhashable option (an explicit path given as a list, say)
+        return None
 
 
 def record(key: tuple | None, call: "KernelCall | ViewCall") -> None:
     if key is None:
+        return
+    try:
+        hash(key)
+    except TypeError:
         return
     if len(_CALLS) >= MAX_CALLS:
         del _CALLS[next(iter(_CALLS))]

@@ -92,3 +92,11 @@ def test_the_record_is_bounded():
     assert len(einsum_calls._CALLS) == einsum_calls.MAX_CALLS
     assert ("key", 0) not in einsum_calls._CALLS and ("key", einsum_calls.MAX_CALLS + 4) in einsum_calls._CALLS
     assert po.einsum("i->", v) == 3.0
+
+
+def test_calls_with_an_unhashable_option_are_not_recorded():
+    a = _rng().random((5, 5))
+    path = ["einsum_path", (0, 1)]
+    for _ in range(2):
+        np.testing.assert_allclose(po.einsum("ij,jk->ik", a, a, optimize=path), a @ a, rtol=1e-12)
+    assert einsum_calls._CALLS == {}
