@@ -51,8 +51,9 @@ from polyopt.scop import Scop, Statement
 from polyopt.types import ELEMENT_TYPES, DType, as_dtype, f80
 
 _ORDERS = ("C", "F", "A", "K")
-#: Below this many statement instances a call runs on one thread: waking a thread team costs
-#: microseconds, about what this much work takes on one core (numpy's BLAS does the same).
+#: Below this many statement instances a call runs on one thread, whatever num_threads says:
+#: waking a thread team costs microseconds, about what this much work takes on one core
+#: (numpy's BLAS does the same; OpenMP's ``if`` clause is the same idea).
 PARALLEL_MIN_ITERATIONS = 1 << 16
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 #: dtypes compiled in a wider polyopt type (the result is cast back exactly, see the module doc)
@@ -308,7 +309,8 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     its reference interpreter for complex, longdouble and object data). ``target="cuda"`` or
     CuPy operands run polyopt's CUDA code (module docstring; without CuPy and a GPU:
     :class:`TargetUnavailableError`). With ``order`` "K" or "A" the result is C-contiguous.
-    ``num_threads``: the CPU thread team (default: every core; numpy.einsum uses one).
+    ``num_threads``: the most threads of the CPU team (default: every core; numpy.einsum uses
+    one); below :data:`PARALLEL_MIN_ITERATIONS` statement instances one thread runs.
     """
     if order not in _ORDERS:
         raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
@@ -353,8 +355,8 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     if num_threads is not None and where == "cuda":
         raise ValueError("einsum: num_threads is an option of the CPU (thread teams)")
     if where == "cpu" and plan.kernel is not None:
-        if num_threads is None and iteration_count(plan.scop, sizes) < PARALLEL_MIN_ITERATIONS:
-            num_threads = 1
+        if iteration_count(plan.scop, sizes) < PARALLEL_MIN_ITERATIONS:
+            num_threads = 1  # a team costs more than it saves (num_threads is the most threads)
         if num_threads is not None:
             buffers["num_threads"] = num_threads
     if plan.kernel is not None:
