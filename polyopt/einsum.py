@@ -283,17 +283,19 @@ def _kernel_call(plan: _Plan, sizes: dict[str, int], shape: tuple[int, ...], sto
     """What a repeat of a call that ran ``plan``'s CPU kernel on these sizes needs (see
     :mod:`polyopt.einsum_calls`)."""
     params = {size_parameter(label): size for label, size in sizes.items()}
-    temporaries = dict(plan.temporaries)
-    arrays = []
+    temporaries = [name for name, _ in plan.temporaries]
+    operands = len(plan.scop.arguments) - 1 - len(temporaries)  # the rest: op0, op1, ...
+    order = []  # positions in [operands..., out, temporaries...]
     for argument in plan.scop.arguments:
         if argument.name == OUTPUT:
-            arrays.append(("out", None))
+            order.append(operands)
         elif argument.name in temporaries:
-            arrays.append(("temporary", tuple(sizes[label] for label in temporaries[argument.name])))
+            order.append(operands + 1 + temporaries.index(argument.name))
         else:  # op0, op1, ...
-            arrays.append(("operand", int(argument.name[2:])))
+            order.append(int(argument.name[2:]))
+    shapes = tuple(tuple(sizes[label] for label in labels) for _, labels in plan.temporaries)
     return einsum_calls.KernelCall(plan.kernel.native_function, tuple(params[p] for p in plan.scop.params),
-                                   tuple(arrays), shape, storage, num_threads or default_num_threads())
+                                   tuple(order), shapes, shape, storage, num_threads or default_num_threads())
 
 
 def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str = "K",
@@ -312,6 +314,13 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     ``num_threads``: the most threads of the CPU team (default: every core; numpy.einsum uses
     one); below :data:`PARALLEL_MIN_ITERATIONS` statement instances one thread runs.
     """
+    # first a call like an earlier one (which passed every check below): see einsum_calls
+    key = einsum_calls.call_key(operands, out, dtype, order, casting, optimize, target, num_threads)
+    known = einsum_calls.recorded(key)
+    if known is not None:
+        result = known(operands[1:], out)
+        if result is not None:
+            return result
     if order not in _ORDERS:
         raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
     if casting not in _CASTINGS:
@@ -319,12 +328,6 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     if not operands or (not isinstance(operands[0], str) and len(operands) < 2):
         raise ValueError("must specify the einstein sum subscripts string and at least one operand, "
                          "or at least one operand and its corresponding subscripts list")
-    key = einsum_calls.call_key(operands, out, dtype, order, casting, optimize, target, num_threads)
-    known = einsum_calls.recorded(key)
-    if known is not None:
-        result = known(operands[1:], out)
-        if result is not None:
-            return result
     if isinstance(operands[0], str):
         subscripts, ops = operands[0], list(operands[1:])
     else:

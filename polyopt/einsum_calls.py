@@ -14,6 +14,8 @@ a repeat whose ``out=`` overlaps an operand, takes the full path.
 """
 from __future__ import annotations
 
+import ctypes
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -71,20 +73,34 @@ def clear() -> None:
     _CALLS.clear()
 
 
-def _address(array: np.ndarray) -> int:
-    return array.__array_interface__["data"][0]
+def _address_reader() -> Callable[[np.ndarray], int]:
+    """How to read an ndarray's data pointer: from the array object itself where the interpreter
+    lays it out as numpy's C API does (CPython: the pointer right after the object header;
+    checked here on two probe arrays), 0.15 us; else through ``__array_interface__``, 1.1 us --
+    most of what a repeated small call costs."""
+    probe = np.arange(4.0)
+    if sys.implementation.name == "cpython":
+        read, header = ctypes.c_void_p.from_address, object.__basicsize__
+        if all(read(id(a) + header).value == a.__array_interface__["data"][0] for a in (probe, probe[1:])):
+            return lambda array: read(id(array) + header).value
+    return lambda array: array.__array_interface__["data"][0]
+
+
+_address = _address_reader()
 
 
 @dataclass(frozen=True)
 class KernelCall:
     """Run a compiled einsum kernel on operands like the recorded call's.
 
-    ``arrays``: the kernel's array arguments in native order, each ("operand", k), ("temporary",
-    shape) or ("out", None); ``params``: its size arguments; ``threads``: the team size."""
+    ``order``: the kernel's array arguments in native order, as positions in [operands...,
+    result, temporaries...]; ``temporaries``: their shapes; ``params``: the size arguments;
+    ``threads``: the team size."""
 
     function: Callable
     params: tuple[int, ...]
-    arrays: tuple[tuple[str, object], ...]
+    order: tuple[int, ...]
+    temporaries: tuple[tuple[int, ...], ...]
     shape: tuple[int, ...]
     dtype: np.dtype
     threads: int
@@ -95,22 +111,17 @@ class KernelCall:
         addresses = [_address(op) for op in operands]
         if out is None:
             result = np.empty(self.shape, self.dtype)
-            result_address = _address(result)
+            addresses.append(_address(result))
         else:
-            result, result_address = out, _address(out)
-            end = result_address + out.nbytes
+            result, start = out, _address(out)
+            end = start + out.nbytes
             for op, first in zip(operands, addresses):
-                if first < end and result_address < first + op.nbytes:
+                if first < end and start < first + op.nbytes:
                     return None
-        pointers = []
-        for kind, what in self.arrays:
-            if kind == "operand":
-                pointers.append(addresses[what])
-            elif kind == "temporary":
-                pointers.append(_address(np.empty(what, self.dtype)))
-            else:
-                pointers.append(result_address)
-        self.function(*self.params, *pointers, self.threads)
+            addresses.append(start)
+        for shape in self.temporaries:
+            addresses.append(_address(np.empty(shape, self.dtype)))
+        self.function(*self.params, *[addresses[k] for k in self.order], self.threads)
         if out is None and result.ndim == 0:
             return result[()]
         return result
