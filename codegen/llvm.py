@@ -438,9 +438,7 @@ class _FunctionEmitter:
         b = self.builder
         variables = [value for _, _, value in captured]
         frame = ir.LiteralStructType([v.type for v in variables])
-        with b.goto_block(self.function.entry_basic_block):
-            b.position_at_start(self.function.entry_basic_block)
-            data = b.alloca(frame, name="captured")
+        data = self._entry_alloca(frame, "captured")
         for k, value in enumerate(variables):
             b.store(value, b.gep(data, [ir.Constant(_I32, 0), ir.Constant(_I32, k)], inbounds=True))
         entry = _trampoline(self.module, region.function, frame)

@@ -191,19 +191,19 @@ def band_tile_sizes(partial: isl.MultiUnionPwAff, scop: Scop, *,
         return [int(c[0]) for c in choices]
     # ties go to the smaller outermost size (a member without reuse, like a batch dimension,
     # then leaves iterations to the thread team), then to the larger inner sizes; with
-    # conflict_free, where the outermost member walks the rows of the biggest reference, to the
+    # conflict_free, where the outermost member walks the rows of the widest reference, to the
     # size nearest a run of STREAM_RUN_BYTES along each row
     outermost = choices[0]
-    if conflict_free and _streams_rows(references, member=0):
-        element_bytes = max(references, key=lambda ref: ref[1].shape[0])[0]
+    element_bytes, widest = max(references, key=lambda ref: ref[1].shape[0])
+    if conflict_free and _streams_rows(widest, member=0):
         outermost = np.abs(choices[0] * element_bytes - STREAM_RUN_BYTES)
     best = min(itertools.product(*(range(len(c)) for c in choices)),
                key=lambda idx: (cost[idx], outermost[idx[0]], idx[0], [-i for i in idx[:0:-1]]))
     return [int(choices[k][i]) for k, i in enumerate(best)]
 
 
-def _streams_rows(references: list[tuple[int, np.ndarray]], member: int) -> bool:
-    """Whether ``member`` indexes only the last subscript of the reference with the most
-    subscripts (a transposition's input, read along its rows)."""
-    _, G = max(references, key=lambda ref: ref[1].shape[0])
+def _streams_rows(G: np.ndarray, member: int) -> bool:
+    """Whether ``member`` indexes only the last subscript of a reference with subscript matrix
+    ``G`` (for the reference with the most subscripts: a transposition's input, read along its
+    rows)."""
     return bool(G[-1, member]) and not G[:-1, member].any()

@@ -243,12 +243,17 @@ def _stride_counts(member: isl.UnionPwAff, scop: Scop) -> tuple[int, int] | None
             found = _subscript_steps(ref.relation, [position])
             if found is None:
                 continue
-            steps = [abs(step) for step in found[0]]
-            if steps[-1] == 1 and not any(steps[:-1]):
+            if _unit_stride(found[0]):
                 unit += 1
-            elif any(steps):
+            elif any(found[0]):
                 strided += 1
     return unit, strided
+
+
+def _unit_stride(steps: list[int]) -> bool:
+    """Whether an access whose subscripts move by ``steps`` (:func:`_subscript_steps`) walks its
+    array with unit stride: only the last subscript moves, by one."""
+    return abs(steps[-1]) == 1 and not any(steps[:-1])
 
 
 def _replace_band(node: isl.ScheduleNode, members: list[isl.UnionPwAff], coincident: list[bool],
@@ -378,10 +383,9 @@ def _vector_member(partial: isl.MultiUnionPwAff, coincident: list[bool], scop: S
                 steps = _subscript_steps(ref.relation, [position, *sums])
                 if steps is None:
                     continue
-                along = [abs(step) for step in steps[0]]
-                if along[-1] == 1 and not any(along[:-1]):
+                if _unit_stride(steps[0]):
                     unit += 1
-                elif any(along) and (len(sums) < len(sequential) or any(any(row) for row in steps[1:])):
+                elif any(steps[0]) and (len(sums) < len(sequential) or any(any(row) for row in steps[1:])):
                     gathers = True
         if unit and not gathers:
             return member
