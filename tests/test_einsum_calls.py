@@ -100,3 +100,54 @@ def test_calls_with_an_unhashable_option_are_not_recorded():
     for _ in range(2):
         np.testing.assert_allclose(po.einsum("ij,jk->ik", a, a, optimize=path), a @ a, rtol=1e-12)
     assert einsum_calls._CALLS == {}
+
+
+_REPEATED_CONTRACTIONS_CHILD = r'''
+import gc
+import numpy as np
+import polyopt as po
+
+rng = np.random.default_rng(7)
+cases = [  # subscripts, label sizes, options
+    ("bi,ij,bj->b", dict(b=5, i=7, j=7), {}),
+    ("ij,jk,kl,lm->im", dict.fromkeys("ijklm", 8), {}),
+    ("acdf,jbje,gihb,hfac,gfac,gifabc,hfac", dict(zip("abcdefghij", (2, 3, 2, 3, 2, 2, 3, 2, 2, 3))),
+     {"optimize": "greedy"}),
+]
+for subscripts, size, options in cases:
+    shapes = [tuple(size[c] for c in term) for term in subscripts.split("->")[0].split(",")]
+    for repeat in range(6):
+        # fresh operands each time: the earlier ones are freed, their memory reused
+        operands = [rng.random(shape) for shape in shapes]
+        got = po.einsum(subscripts, *operands, **options)
+        want = np.einsum(subscripts, *operands, **options)
+        assert np.allclose(got, want, rtol=1e-10, atol=1e-12), (subscripts, repeat)
+        del operands, got
+        gc.collect()
+print("repeated contractions ok")
+'''
+
+
+def test_repeated_multi_operand_contractions_in_a_child_process():
+    """Temporaries of a recorded multi-operand call stay alive while the native code writes
+    them (a use-after-free here aborted or silently corrupted the heap). A child process runs
+    the calls, so a crash fails this test instead of ending the test run."""
+    import subprocess
+    import sys
+    child = subprocess.run([sys.executable, "-c", _REPEATED_CONTRACTIONS_CHILD],
+                           capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "repeated contractions ok" in child.stdout
+
+
+def test_the_fast_pointer_read_agrees_with_numpy_and_leaves_subclasses_alone():
+    base = np.arange(24.0).reshape(4, 6)
+    arrays = [base, base[1:], base[:, 2:], base.T, np.empty(0), np.zeros(()), np.arange(5)[::-1]]
+    for array in arrays:
+        assert einsum_calls._address(array) == array.__array_interface__["data"][0]
+
+    class Tagged(np.ndarray):
+        pass
+    tagged = base.view(Tagged)
+    assert einsum_calls._address(tagged) == tagged.__array_interface__["data"][0]
+    assert einsum_calls.call_key(("ij->ji", tagged), None, None, "K", "safe", False, "cpu", None) is None
