@@ -11,12 +11,21 @@ pycparser cannot read), then parsed with pycparser. Each region is translated in
 expression trees and loop tree the Python DSL produces, with C's rules: integer ``/`` and ``%``
 truncate, ``1.0`` is a double, ``sqrtf`` computes in float, assignments convert to the target type.
 
-Names inside a region mean: integer function parameters are size parameters (inferred from array
-shapes where an array extent names them, else passed explicitly); floating-point function
-parameters are scalar arguments; array parameters (``double A[N][M]``, ``double A[n][m]``) and
-file-scope arrays are array arguments; scalars declared inside the region, or declared in the
-function and assigned inside the region, are kernel-local temporaries. A kernel's arguments are
-the ones its region uses, in the C function's order (file-scope arrays last).
+Names inside a region mean what they mean to pet (PPCG) and Pluto: integer function parameters
+are size parameters (inferred from array shapes where an array extent names them, else passed
+explicitly); floating-point function parameters are scalar arguments; array parameters
+(``double A[N][M]``, ``double A[n][m]``), file-scope arrays and arrays declared in the function
+(``double z[N];``) are array arguments; scalars declared in the function and only read in the
+region (``double eps = 0.1;`` before the region) are read-only parameters of the region, sizes if
+integer, scalar arguments if floating-point; scalars declared inside the region, or declared in
+the function and assigned inside the region, are kernel-local temporaries (a value they hold
+before the region is not carried in: the region must assign them before reading them). A
+kernel's arguments are the ones its region uses: the C function's parameters in order, then
+file-scope arrays, then the function's own arrays and read-only scalars. Integer sizes are
+assumed non-negative, as they are in the Python DSL.
+
+``polyopt cc`` puts each optimized region back where it was, so there every one of these names
+still means the C variable (``optimize_c_file``).
 """
 from __future__ import annotations
 
@@ -146,7 +155,8 @@ def _base_type(names: list[str]) -> DType | None:
 @dataclass(frozen=True)
 class _Symbol:
     """A name declared outside the region: ``kind`` is "int" (size parameter), "data" (scalar
-    argument), "array", "pointer", or "outer" (a scalar local of the function)."""
+    argument), "array", "pointer", "outer" (a scalar local of the function that the region
+    assigns) or "other" (a type a scop cannot use)."""
 
     name: str
     kind: str
@@ -364,15 +374,19 @@ class _Translator:
         return _Symbol(decl.name, "outer", dtype, node=decl)
 
     def _function_locals(self, region_items) -> None:
-        """Scalars declared in the function outside the region (iterators, temporaries)."""
+        """Scalars and arrays declared in the function outside the region. A scalar the region
+        assigns is a temporary of the region ("outer"); one it only reads holds a value set
+        before the region, a read-only parameter of it ("int" size or "data" scalar), as in pet."""
         inside = {id(n) for item in region_items for n in _walk(item)}
+        assigned = _assigned_names(region_items)
         for node in _walk(self.func.body):
-            if isinstance(node, c_ast.Decl) and id(node) not in inside and node.name:
+            if isinstance(node, c_ast.Decl) and id(node) not in inside and node.name \
+                    and not isinstance(node.type, c_ast.FuncDecl):
                 symbol = self._symbol(node, "local")
-                if symbol.kind == "outer":
-                    self.symbols.setdefault(node.name, symbol)
-                elif symbol.kind == "array" and node.name not in self.symbols:
-                    self.symbols[node.name] = _Symbol(node.name, "local-array", symbol.dtype, node=node)
+                if symbol.kind == "outer" and symbol.dtype is not None and node.name not in assigned:
+                    kind = "data" if symbol.dtype.is_float else "int"
+                    symbol = _Symbol(node.name, kind, symbol.dtype, node=node)
+                self.symbols.setdefault(node.name, symbol)
 
     # ----- the region --------------------------------------------------------------------------
     def kernel(self, first, last, items) -> CKernel:
@@ -396,8 +410,7 @@ class _Translator:
     def _assemble(self, nodes, used: set[str], items) -> Scop:
         inferable = {p for a in self.arrays.values() for p in _names_in(a.shape)}
         arguments = []
-        for decl in self.c_params + [s.node for s in self.symbols.values()
-                                     if s.kind == "array" and s.node not in self.c_params]:
+        for decl in self.c_params + [s.node for s in self.symbols.values() if s.node not in self.c_params]:
             symbol = self.symbols.get(decl.name)
             if decl.name not in used or symbol is None or symbol.node is not decl:
                 continue
@@ -456,7 +469,7 @@ class _Translator:
         if isinstance(node, c_ast.Compound):
             return self._block(node.block_items or [], conditions)
         if isinstance(node, c_ast.Assignment):
-            return [self._add_statement(*self._assignment(node), conditions, node)]
+            return self._assignments(node, conditions)
         if isinstance(node, c_ast.UnaryOp) and node.op in _STEP_OPS:
             target = self._target(node.expr)
             self._check_assigned(target, node.expr)
@@ -590,9 +603,16 @@ class _Translator:
         return _error(at, f"{prefix}: {exc.reason}")
 
     # ----- assignments -------------------------------------------------------------------------
+    def _assignments(self, node, conditions) -> list:
+        """The statements of ``a = b = value`` in C's order: ``b = value``, then ``a = b`` (an
+        assignment's value is its target's new value, converted to the target's type)."""
+        if not isinstance(node.rvalue, c_ast.Assignment):
+            return [self._add_statement(*self._assignment(node), conditions, node)]
+        first = self._assignments(node.rvalue, conditions)
+        return first + self._assignments(c_ast.Assignment(node.op, node.lvalue, node.rvalue.lvalue,
+                                                          node.coord), conditions)
+
     def _assignment(self, node) -> tuple[E.Access, E.Expr]:
-        if isinstance(node.rvalue, c_ast.Assignment):
-            raise _error(node.rvalue, "chained assignments are not supported; assign one target at a time")
         value = self._expr(node.rvalue)
         target = self._target(node.lvalue)
         if node.op != "=":
@@ -687,16 +707,14 @@ class _Translator:
         if kind == "data":
             return E.Var(name, "scalar", symbol.dtype)
         if kind == "outer":
-            raise _error(node, f"'{name}' is set outside the scop (its value is not known here): pass "
-                               "it as a function parameter, or assign it inside the scop")
+            raise _error(node, f"'{name}' is read before the scop assigns it: a value set before the "
+                               "scop is carried in only for scalars the scop does not assign")
         if kind == "array":
             raise _error(node, f"array '{name}' is used without all its subscripts "
                                "(pointer arithmetic is not supported)")
         if kind == "pointer":
             raise _error(node, f"'{name}' is a pointer: declare it as an array with extents, "
                                f"e.g. double {name}[n]")
-        if kind == "local-array":
-            raise _error(node, f"array '{name}' is local to the function: make it a parameter")
         if kind == "other":
             raise _error(node, f"'{name}' has a type a scop cannot use (only int, long, float, "
                                "double and arrays of them)")
@@ -809,6 +827,19 @@ def _walk(node):
     yield node
     for _, child in node.children():
         yield from _walk(child)
+
+
+def _assigned_names(items) -> set[str]:
+    """The names ``items`` assign or declare: scalar targets of assignments and increments."""
+    names = set()
+    for node in (n for item in items for n in _walk(item)):
+        if isinstance(node, c_ast.Decl) and node.name:
+            names.add(node.name)
+        target = node.lvalue if isinstance(node, c_ast.Assignment) else \
+            node.expr if isinstance(node, c_ast.UnaryOp) and node.op in _STEP_OPS else None
+        if isinstance(target, c_ast.ID):
+            names.add(target.name)
+    return names
 
 
 def _is_id(node, name: str) -> bool:
