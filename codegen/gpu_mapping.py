@@ -23,6 +23,7 @@ from polyopt import expr as E
 from polyopt.codegen.ast import Node, _iterator_prefix, _MAX_DEPTH, _Translator
 from polyopt.deps import dependences
 from polyopt.errors import CodegenError
+from polyopt.islutil import fresh_stem
 from polyopt.scop import Scop
 from polyopt.types import boolean
 from polyopt.transform import _stride_one_score
@@ -100,6 +101,11 @@ class _Mapper:
         self.scop = scop
         self.deps = dependences(scop).all
         self.prefix = _iterator_prefix(scop)
+        # host loop variables and block/thread coordinates become isl parameters beside the
+        # user's: spelled so that none of them is one
+        user_names = set(scop.params) | set(scop.arrays) | {a.name for a in scop.arguments}
+        self.host_stem = fresh_stem("_h", user_names)
+        self.coord_stem = fresh_stem("_p", user_names)
 
     # ----- the walk over the tree ------------------------------------------------------------
     def steps(self, node: isl.ScheduleNode, host: tuple) -> list[HostStep]:
@@ -122,7 +128,7 @@ class _Mapper:
         n = node.band_n_member()
         member = node.band_get_partial_schedule().get_at(0)
         inner = node.band_split(1).child(0) if n > 1 else node.child(0)
-        var = f"_h{len(host)}"
+        var = f"{self.host_stem}{len(host)}"
         body = self.steps(inner, host + ((member, var),))
         if not any(k.coords for k in kernels_in(body)):  # one sequential kernel instead
             return [self.kernel(node, 0, host)]
@@ -167,7 +173,7 @@ class _Mapper:
         n_coords = len(members)
         order = self.coalescing_order(members)
         members = [members[k] for k in order]
-        coords = tuple(f"_p{k}" for k in range(n_coords))
+        coords = tuple(f"{self.coord_stem}{k}" for k in range(n_coords))
         values = _image(domain, *members)
         lower, upper = zip(*(self.bounds(values, d) for d in range(n_coords)))
         valid = _as_params(values, coords)

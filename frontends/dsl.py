@@ -24,6 +24,7 @@ import islpy as isl
 
 from polyopt import expr as E
 from polyopt.affine import ISL_COMPARE, NotAffine, isl_text
+from polyopt.islutil import ISL_KEYWORDS, isl_safe_name
 from polyopt.errors import FrontendError
 from polyopt.scop import Argument, Array, Scop, Statement
 from polyopt.types import ELEMENT_TYPES, DType, as_dtype, boolean, f64, i64
@@ -121,7 +122,11 @@ class _Scope:
     scalars: dict[str, DType]
     arrays: dict[str, Array]
     locals: dict[str, DType] = field(default_factory=dict)
+    #: the loop iterators in scope, as spelled in isl text (and in the Scop)
     iterators: list[str] = field(default_factory=list)
+    #: Python spelling -> isl spelling of the iterators in scope (they differ only where isl
+    #: reserves the Python name: ``for mod in range(N)`` iterates ``mod_``)
+    spellings: dict[str, str] = field(default_factory=dict)
 
 
 class _Parser:
@@ -159,6 +164,9 @@ class _Parser:
         if func is None:
             raise self.error(None, "expected a function definition")
         self.func = func
+        #: every name the function mentions: a renamed iterator takes none of them
+        self.names = {n.id for n in ast.walk(func) if isinstance(n, ast.Name)} | {
+            a.arg for a in ast.walk(func) if isinstance(a, ast.arg)}
         arguments, scope = self._signature(func)
         self.scope = scope
         body = [s for s in func.body if not _is_docstring(s)]
@@ -197,6 +205,10 @@ class _Parser:
         for array in arrays.values():
             for extent in array.shape:
                 params |= _free_names(extent)
+        reserved = sorted(params & ISL_KEYWORDS)
+        if reserved:
+            raise self.error(func, f"size parameter '{reserved[0]}' is a word isl reserves; "
+                                   "give the size another name")
         clash = params & (set(scalars) | set(arrays))
         if clash:
             raise self.error(func, f"'{sorted(clash)[0]}' is used as an array extent and as a data argument")
@@ -282,9 +294,10 @@ class _Parser:
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
                 and call.func.id == "range" and 1 <= len(call.args) <= 3 and not call.keywords):
             raise self.error(call, "loops must iterate over range(hi), range(lo, hi) or range(lo, hi, step)")
-        if var in self.scope.iterators or var in self.scope.params or var in self.scope.arrays \
+        if var in self.scope.spellings or var in self.scope.params or var in self.scope.arrays \
                 or var in self.scope.scalars or var in self.scope.locals:
             raise self.error(node.target, f"loop variable '{var}' shadows another name")
+        python_name, var = var, isl_safe_name(var, self.names)
         args = call.args
         lo_node, hi_node = (ast.Constant(0), args[0]) if len(args) == 1 else (args[0], args[1])
         step = 1
@@ -302,10 +315,12 @@ class _Parser:
             start = self._affine(lo_node, allow_min_max=True)
             cons.append(f"({var} - {start}) mod {abs(step)} = 0")
         self.scope.iterators.append(var)
+        self.scope.spellings[python_name] = var
         try:
             body = self._block(node.body, conditions + cons)
         finally:
             self.scope.iterators.pop()
+            del self.scope.spellings[python_name]
         return Loop(var, step, body)
 
     def _bound(self, node: ast.expr, *, lower: bool) -> list[str]:
@@ -393,7 +408,7 @@ class _Parser:
 
     def _local_target(self, target: ast.Name, node, value: E.Expr | None) -> E.Access:
         name = target.id
-        if name in self.scope.params or name in self.scope.iterators:
+        if name in self.scope.params or name in self.scope.spellings:
             raise self.error(target, f"cannot assign to size parameter or loop variable '{name}'")
         if name in self.scope.scalars or name in self.scope.arrays:
             raise self.error(target, f"cannot assign to argument '{name}' (assign to an array element)")
@@ -472,8 +487,8 @@ class _Parser:
 
     def _name(self, node: ast.Name) -> E.Expr:
         name, scope = node.id, self.scope
-        if name in scope.iterators:
-            return E.Var(name, "iter")
+        if name in scope.spellings:
+            return E.Var(scope.spellings[name], "iter")
         if name in scope.params:
             return E.Var(name, "param")
         if name in scope.scalars:

@@ -17,6 +17,7 @@ import islpy as isl
 
 from polyopt.deps import Dependences
 from polyopt.errors import ScheduleError
+from polyopt.islutil import isl_options
 from polyopt.farkas import Constraints, Form, Unknowns, basic_maps, linear, nonnegative_on, var
 from polyopt.levels import Edge, Level, Row, remaining_after, weak_components
 from polyopt.pluto import rank
@@ -31,15 +32,8 @@ EXACT_BUDGET = 300_000
 @contextmanager
 def operation_budget(operations: int):
     """Make isl give up (raise) after ``operations`` elementary steps inside the block."""
-    ctx = isl.DEFAULT_CONTEXT
-    previous = ctx.get_max_operations()
-    ctx.set_max_operations(operations)
-    ctx.reset_operations()
-    try:
+    with isl_options(max_operations=operations):
         yield
-    finally:
-        ctx.set_max_operations(previous)
-        ctx.reset_operations()
 
 
 class FeautrierScheduler:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
+from polyopt.islutil import fresh_stem
 from polyopt.scop import Scop
 
 #: per statement: (iterator coefficients, constant[, ((parameter, coefficient), ...)])
@@ -48,8 +49,9 @@ def delta_set(edge: Edge, row: Row, relation: str) -> isl.Map:
     """The points of ``edge`` where ``phi_sink(t) - phi_source(s) <relation>`` (e.g. ``"= 0"``)."""
     space = edge.relation.get_space()
     params = [space.get_dim_name(isl.dim_type.param, k) for k in range(space.dim(isl.dim_type.param))]
-    src = [f"s{k}" for k in range(space.dim(isl.dim_type.in_))]
-    dst = [f"t{k}" for k in range(space.dim(isl.dim_type.out))]
+    source_stem, sink_stem = fresh_stem("s", params), fresh_stem("t", params)
+    src = [f"{source_stem}{k}" for k in range(space.dim(isl.dim_type.in_))]
+    dst = [f"{sink_stem}{k}" for k in range(space.dim(isl.dim_type.out))]
     text = (f"[{', '.join(params)}] -> {{ {edge.source}[{', '.join(src)}] -> {edge.sink}[{', '.join(dst)}] : "
             f"({_phi(row, edge.sink, dst)}) - ({_phi(row, edge.source, src)}) {relation} }}")
     return isl.Map.from_basic_map(edge.relation).intersect(isl.Map(text))

@@ -13,6 +13,7 @@ import islpy as isl
 
 from polyopt.deps import Dependences, dependences
 from polyopt.errors import ScheduleError
+from polyopt.islutil import ISL_LOCK, isl_options
 from polyopt.scop import Scop
 
 
@@ -102,7 +103,8 @@ def schedule(scop: Scop, algorithm: str = "original", **options) -> Schedule:
     if algorithm not in _ALGORITHMS:
         raise ScheduleError(f"unknown scheduling algorithm {algorithm!r}; "
                             f"available: {', '.join(algorithms())}")
-    tree = _ALGORITHMS[algorithm](scop, dependences(scop), options)
+    with ISL_LOCK:  # isl's context is the process's: one thread in it at a time
+        tree = _ALGORITHMS[algorithm](scop, dependences(scop), options)
     described = ", ".join(f"{k}={v!r}" for k, v in options.items())
     return Schedule(scop, tree, algorithm, dict(options), (f"{algorithm}({described})",))
 
@@ -133,20 +135,16 @@ def _isl_scheduler(algorithm_code: int, name: str):
     check catches that.)"""
     def run(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
         _no_options(name, options)
-        ctx = isl.DEFAULT_CONTEXT
-        previous = ctx.get_schedule_algorithm()
-        ctx.set_schedule_algorithm(algorithm_code)
-        try:
-            constraints = (isl.ScheduleConstraints.on_domain(scop.domain)
-                           .set_context(scop.context)
-                           .set_validity(deps.all)
-                           .set_coincidence(deps.all)
-                           .set_proximity(deps.raw))  # PPCG's choice: bring flows close
-            return constraints.compute_schedule()
-        except isl.Error as exc:  # e.g. "unable to carry dependences": a typed refusal
-            raise ScheduleError(f"{name}: isl's scheduler found no schedule for {scop.name}: {exc}") from None
-        finally:
-            ctx.set_schedule_algorithm(previous)
+        with isl_options(schedule_algorithm=algorithm_code):
+            try:
+                constraints = (isl.ScheduleConstraints.on_domain(scop.domain)
+                               .set_context(scop.context)
+                               .set_validity(deps.all)
+                               .set_coincidence(deps.all)
+                               .set_proximity(deps.raw))  # PPCG's choice: bring flows close
+                return constraints.compute_schedule()
+            except isl.Error as exc:  # e.g. "unable to carry dependences": a typed refusal
+                raise ScheduleError(f"{name}: isl's scheduler found no schedule for {scop.name}: {exc}") from None
     return run
 
 

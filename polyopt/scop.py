@@ -12,6 +12,7 @@ import islpy as isl
 
 from polyopt.affine import extent_isl
 from polyopt.expr import Access, Expr
+from polyopt.islutil import fresh_stem
 from polyopt.types import DType
 
 
@@ -131,7 +132,8 @@ class Scop:
 
     def array_bounds(self, array: Array) -> isl.Set:
         """``{ A[d0, ...] : 0 <= dk < extent_k }`` as an isl set."""
-        dims = [f"d{k}" for k in range(len(array.shape))]
+        stem = fresh_stem("d", self.params)
+        dims = [f"{stem}{k}" for k in range(len(array.shape))]
         cons = " and ".join(f"0 <= {d} < {extent_isl(e, self.params)}"
                             for d, e in zip(dims, array.shape)) or "true"
         return isl.Set(f"[{', '.join(self.params)}] -> {{ {array.name}[{', '.join(dims)}] : {cons} }}")

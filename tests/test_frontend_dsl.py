@@ -3,6 +3,7 @@ accesses, original schedule) and the typing rules of statement bodies."""
 from __future__ import annotations
 
 import islpy as isl
+import numpy as np
 import pytest
 
 import polyopt as po
@@ -378,3 +379,72 @@ def k(A: f64["N", "N"], x: f64):
                             "S2[i, j] -> [1, i, 1, j]; S3[i] -> [1, i, 2, 0] }")
     assert sched.intersect_domain(k.scop.domain).is_equal(expected.intersect_domain(k.scop.domain))
     assert k.scop.statements[2].domain.is_equal(isl.Set("[N] -> { S2[i, j] : 0 <= i < N and 1 <= j < i }"))
+
+
+# ----- names isl reserves or polyopt uses inside its own isl text --------------------------------
+def _matches_interpreter(source: str, sizes: tuple[int, ...], **options) -> None:
+    kernel = po.kernel_from_source(source)
+    rng = np.random.default_rng(3)
+    arrays = [rng.random(size) for size in sizes]
+    expected = [a.copy() for a in arrays]
+    po.interpret(kernel, *expected)
+    po.compile(kernel, **options)(*arrays)
+    for got, want in zip(arrays, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_a_size_parameter_named_like_an_internal_isl_variable():
+    """``d0`` was the name of the array-bounds set's first dimension: the in-bounds parameter
+    set became ``d0 = 0`` and every call was refused."""
+    _matches_interpreter('''def k(A: f64["d0"]):
+    for i in range(d0):
+        A[i] = A[i] + 1.0
+''', ((7,),))
+
+
+def test_size_parameters_named_like_the_dependence_level_variables():
+    """``s0``/``t1`` named the source and sink dimensions in pluto's level analysis: the
+    parallel flags were computed on the wrong set, and the verifier refused the loop."""
+    source = '''def k(A: f64["s0", "t1"]):
+    for i in range(1, s0):
+        for j in range(t1):
+            A[i, j] = A[i - 1, j] * 2.0
+'''
+    kernel = po.kernel_from_source(source)
+    po.verify(kernel.scop, po.schedule(kernel.scop, "pluto"))
+    _matches_interpreter(source, ((9, 5),))
+    _matches_interpreter(source, ((9, 5),), tile=4)
+
+
+def test_loop_variables_named_like_isl_keywords():
+    source = '''def k(A: f64["N"], B: f64["N"]):
+    for floor in range(1, N):
+        for exists in range(N):
+            if exists % 2 == 0 and floor >= exists:
+                B[exists] = A[floor] + B[exists]
+    for mod in range(N):
+        for mod_ in range(mod):
+            A[mod] += B[mod_]
+'''
+    for algorithm in ("original", "pluto", "feautrier"):
+        _matches_interpreter(source, ((8,), (8,)), algorithm=algorithm)
+
+
+def test_a_size_parameter_isl_reserves_is_refused_with_its_name():
+    with pytest.raises(po.FrontendError, match="size parameter 'mod'"):
+        po.kernel_from_source('''def k(A: f64["mod"]):
+    for i in range(mod):
+        A[i] = 1.0
+''').scop
+
+
+def test_gpu_coordinates_and_host_loops_are_not_spelled_like_user_sizes():
+    source = '''def k(A: f64["_p0", "_h0"]):
+    for t in range(1, _h0):
+        for i in range(_p0):
+            A[i, t] = A[i, t - 1] + 1.0
+'''
+    cuda = po.cuda_source(po.kernel_from_source(source))
+    kernel_line = next(line for line in cuda.splitlines() if "__global__" in line)
+    parameters = [p.split()[-1].lstrip("*") for p in kernel_line.split("(", 1)[1].rstrip(")").split(",")]
+    assert len(parameters) == len(set(parameters)), kernel_line
