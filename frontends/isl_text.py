@@ -19,6 +19,7 @@ import islpy as isl
 from polyopt.affine import extent_isl
 from polyopt.errors import FrontendError
 from polyopt.frontends.dsl import _Parser, _Scope, _free_names
+from polyopt.islutil import maps_of
 from polyopt.scop import Argument, Array, Scop
 from polyopt.types import ELEMENT_TYPES, i64
 
@@ -72,6 +73,7 @@ def scop_from_isl(*, name: str, arrays: dict, statements: list[tuple[str, str]],
             raise FrontendError(f"statement {k}: the domain needs a tuple name, e.g. S{k}[i]", source_name="<isl>")
         scope.iterators = [space.get_dim_name(isl.dim_type.set, d) or f"i{d}"
                            for d in range(space.dim(isl.dim_type.set))]
+        scope.spellings = {iterator: iterator for iterator in scope.iterators}
         parser.filename = f"<isl statement {stmt_name}>"
         try:
             node = ast.parse(body).body
@@ -99,10 +101,50 @@ def scop_from_isl(*, name: str, arrays: dict, statements: list[tuple[str, str]],
         tree = _schedule(domain, built, schedule)
     except isl.Error as exc:
         raise FrontendError(f"cannot use the schedule {schedule!r}: {exc}", source_name="<isl>") from None
+    _check_orders_conflicts(built, tree, ctx)
     arguments = [Argument(p, "param", i64) for p in (params or [])]
     arguments += [Argument(n, "scalar", t) for n, t in scalar_types.items()]
     arguments += [Argument(n, "array", a.dtype) for n, a in array_specs.items()]
     return Scop(name, param_list, ctx, all_arrays, tuple(built), tree, tuple(arguments))
+
+
+def _check_orders_conflicts(statements, tree: isl.Schedule, context: isl.Set) -> None:
+    """Refuse a schedule that gives two instances touching the same array element (one of them
+    writing it) the same time: the program's meaning would depend on an order nobody chose
+    (dependence analysis, the interpreter and each scheduler could each pick another)."""
+    empty = isl.UnionMap.empty(context.get_space())
+    writes, accesses = empty, empty
+    for stmt in statements:
+        for ref in stmt.accesses:
+            relation = isl.UnionMap.from_map(ref.relation)
+            accesses = accesses.union(relation)
+            if ref.is_write:
+                writes = writes.union(relation)
+    conflicts = writes.apply_range(accesses.reverse())
+    conflicts = conflicts.union(conflicts.reverse())
+    domain = tree.get_domain()
+    conflicts = conflicts.subtract(isl.UnionMap.from_domain_and_range(domain, domain)
+                                   .intersect(isl.UnionSet.identity(domain)))
+    times = tree.get_map().intersect_domain(domain)
+    same_time = times.apply_range(times.reverse())
+    unordered = conflicts.intersect(same_time).intersect_params(context)
+    if unordered.is_empty():
+        return
+    pair = maps_of(unordered)[0]
+    point = pair.wrap().sample_point()
+    space = pair.get_space()
+
+    def values(kind, count: int, first: int = 0) -> list[int]:
+        return [point.get_coordinate_val(kind, first + k).to_python() for k in range(count)]
+    n_in, n_out = space.dim(isl.dim_type.in_), space.dim(isl.dim_type.out)
+    coords = values(isl.dim_type.set, n_in + n_out)
+    names = [space.get_dim_name(isl.dim_type.param, k) for k in range(space.dim(isl.dim_type.param))]
+    sizes = ", ".join(f"{n} = {v}" for n, v in zip(names, values(isl.dim_type.param, len(names))))
+    first = f"{space.get_tuple_name(isl.dim_type.in_)}{list(coords[:n_in])}"
+    second = f"{space.get_tuple_name(isl.dim_type.out)}{list(coords[n_in:])}"
+    raise FrontendError(f"the schedule gives {first} and {second} the same time{' (' + sizes + ')' if sizes else ''}, "
+                        "but one of them writes an array element the other reads or writes: their order "
+                        "is undefined; give them distinct times", source_name="<isl>")
 
 
 def _schedule(domain: isl.UnionSet, statements, text: str | None) -> isl.Schedule:

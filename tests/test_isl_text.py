@@ -219,3 +219,25 @@ def test_bad_schedules(schedule):
                          statements=[("[N] -> { S0[i] : 0 <= i < N }", "A[i] = 1.0"),
                                      ("[N] -> { S1[i] : 0 <= i < N }", "A[i] += 1.0")],
                          schedule=schedule)
+
+
+def test_a_schedule_that_leaves_dependent_instances_unordered_is_refused():
+    """S1 reads what S0 writes, and the schedule puts both at time 0: 'original' and the
+    interpreter ran one order, pluto and isl another. Refused, naming two such instances."""
+    statements = [("[N] -> { S0[i] : 0 <= i < N }", "B[i] = A[i] * 2.0"),
+                  ("[N] -> { S1[i] : 0 <= i < N }", "A[i] = B[i] + 1.0")]
+    arrays = {"A": "f64[N]", "B": "f64[N]"}
+    with pytest.raises(po.FrontendError, match=r"S\d\[0\] and S\d\[0\] the same time \(N = 1\)"):
+        po.scop_from_isl(name="tied", arrays=arrays, statements=statements,
+                         schedule="[N] -> { S0[i] -> [0]; S1[i] -> [0] }")
+    # the same time for instances that touch different elements (or only read) is fine
+    independent = [("[N] -> { S0[i] : 0 <= i < N }", "B[i] = A[i] * 2.0"),
+                   ("[N] -> { S1[i] : 0 <= i < N }", "C[i] = A[i] + 1.0")]
+    scop = po.scop_from_isl(name="free", arrays={**arrays, "C": "f64[N]"}, statements=independent,
+                            schedule="[N] -> { S0[i] -> [i]; S1[i] -> [i] }")
+    assert len(scop.statements) == 2
+    # within one statement too: every instance at time 0 while each reads its predecessor's write
+    with pytest.raises(po.FrontendError, match="the same time"):
+        po.scop_from_isl(name="chain", arrays=arrays,
+                         statements=[("[N] -> { S0[i] : 1 <= i < N }", "A[i] = A[i - 1] + 1.0")],
+                         schedule="[N] -> { S0[i] -> [0] }")
