@@ -1,4 +1,11 @@
-"""The ``polyopt`` command line: ``demo``, ``list``, ``show``, ``cc`` and ``bench``."""
+"""The ``polyopt`` command line: ``demo``, ``list``, ``show``, ``cc`` and ``bench``.
+
+Every subcommand runs under one error handler (:func:`main`): an error in the input (a C file
+polyopt cannot handle, a missing file, a kernel that fails) prints one line, ``polyopt: error:
+FILE:LINE:COL: message``, followed by the offending source line and a caret when they are known
+(as a compiler does), and exits with status 1; a usage error (an unknown kernel or option value)
+exits with status 2, as argparse's own do. ``--debug`` lets the Python traceback through instead.
+"""
 from __future__ import annotations
 
 import argparse
@@ -6,9 +13,21 @@ import sys
 
 import polyopt as po
 from polyopt.bench.cli import add_parser as add_bench_parser, run as run_bench
+from polyopt.errors import FrontendError, PolyoptError
+
+#: Exit statuses: bad input (the request was understood but failed), and bad usage.
+EXIT_INPUT, EXIT_USAGE = 1, 2
+
+
+class UsageError(Exception):
+    """A command line that names something that does not exist (a kernel, a ``--what`` part):
+    reported like argparse's own usage errors, with exit status 2."""
 
 
 def _show(args) -> None:
+    if args.kernel not in po.suite.names():
+        raise UsageError(f"unknown suite kernel {args.kernel!r}; choose from "
+                         f"{', '.join(po.suite.names())} (see 'polyopt list')")
     entry = po.suite.get(args.kernel)
     compiled = po.compile(entry.kernel, algorithm=args.algorithm)
     parts = {
@@ -20,15 +39,16 @@ def _show(args) -> None:
         "ir": lambda: compiled.llvm_ir,
         "asm-ir": lambda: compiled.optimized_ir,
     }
+    unknown = [part for part in args.what.split(",") if part not in parts]
+    if unknown:
+        raise UsageError(f"--what: unknown part {unknown[0]!r}; choose from {', '.join(parts)}")
     for part in args.what.split(","):
-        if part not in parts:
-            raise SystemExit(f"unknown part {part!r}; choose from {', '.join(parts)}")
         print(f"--- {part} ---")
         print(parts[part]())
 
 
-def _add_cc(commands) -> None:
-    cc = commands.add_parser("cc", help="source to source: each '#pragma scop' region of a C file, "
+def _add_cc(commands, common: argparse.ArgumentParser) -> None:
+    cc = commands.add_parser("cc", parents=[common], help="source to source: each '#pragma scop' region of a C file, "
                                         "optimized (OpenMP pragmas on parallel loops)")
     cc.add_argument("file")
     cc.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME[=VALUE]")
@@ -51,30 +71,45 @@ def _cc(args) -> None:
             out.write(text)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The whole command line; ``--debug`` is accepted before or after the subcommand."""
     parser = argparse.ArgumentParser(prog="polyopt", description=po.__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"polyopt {po.__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the Python traceback of an error instead of one line")
+    # the subcommands' copy must not reset a --debug given before the subcommand
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the Python traceback of an error instead of one line")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="gemm end to end: scop, dependences, schedule, C, check, speed")
+    demo = commands.add_parser("demo", parents=[common],
+                               help="gemm end to end: scop, dependences, schedule, C, check, speed")
     demo.add_argument("--size", default="LARGE", help="PolyBench preset for the timing (default LARGE)")
     demo.add_argument("--algorithm", default=po.runtime.DEFAULT_ALGORITHM, choices=po.algorithms())
     demo.add_argument("--kernel", default="gemm", help="suite kernel to show (default gemm)")
     demo.add_argument("--repeats", type=int, default=3)
-    commands.add_parser("list", help="the suite kernels and the scheduling algorithms")
-    show = commands.add_parser("show", help="print what polyopt makes of a suite kernel")
+    commands.add_parser("list", parents=[common], help="the suite kernels and the scheduling algorithms")
+    show = commands.add_parser("show", parents=[common], help="print what polyopt makes of a suite kernel")
     show.add_argument("kernel")
     show.add_argument("--algorithm", default=po.runtime.DEFAULT_ALGORITHM, choices=po.algorithms())
     show.add_argument("--what", default="scop,deps,schedule,c",
                       help="comma-separated: scop, deps, schedule, ast, c, ir, asm-ir")
-    _add_cc(commands)
-    add_bench_parser(commands)
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser.parse_args(argv)
+    _add_cc(commands, common)
+    add_bench_parser(commands).add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                                            help="show the Python traceback of an error instead of one line")
+    return parser
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Run the parsed subcommand; its exit status."""
     if args.command == "bench":
         return run_bench(args, argv)
     if args.command == "cc":
         _cc(args)
     elif args.command == "demo":
         from polyopt.demo import run_demo
+        if args.kernel not in po.suite.names():
+            raise UsageError(f"--kernel: unknown suite kernel {args.kernel!r} (see 'polyopt list')")
         run_demo(args.size, args.algorithm, args.kernel, args.repeats)
     elif args.command == "list":
         print("kernels:    " + " ".join(po.suite.names()))
@@ -82,6 +117,58 @@ def main(argv: list[str] | None = None) -> int:
     else:
         _show(args)
     return 0
+
+
+def error_lines(error: BaseException) -> list[str]:
+    """The report of ``error``: ``polyopt: error: WHERE: message``, then the rest of a
+    multi-line message; for a FrontendError in a readable file, the source line and a caret
+    under its column (a compiler's format)."""
+    if isinstance(error, FrontendError):
+        where = error.source_name + "".join(f":{n}" for n in (error.line, error.column) if n is not None)
+        lines = [f"polyopt: error: {where}: {error.reason}"]
+        source = _source_line(error.source_name, error.line)
+        if source is not None:
+            lines.append(source)
+            if error.column is not None:
+                lines.append("".join(c if c == "\t" else " " for c in source[:error.column - 1]) + "^")
+        elif error.construct:
+            lines.append(f"    {error.construct}")
+        return lines
+    if isinstance(error, OSError) and error.filename is not None:
+        return [f"polyopt: error: {error.filename}: {error.strerror}"]
+    text = str(error) if isinstance(error, (PolyoptError, OSError, UsageError)) else \
+        f"internal error: {type(error).__name__}: {error} (rerun with --debug for the traceback)"
+    first, *rest = text.splitlines() or [""]
+    return [f"polyopt: error: {first}", *rest]
+
+
+def _source_line(path: str, line: int | None) -> str | None:
+    """Line ``line`` (1-based) of the file ``path``, None when it cannot be read."""
+    if line is None:
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as source:
+            for number, text in enumerate(source, 1):
+                if number == line:
+                    return text.rstrip("\n")
+    except OSError:
+        return None
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``polyopt`` command; its exit status (0 success, 1 bad input, 2 bad usage)."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args, argv)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:  # every subcommand's errors are reported here, once
+        if args.debug:
+            raise
+        print("\n".join(error_lines(error)), file=sys.stderr)
+        return EXIT_USAGE if isinstance(error, UsageError) else EXIT_INPUT
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import numpy as np
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.cuda import CudaSource, cuda_source as emit_cuda
 from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel, map_to_gpu
-from polyopt.errors import TargetUnavailableError
+from polyopt.errors import ArgumentError, TargetUnavailableError
 from polyopt.interpreter import evaluate
 from polyopt.runtime import (DEFAULT_ALGORITHM, _CACHE, CompiledKernel, _cache_key,
                              bind_arguments)
@@ -160,7 +160,7 @@ class CudaKernel:
             if not is_cupy(value):
                 return value
             if not value.flags.c_contiguous:
-                raise ValueError(f"{self.scop.name}(): array '{name}' must be C-contiguous")
+                raise ArgumentError(f"{self.scop.name}(): array '{name}' must be C-contiguous")
             on_device[name] = value
             return np.empty(value.shape, value.dtype)  # untouched pages: no real allocation
 
@@ -248,8 +248,8 @@ def _check_device_aliasing(kernel: str, arrays: dict, written: set[str]) -> None
             x, y = arrays[a], arrays[b]
             if (a in written or b in written) and x.size and y.size and \
                     x.data.ptr < y.data.ptr + y.nbytes and y.data.ptr < x.data.ptr + x.nbytes:
-                raise ValueError(f"{kernel}(): arrays '{a}' and '{b}' overlap in memory; "
-                                 "the kernel assumes distinct arrays")
+                raise ArgumentError(f"{kernel}(): arrays '{a}' and '{b}' overlap in memory; "
+                                    "the kernel assumes distinct arrays")
 
 
 def compile_cuda(kernel, *, algorithm: str = DEFAULT_ALGORITHM, **options) -> CudaKernel:

@@ -96,3 +96,44 @@ class BenchmarkError(PolyoptError):
 
 class TargetUnavailableError(PolyoptError, ValueError):
     """The requested target cannot run here (CUDA without CuPy or without a GPU)."""
+
+
+class ArgumentError(PolyoptError, ValueError):
+    """A call argument with a wrong value: an array's shape, rank or layout, overlapping
+    arrays, sizes outside the kernel's valid parameters, a bad thread count. A ValueError too,
+    so ``except ValueError`` code keeps working."""
+
+
+class ArgumentTypeError(PolyoptError, TypeError):
+    """A call argument of the wrong kind or element type, or a missing/unknown argument. A
+    TypeError too, as Python's own calls raise."""
+
+
+class ArgumentRangeError(ArgumentError, OverflowError):
+    """An integer argument (a size parameter or an integer scalar) outside its native type's
+    range: passed on, it would wrap (``2**64 + 3`` runs 3 steps). ``name`` is the parameter."""
+
+    def __init__(self, message: str, *, name: str):
+        self.name = name
+        super().__init__(message)
+
+
+class KernelZeroDivisionError(PolyoptError, ZeroDivisionError):
+    """Integer ``//``, ``%`` (or C's ``/``, ``%``) by zero in a kernel's data, raised after the
+    native call returns (the native code does not trap; what it stored is unspecified)."""
+
+
+class LoopTranslationError(CodegenError):
+    """Generated loops that differ from the schedule they were generated from (isl's AST
+    generator has been seen to drop statement instances): ``statement`` and ``instance`` name a
+    concrete instance, ``parameters`` the parameter values where it goes wrong, ``problem`` what
+    the loops do with it (never run, run twice, run out of order or on racing threads)."""
+
+    def __init__(self, statement: str, instance: str, parameters: dict[str, int], problem: str):
+        self.statement = statement
+        self.instance = instance
+        self.parameters = parameters
+        self.problem = problem
+        params = ", ".join(f"{k}={v}" for k, v in parameters.items())
+        super().__init__(f"the generated loops differ from the schedule: {instance} {problem}"
+                         f"{' (' + params + ')' if params else ''}")
