@@ -2,7 +2,11 @@
 
 Arrays are passed as flat pointers and viewed through variable-length-array pointer casts, so
 the body reads ``C[i][j]`` exactly like the kernel. Python's floor division and modulo are
-emitted as small inline helpers.
+emitted as small inline helpers that do not trap: ``x // -1`` is ``-x`` wrapped (as in the LLVM
+kernel and numpy), and a zero divisor gives 0 -- this C has no channel to report it, where the
+LLVM kernel raises ZeroDivisionError. C's own ``/`` and ``%`` (a C scop's, ``tdiv``/``tmod``)
+are written as C's operators, keeping the C program's semantics. The CUDA emitter uses the
+same helpers (a GPU does not trap on integer division either).
 """
 from __future__ import annotations
 
@@ -16,8 +20,10 @@ _PRELUDE = """\
 #include <math.h>
 #include <stdint.h>
 
-static inline long pl_floordiv(long a, long b) { long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
-static inline long pl_mod(long a, long b) { long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline long pl_floordiv(long a, long b) { if (b == 0) return 0; if (b == -1) return (long)(0UL - (unsigned long)a); long q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline long pl_mod(long a, long b) { if (b == 0 || b == -1) return 0; long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline unsigned long pl_udiv(unsigned long a, unsigned long b) { return b ? a / b : 0; }
+static inline unsigned long pl_umod(unsigned long a, unsigned long b) { return b ? a % b : 0; }
 static inline double pl_fmod(double a, double b) { double r = fmod(a, b); return r != 0 ? (((r < 0) != (b < 0)) ? r + b : r) : copysign(0.0, b); }
 static inline float pl_fmodf(float a, float b) { float r = fmodf(a, b); return r != 0 ? (((r < 0) != (b < 0)) ? r + b : r) : copysignf(0.0f, b); }
 static inline double pl_ffloordiv(double a, double b) { double r = fmod(a, b), d = (a - r) / b; if (r != 0 && ((r < 0) != (b < 0))) d -= 1.0; if (d == 0) return copysign(0.0, a / b); double f = floor(d); return d - f > 0.5 ? f + 1.0 : f; }
@@ -29,8 +35,9 @@ _MATH_F64 = {"sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "c
 
 
 def _ctype(dtype: DType) -> str:
-    return {"f32": "float", "f64": "double", "f80": "long double", "i32": "int32_t", "i64": "int64_t",
-            "bool": "int"}[dtype.name]
+    if dtype.is_float:
+        return {"f32": "float", "f64": "double", "f80": "long double"}[dtype.name]
+    return "int" if dtype.name == "bool" else f"{'u' if dtype.unsigned else ''}int{dtype.bits}_t"
 
 
 def _math_name(func: str, dtype: DType) -> str:
@@ -63,6 +70,8 @@ class _CExpr:
         if isinstance(e, E.Const):
             if e.dtype.is_float:
                 text = repr(float(e.value)) + ("f" if e.dtype.name == "f32" else "")
+            elif e.dtype.unsigned:
+                text = f"{int(e.value) % 2**e.dtype.bits}u" + ("L" if e.dtype.bits == 64 else "")
             else:
                 text = f"{int(e.value)}" if -2**31 <= e.value < 2**31 else f"{int(e.value)}L"
             return text, (_PRIMARY if e.value >= 0 else _UNARY)
@@ -91,6 +100,9 @@ class _CExpr:
         if op in ("min", "max"):  # Python: min(a, b) is b only when b < a
             a, b = self.at(e.lhs, _REL + 1), self.at(e.rhs, _REL + 1)
             return f"{b} {'<' if op == 'min' else '>'} {a} ? {b} : {a}", _COND
+        if op in ("//", "%") and t.unsigned:  # floor is truncation; the helper guards the divisor
+            helper = "pl_udiv" if op == "//" else "pl_umod"
+            return f"({_ctype(t)}){helper}({self(e.lhs)}, {self(e.rhs)})", _UNARY
         if op == "//":  # Python's float floor division, like its % (1.0 // 0.1 == 9.0)
             helper = ("pl_ffloordivf" if t.name == "f32" else "pl_ffloordiv") if t.is_float else "pl_floordiv"
             return f"{helper}({self(e.lhs)}, {self(e.rhs)})", _PRIMARY

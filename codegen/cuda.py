@@ -181,7 +181,9 @@ def _prelude() -> str:
         if line.startswith("#include"):
             continue
         lines.append(line.replace("static inline", "__device__ inline"))
-    return ("#ifdef __CUDACC_RTC__\ntypedef int int32_t;\ntypedef long long int64_t;\n#else\n"
+    return ("#ifdef __CUDACC_RTC__\ntypedef signed char int8_t;\ntypedef unsigned char uint8_t;\n"
+            "typedef short int16_t;\ntypedef unsigned short uint16_t;\ntypedef int int32_t;\n"
+            "typedef unsigned int uint32_t;\ntypedef long long int64_t;\ntypedef unsigned long long uint64_t;\n#else\n"
             "#include <stdint.h>\n#endif\n" + "\n".join(lines) + "\n")
 
 

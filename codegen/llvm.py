@@ -22,7 +22,10 @@ parallel loop (a wavefront) is outlined whole: every thread walks the fronts, sh
 parallel loop and meets the others at ``GOMP_barrier``; code outside the parallel loops runs on
 thread 0 only. A parallel loop inside another one's chunk runs sequentially. The kernel function
 takes the team size as one extra, last ``i32`` argument after
-:func:`~polyopt.codegen.ast.abi_arguments`.
+:func:`~polyopt.codegen.ast.abi_arguments`, and returns an ``i32`` status: integer division or
+remainder by zero does not trap (the divisor is guarded), it sets the status to
+:data:`STATUS_ZERO_DIVISION` (atomically: any thread may) and the runtime raises
+ZeroDivisionError after the call.
 
 Innermost loops the schedule proves parallel carry ``llvm.loop.vectorize.enable`` and put their
 array accesses in an access group named by ``llvm.loop.parallel_accesses``, so the vectorizer needs
@@ -59,6 +62,9 @@ _FLOAT_FLAGS = ("contract",)
 _INTRINSICS = {"sqrt": "llvm.sqrt", "exp": "llvm.exp", "log": "llvm.log", "sin": "llvm.sin",
                "cos": "llvm.cos", "pow": "llvm.pow", "floor": "llvm.floor", "abs": "llvm.fabs"}
 _FCMP = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "==", "!=": "!="}
+#: The kernel function's return value: it ran to the end without error, or it divided an integer
+#: by zero (it still ran to the end; the quotient was taken as if the divisor were one).
+STATUS_OK, STATUS_ZERO_DIVISION = 0, 1
 
 
 class _X86FP80Type(ir.Type):
@@ -79,8 +85,11 @@ class _X86FP80Type(ir.Type):
 
 
 def llvm_type(dtype: DType) -> ir.Type:
-    return {"f32": ir.FloatType(), "f64": ir.DoubleType(), "f80": _X86FP80Type(), "i32": _I32, "i64": _I64,
-            "bool": _I1}[dtype.name]
+    """The IR type of ``dtype``; LLVM's integers carry no sign (u8 and i8 are both ``i8``): the
+    operations choose it (:meth:`_FunctionEmitter.binary`, :meth:`_FunctionEmitter.convert`)."""
+    if dtype.is_float:
+        return {"f32": ir.FloatType(), "f64": ir.DoubleType(), "f80": _X86FP80Type()}[dtype.name]
+    return ir.IntType(dtype.bits)
 
 
 class _Distinct(ir.values.NamedValue):
@@ -180,12 +189,17 @@ class _FunctionEmitter:
         # llvmlite knows only enum attributes; string attributes go into the set as they are
         set.add(function.attributes, f'"prefer-vector-width"="{_widest_vector_bits()}"')
         self.builder = ir.IRBuilder(function.append_basic_block("entry"))
+        # whether this function divided by zero: an "or" along its loops (a reduction the
+        # vectorizer handles), reported into the status once at its end (:meth:`finish`)
+        self.zero_division = self.builder.alloca(_I1, name="zero_division")
+        self.builder.store(ir.Constant(_I1, 0), self.zero_division)
         self.values: dict[str, ir.Value] = {}
         self.pointers: dict[str, ir.Value] = {}
         self.strides: dict[str, list[ir.Value]] = {}
         self.loop_slots: dict[str, ir.Value] = {}
         self.registers: dict[E.Access, ir.Value] = {}  # promoted elements in the loop being emitted
         self.threads: ir.Value | None = None  # the kernel's team-size argument
+        self.status: ir.Value | None = None  # the i32 slot of the kernel's status (_STATUS_*)
         self.team: tuple[ir.Value, ir.Value] | None = None  # (thread number, team size), i64
         self.access_group: _Distinct | None = None  # of the innermost parallel loop being emitted
         self.innermost_var: str | None = None  # iterator of the innermost loop being emitted
@@ -196,10 +210,11 @@ class _FunctionEmitter:
     @classmethod
     def kernel(cls, module: ir.Module, scop: Scop, name: str, parallel: bool,
                reassociate: bool = False) -> "_FunctionEmitter":
-        """The kernel function: :func:`abi_arguments`, then the ``i32`` team size."""
+        """The kernel function: :func:`abi_arguments`, then the ``i32`` team size; it returns
+        its ``i32`` status (:data:`STATUS_OK` or :data:`STATUS_ZERO_DIVISION`)."""
         args = abi_arguments(scop)
         types = [_PTR if a.kind == "array" else llvm_type(a.dtype) for a in args] + [_I32]
-        function = ir.Function(module, ir.FunctionType(ir.VoidType(), types), name=name)
+        function = ir.Function(module, ir.FunctionType(_I32, types), name=name)
         self = cls(module, scop, function, "spawn" if parallel else "serial")
         if reassociate:
             self.sum_flags = ("reassoc", "contract")
@@ -213,6 +228,8 @@ class _FunctionEmitter:
                 self.values[arg.name] = value
         self.threads = function.args[-1]
         self.threads.name = "num_threads"
+        self.status = self.builder.alloca(_I32, name="status")
+        self.builder.store(ir.Constant(_I32, STATUS_OK), self.status)
         self.strides = {name: self._strides(array.shape) for name, array in scop.arrays.items()
                         if not array.local}
         for array in scop.arrays.values():
@@ -434,7 +451,7 @@ class _FunctionEmitter:
                 region._shared_loop(node)
             else:
                 region.emit(node)
-        region.builder.ret_void()
+        region.finish()
         b = self.builder
         variables = [value for _, _, value in captured]
         frame = ir.LiteralStructType([v.type for v in variables])
@@ -451,6 +468,7 @@ class _FunctionEmitter:
         found += [("value", n, b.load(slot, typ=_I64)) for n, slot in self.loop_slots.items()]
         found += [("pointer", n, p) for n, p in self.pointers.items()]
         found += [("stride", (n, k), s) for n, ss in self.strides.items() for k, s in enumerate(ss)]
+        found.append(("status", None, self.status))
         return [item for item in found if not isinstance(item[2], ir.Constant)]
 
     @classmethod
@@ -472,6 +490,8 @@ class _FunctionEmitter:
             elif kind == "pointer":
                 arg.add_attribute("noalias")
                 self.pointers[key] = arg
+            elif kind == "status":
+                self.status = arg
             else:
                 self.strides[key[0]][key[1]] = arg
         b = self.builder
@@ -582,21 +602,26 @@ class _FunctionEmitter:
         return phi
 
     def convert(self, value: ir.Value, source: DType, target: DType) -> ir.Value:
+        """C's conversions: integers widen by their source's signedness and narrow by wrapping
+        (keeping the low bits); floats convert to and from signed or unsigned integers."""
         b, to = self.builder, llvm_type(target)
-        if source.name == "bool":
-            return b.uitofp(value, to) if target.is_float else b.zext(value, to)
+        unsigned = source.unsigned or source.name == "bool"
         if source.is_float and target.is_float:
             return b.fpext(value, to) if target.bits > source.bits else b.fptrunc(value, to)
         if source.is_float:
-            return b.fptosi(value, to)
+            return b.fptoui(value, to) if target.unsigned else b.fptosi(value, to)
         if target.is_float:
-            return b.sitofp(value, to)
+            return b.uitofp(value, to) if unsigned else b.sitofp(value, to)
         if target.bits == source.bits:
             return value
-        return b.sext(value, to) if target.bits > source.bits else b.trunc(value, to)
+        if target.bits < source.bits:
+            return b.trunc(value, to)
+        return b.zext(value, to) if unsigned else b.sext(value, to)
 
     def call(self, e: E.Call) -> ir.Value:
         args = [self.expr(a) for a in e.args]
+        if e.func == "abs" and e.dtype.unsigned:
+            return args[0]
         if e.func == "abs" and not e.dtype.is_float:
             negative = self.builder.icmp_signed("<", args[0], ir.Constant(args[0].type, 0))
             return self.builder.select(negative, self.builder.neg(args[0]), args[0])
@@ -631,14 +656,12 @@ class _FunctionEmitter:
             false, true = E.Const(0, e.dtype), E.Const(1, e.dtype)
             return self.select(e.lhs, e.rhs, false) if op == "and" else self.select(e.lhs, true, e.rhs)
         x, y = self.expr(e.lhs), self.expr(e.rhs)
+        compare = b.fcmp_ordered if t.is_float else b.icmp_unsigned if t.unsigned else b.icmp_signed
         if op in E.COMPARISON_OPS:
-            if t.is_float:
-                return b.fcmp_unordered(op, x, y) if op == "!=" else b.fcmp_ordered(op, x, y)
-            return b.icmp_signed(op, x, y)
+            return b.fcmp_unordered(op, x, y) if t.is_float and op == "!=" else compare(op, x, y)
         if op in ("min", "max"):  # Python: min(a, b) = b if b < a else a
-            better = (b.fcmp_ordered if t.is_float else b.icmp_signed)("<" if op == "min" else ">", y, x)
-            return b.select(better, y, x)
-        return self._float_arith(op, x, y, t) if t.is_float else self._int_arith(op, x, y)
+            return b.select(compare("<" if op == "min" else ">", y, x), y, x)
+        return self._float_arith(op, x, y, t) if t.is_float else self._int_arith(op, x, y, t)
 
     def _int_power(self, base: ir.Value, exponent: int) -> ir.Value:
         """``base ** exponent`` by squaring and multiplying (wrapping like C on overflow)."""
@@ -692,23 +715,57 @@ class _FunctionEmitter:
             return self.module.globals[full]
         return ir.Function(self.module, ir.FunctionType(t, [t] * arity), name=full)
 
-    def _int_arith(self, op: str, x, y) -> ir.Value:
+    def finish(self) -> None:
+        """End the function: report a division by zero into the status (atomically: every
+        thread of a team may), then return (the kernel returns its status)."""
         b = self.builder
-        simple = {"+": b.add, "-": b.sub, "*": b.mul, "tdiv": b.sdiv, "tmod": b.srem}
+        with b.if_then(b.load(self.zero_division, typ=_I1), likely=False):
+            b.store_atomic(ir.Constant(_I32, STATUS_ZERO_DIVISION), self.status, "monotonic", 4)
+        if self.function.function_type.return_type == _I32:  # the kernel
+            b.ret(b.load(self.status, typ=_I32))
+        else:  # an outlined region
+            b.ret_void()
+
+    def _int_arith(self, op: str, x, y, t: DType) -> ir.Value:
+        b = self.builder
+        simple = {"+": b.add, "-": b.sub, "*": b.mul}
         if op in simple:
             return simple[op](x, y)
-        zero = ir.Constant(x.type, 0)
-        if op == "//":
-            q, r = b.sdiv(x, y), b.srem(x, y)
-            fix = b.and_(b.icmp_signed("!=", r, zero),
-                         b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero)))
-            return b.sub(q, b.zext(fix, x.type))
-        if op == "%":
-            r = b.srem(x, y)
-            fix = b.and_(b.icmp_signed("!=", r, zero),
-                         b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero)))
-            return b.select(fix, b.add(r, y), r)
+        if op in ("//", "%", "tdiv", "tmod"):
+            return self._int_division(op, x, y, t)
         raise CodegenError(f"unsupported integer operator {op}")
+
+    def _int_division(self, op: str, x, y, t: DType) -> ir.Value:
+        """Integer floor (``//``, ``%``) or truncating (``tdiv``, ``tmod``) division that never
+        traps: a zero divisor sets the status to :data:`STATUS_ZERO_DIVISION` (the runtime then
+        raises ZeroDivisionError) and divides by one instead; ``x // -1`` is ``-x`` wrapped at
+        the type's width (``INT64_MIN // -1 == INT64_MIN``, numpy's result; ``sdiv`` would trap)
+        and ``x % -1`` is 0. Unsigned types divide unsigned (``udiv``: floor is truncation). A
+        constant divisor other than 0 and -1 (isl's bounds) needs no guard."""
+        b = self.builder
+        zero, one = ir.Constant(x.type, 0), ir.Constant(x.type, 1)
+        guarded = not isinstance(y, ir.Constant) or y.constant in (0, -1)
+        minus_one = None
+        if guarded:
+            by_zero = b.icmp_signed("==", y, zero)
+            b.store(b.or_(b.load(self.zero_division, typ=_I1), by_zero), self.zero_division)
+            unsafe = by_zero
+            if not t.unsigned:
+                minus_one = b.icmp_signed("==", y, ir.Constant(x.type, -1))
+                unsafe = b.or_(by_zero, minus_one)
+            y = b.select(unsafe, one, y)
+        if t.unsigned:  # floor and truncation agree
+            return b.udiv(x, y) if op in ("//", "tdiv") else b.urem(x, y)
+        q, r = b.sdiv(x, y), b.srem(x, y)
+        if minus_one is not None:
+            q = b.select(minus_one, b.neg(x), q)
+        if op == "tdiv":
+            return q
+        if op == "tmod":
+            return r
+        fix = b.and_(b.icmp_signed("!=", r, zero),
+                     b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero)))
+        return b.sub(q, b.zext(fix, x.type)) if op == "//" else b.select(fix, b.add(r, y), r)
 
 
 def llvm_ir(scop: Scop, loops: Node, function_name: str, *, parallel: bool | None = None,
@@ -723,7 +780,7 @@ def llvm_ir(scop: Scop, loops: Node, function_name: str, *, parallel: bool | Non
     emitter = _FunctionEmitter.kernel(module, scop, function_name,
                                       openmp_available() if parallel is None else parallel, reassociate)
     emitter.emit(loops)
-    emitter.builder.ret_void()
+    emitter.finish()
     return str(module)
 
 

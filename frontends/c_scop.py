@@ -47,7 +47,7 @@ from polyopt.errors import FrontendError
 from polyopt.frontends.common import assemble_scop, build_statement, domain_set
 from polyopt.frontends.schedule_tree import Leaf, Loop
 from polyopt.scop import Argument, Array, Scop
-from polyopt.types import DType, boolean, f32, f64, i32, i64
+from polyopt.types import DType, boolean, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 
 try:
     from pycparser import c_ast, c_generator, c_parser
@@ -145,11 +145,13 @@ def _base_type(names: list[str]) -> DType | None:
         return f32
     if words == {"void"}:
         return None
-    if words <= {"char", "short", "int", "long", "_Bool"} and "long" in names:
-        return i64
-    if words <= {"char", "short", "int", "_Bool"} or not words:
-        return i32
-    raise ValueError(" ".join(names))
+    if not words <= {"char", "short", "int", "long", "_Bool"}:
+        raise ValueError(" ".join(names))
+    unsigned = "unsigned" in names  # x86-64: char is signed, short 16 bits, long 64
+    for word, signed_type, unsigned_type in (("char", i8, u8), ("short", i16, u16), ("long", i64, u64)):
+        if word in words:
+            return unsigned_type if unsigned else signed_type
+    return u32 if unsigned else i32
 
 
 @dataclass(frozen=True)

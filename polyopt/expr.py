@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from polyopt.types import DType, boolean, f64, i64, promote
+from polyopt.types import DType, boolean, f64, i64, integer_promotion, promote
 
 #: Binary operators. Arithmetic keeps Python semantics: "//" and "%" are floor division and
 #: floor modulo; "tdiv"/"tmod" are C's truncating ones (only produced by the AST translation,
@@ -148,16 +148,17 @@ def substitute(expr: Expr, replace: Callable[[Expr], Expr | None]) -> Expr:
 # --- typed constructors: the typing rules live here, once ---------------------------------------
 
 def _operand_type(a: Expr, b: Expr) -> DType:
-    """Common type of two operands, letting weak literals adopt the other side's type.
+    """Common type of two operands, letting weak literals adopt the other side's type (integer
+    types narrower than i32 compute as i32, C's integer promotion: see :func:`promote`).
 
     A boolean mixed with a number is an integer, as in Python (``True + 1 == 2``).
     """
     a_weak = isinstance(a, Const) and a.weak
     b_weak = isinstance(b, Const) and b.weak
     if a_weak and not b_weak:
-        common = b.dtype if (b.dtype.is_float or not a.dtype.is_float) else f64
+        common = promote(b.dtype, b.dtype) if (b.dtype.is_float or not a.dtype.is_float) else f64
     elif b_weak and not a_weak:
-        common = a.dtype if (a.dtype.is_float or not b.dtype.is_float) else f64
+        common = promote(a.dtype, a.dtype) if (a.dtype.is_float or not b.dtype.is_float) else f64
     else:
         common = promote(a.dtype, b.dtype)
     return i64 if common == boolean and a.dtype != b.dtype else common
@@ -237,6 +238,7 @@ def select(cond: Expr, then: Expr, otherwise: Expr) -> Expr:
 def negate(operand: Expr) -> Expr:
     if operand.dtype == boolean:  # -True == -1
         operand = cast(operand, i64)
+    operand = cast(operand, integer_promotion(operand.dtype))  # C: -c of a char is an int
     if isinstance(operand, Const):
         return Const(-operand.value, operand.dtype, operand.weak)
     return Unary("neg", operand, operand.dtype)

@@ -17,14 +17,17 @@ def evaluate(e: E.Expr, env: dict, arrays: dict):
     """Value of ``e`` with names from ``env`` and array elements from ``arrays``.
 
     Floating-point values are numpy scalars of the node's type (so f32 arithmetic rounds like
-    the generated code); integers are Python ints with floor ``//`` and ``%``.
+    the generated code); integers are Python ints with floor ``//`` and ``%`` (a zero divisor
+    raises ZeroDivisionError, as the compiled kernel does), wrapped to their type's width and
+    signedness after each operation as the generated code wraps (``INT64_MIN // -1`` is
+    ``INT64_MIN``, numpy's result).
     """
     if isinstance(e, E.Const):
         return _typed(e.value, e.dtype)
     if isinstance(e, E.Var):
         return env[e.name]
     if isinstance(e, E.Access):
-        return arrays[e.array][tuple(int(evaluate(i, env, arrays)) for i in e.indices)]
+        return _typed(arrays[e.array][tuple(int(evaluate(i, env, arrays)) for i in e.indices)], e.dtype)
     if isinstance(e, E.Unary):
         value = evaluate(e.operand, env, arrays)
         return (not value) if e.op == "not" else -value
@@ -36,6 +39,9 @@ def evaluate(e: E.Expr, env: dict, arrays: dict):
     if isinstance(e, E.Call):
         args = [evaluate(a, env, arrays) for a in e.args]
         return _typed(_MATH[e.func](*args), e.dtype)
+    if isinstance(e, E.Binary) and e.op in E.LOGICAL_OPS:  # short-circuit, as Python and the code
+        x = bool(evaluate(e.lhs, env, arrays))
+        return x if x == (e.op == "or") else bool(evaluate(e.rhs, env, arrays))
     if isinstance(e, E.Binary):
         x, y = evaluate(e.lhs, env, arrays), evaluate(e.rhs, env, arrays)
         return _typed(_BINARY[e.op](x, y), e.dtype)
@@ -47,7 +53,13 @@ def _typed(value, dtype):
         return bool(value)
     if dtype.is_float:
         return dtype.numpy.type(value)
-    return int(value)
+    return _wrapped(int(value), dtype)
+
+
+def _wrapped(value: int, dtype) -> int:
+    """``value`` modulo 2**bits, in the range of the integer type ``dtype`` (two's complement)."""
+    value &= (1 << dtype.bits) - 1
+    return value - (1 << dtype.bits) if not dtype.unsigned and value >> (dtype.bits - 1) else value
 
 
 def _truncating_div(x, y):
@@ -65,7 +77,6 @@ _BINARY = {
     "min": lambda x, y: y if y < x else x, "max": lambda x, y: y if y > x else x,
     "<": lambda x, y: x < y, "<=": lambda x, y: x <= y, ">": lambda x, y: x > y,
     ">=": lambda x, y: x >= y, "==": lambda x, y: x == y, "!=": lambda x, y: x != y,
-    "and": lambda x, y: bool(x) and bool(y), "or": lambda x, y: bool(x) or bool(y),
 }
 
 

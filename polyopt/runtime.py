@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import re
 import time
@@ -17,7 +18,8 @@ import numpy as np
 from polyopt.affine import extent_expr
 from polyopt.codegen.ast import Node, abi_arguments, build_loop_ast, loop_ast_text
 from polyopt.codegen.c import c_function
-from polyopt.codegen.llvm import NativeFunction, jit_compile, llvm_ir
+from polyopt.codegen.llvm import STATUS_OK, STATUS_ZERO_DIVISION, NativeFunction, jit_compile, llvm_ir
+from polyopt.errors import ArgumentError, ArgumentRangeError, ArgumentTypeError, KernelZeroDivisionError
 from polyopt.interpreter import evaluate
 from polyopt.islutil import param_point
 from polyopt.schedule import Schedule, schedule as run_scheduler
@@ -28,8 +30,9 @@ from polyopt.verify import verify
 DEFAULT_ALGORITHM = "pluto"
 TARGETS = ("cpu", "cuda")
 
-_CTYPES = {"f32": ctypes.c_float, "f64": ctypes.c_double, "i32": ctypes.c_int32,
-           "i64": ctypes.c_int64}
+_CTYPES = {"f32": ctypes.c_float, "f64": ctypes.c_double, "i8": ctypes.c_int8, "u8": ctypes.c_uint8,
+           "i16": ctypes.c_int16, "u16": ctypes.c_uint16, "i32": ctypes.c_int32, "u32": ctypes.c_uint32,
+           "i64": ctypes.c_int64, "u64": ctypes.c_uint64}
 
 
 @dataclass
@@ -70,7 +73,7 @@ def _infer_params(scop: Scop, shapes: dict[str, tuple[int, ...]], given: dict[st
                     progress = True
     missing = [p for p in scop.params if p not in params]
     if missing:
-        raise TypeError(f"{scop.name}: cannot infer size parameter(s) {', '.join(missing)} from the "
+        raise ArgumentTypeError(f"{scop.name}: cannot infer size parameter(s) {', '.join(missing)} from the "
                         "array shapes; pass them as arguments")
     return params
 
@@ -83,33 +86,38 @@ def _mentions(text: str, name: str) -> bool:
 def bind_arguments(scop: Scop, args: tuple, kwargs: dict) -> BoundArguments:
     """Match call arguments to the kernel's signature and check every array.
 
-    Raises ``TypeError`` for missing/unknown arguments, non-arrays and wrong element types, and
-    ``ValueError`` for wrong ranks, shapes, non-C-contiguous or read-only outputs, aliasing.
+    Raises :class:`~polyopt.errors.ArgumentTypeError` (a TypeError) for missing/unknown
+    arguments, non-arrays and wrong element types, :class:`~polyopt.errors.ArgumentError` (a
+    ValueError) for wrong ranks, shapes, non-C-contiguous or read-only outputs, aliasing, and
+    :class:`~polyopt.errors.ArgumentRangeError` (also an OverflowError) for integer sizes and
+    scalars outside their native type.
     """
     names = [a.name for a in scop.arguments]
     if len(args) > len(names):
-        raise TypeError(f"{scop.name}() takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
+        raise ArgumentTypeError(f"{scop.name}() takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
     values = dict(zip(names, args))
     for key, value in kwargs.items():
         if key not in names:
-            raise TypeError(f"{scop.name}() got an unexpected argument '{key}'")
+            raise ArgumentTypeError(f"{scop.name}() got an unexpected argument '{key}'")
         if key in values:
-            raise TypeError(f"{scop.name}() got multiple values for argument '{key}'")
+            raise ArgumentTypeError(f"{scop.name}() got multiple values for argument '{key}'")
         values[key] = value
     missing = [n for n in names if n not in values]
     if missing:
-        raise TypeError(f"{scop.name}() is missing argument(s): {', '.join(missing)}")
+        raise ArgumentTypeError(f"{scop.name}() is missing argument(s): {', '.join(missing)}")
     written = _written_arrays(scop)
     given, scalars, arrays = {}, {}, {}
     for arg in scop.arguments:
         value = values[arg.name]
         if arg.kind == "param":
             if isinstance(value, (bool, float)) or not isinstance(value, (int, np.integer)):
-                raise TypeError(f"{scop.name}(): size parameter '{arg.name}' must be an int, got {value!r}")
-            given[arg.name] = int(value)
+                raise ArgumentTypeError(f"{scop.name}(): size parameter '{arg.name}' must be an int, got {value!r}")
+            given[arg.name] = _in_range(scop.name, "size parameter", arg.name, int(value), arg.dtype)
         elif arg.kind == "scalar":
             if not isinstance(value, (int, float, np.number)) or isinstance(value, bool):
-                raise TypeError(f"{scop.name}(): scalar '{arg.name}' must be a number, got {type(value).__name__}")
+                raise ArgumentTypeError(f"{scop.name}(): scalar '{arg.name}' must be a number, got {type(value).__name__}")
+            if not arg.dtype.is_float and isinstance(value, (int, np.integer)):
+                _in_range(scop.name, "scalar", arg.name, int(value), arg.dtype)
             scalars[arg.name] = value
         else:
             arrays[arg.name] = _check_array(scop, arg.name, value, arg.name in written)
@@ -117,6 +125,16 @@ def bind_arguments(scop: Scop, args: tuple, kwargs: dict) -> BoundArguments:
     params = dict(_params_of_shapes(scop, shapes, tuple(given.items())))
     _check_aliasing(scop.name, arrays, written)
     return BoundArguments(params, scalars, arrays)
+
+
+def _in_range(kernel: str, role: str, name: str, value: int, dtype) -> int:
+    """``value`` if the integer type ``dtype`` holds it; else ArgumentRangeError (ctypes would
+    pass it on modulo 2**bits: ``2**64 + 3`` as a size runs 3 steps, ``2**63`` none)."""
+    info = np.iinfo(dtype.numpy)
+    if not info.min <= value <= info.max:
+        raise ArgumentRangeError(f"{kernel}(): {role} '{name}' = {value} is outside the range of "
+                                 f"{dtype} [{info.min}, {info.max}]", name=name)
+    return value
 
 
 @lru_cache(maxsize=256)
@@ -133,7 +151,7 @@ def _params_of_shapes(scop: Scop, shapes: tuple, given: tuple) -> tuple[tuple[st
         expected = tuple(_extent(e, params) for e in scop.arrays[name].shape)
         if shape != expected:
             detail = ", ".join(f"{p}={v}" for p, v in params.items())
-            raise ValueError(f"{scop.name}(): array '{name}' has shape {shape}, expected "
+            raise ArgumentError(f"{scop.name}(): array '{name}' has shape {shape}, expected "
                              f"{expected} for {detail}")
     return tuple(params.items())
 
@@ -141,19 +159,19 @@ def _params_of_shapes(scop: Scop, shapes: tuple, given: tuple) -> tuple[tuple[st
 def _check_array(scop: Scop, name: str, value, is_written: bool) -> np.ndarray:
     spec = scop.arrays[name]
     if not isinstance(value, np.ndarray):
-        raise TypeError(f"{scop.name}(): argument '{name}' must be a numpy array, got {type(value).__name__}")
+        raise ArgumentTypeError(f"{scop.name}(): argument '{name}' must be a numpy array, got {type(value).__name__}")
     if value.dtype != spec.dtype.numpy:
-        raise TypeError(f"{scop.name}(): array '{name}' has dtype {value.dtype}, expected "
+        raise ArgumentTypeError(f"{scop.name}(): array '{name}' has dtype {value.dtype}, expected "
                         f"{spec.dtype.numpy} ({spec.dtype})")
     if value.ndim != len(spec.shape):
-        raise ValueError(f"{scop.name}(): array '{name}' must have {len(spec.shape)} dimensions, got {value.ndim}")
+        raise ArgumentError(f"{scop.name}(): array '{name}' must have {len(spec.shape)} dimensions, got {value.ndim}")
     if not value.flags.c_contiguous:
-        raise ValueError(f"{scop.name}(): array '{name}' must be C-contiguous (use np.ascontiguousarray)")
+        raise ArgumentError(f"{scop.name}(): array '{name}' must be C-contiguous (use np.ascontiguousarray)")
     if not value.flags.aligned:  # the native code assumes element alignment
-        raise ValueError(f"{scop.name}(): array '{name}' is not aligned to its element size "
+        raise ArgumentError(f"{scop.name}(): array '{name}' is not aligned to its element size "
                          "(use np.ascontiguousarray or np.require(..., requirements='A'))")
     if is_written and not value.flags.writeable:
-        raise ValueError(f"{scop.name}(): array '{name}' is written by the kernel but is read-only")
+        raise ArgumentError(f"{scop.name}(): array '{name}' is written by the kernel but is read-only")
     return value
 
 
@@ -162,7 +180,7 @@ def _check_aliasing(kernel: str, arrays: dict[str, np.ndarray], written: set[str
     for k, a in enumerate(names):
         for b in names[k + 1:]:
             if (a in written or b in written) and np.may_share_memory(arrays[a], arrays[b]):
-                raise ValueError(f"{kernel}(): arrays '{a}' and '{b}' overlap in memory; "
+                raise ArgumentError(f"{kernel}(): arrays '{a}' and '{b}' overlap in memory; "
                                  "the kernel assumes distinct arrays")
 
 
@@ -194,9 +212,9 @@ def check_num_threads(value) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"num_threads must be an int, got {value!r}")
+        raise ArgumentTypeError(f"num_threads must be an int, got {value!r}")
     if not 1 <= value <= 2**31 - 1:
-        raise ValueError(f"num_threads must be at least 1, got {value}")
+        raise ArgumentError(f"num_threads must be at least 1, got {value}")
     return int(value)
 
 
@@ -232,8 +250,9 @@ class CompiledKernel:
     @cached_property
     def native_function(self):
         """The native kernel as a ctypes function: the :func:`abi_values` of a call, then the
-        team size (an int). Unchecked: for callers that checked the arguments once already."""
-        return ctypes.CFUNCTYPE(None, *abi_ctypes(self.scop), ctypes.c_int32)(self.native.address)
+        team size (an int); it returns its status (``codegen.llvm.STATUS_*``, see
+        :meth:`check_status`). Unchecked: for callers that checked the arguments once already."""
+        return ctypes.CFUNCTYPE(ctypes.c_int32, *abi_ctypes(self.scop), ctypes.c_int32)(self.native.address)
 
     def __call__(self, *args, **kwargs) -> None:
         threads = self.num_threads
@@ -241,7 +260,15 @@ class CompiledKernel:
             threads = check_num_threads(kwargs.pop("num_threads"))
         bound = bind_arguments(self.scop, args, kwargs)
         self._check_params(bound.params)
-        self.native_function(*abi_values(self.scop, bound), threads or default_num_threads())
+        self.check_status(self.native_function(*abi_values(self.scop, bound), threads or default_num_threads()))
+
+    def check_status(self, status: int) -> None:
+        """Raise what a native call's ``status`` reports: KernelZeroDivisionError (a
+        ZeroDivisionError) for integer division or remainder by zero."""
+        if status == STATUS_ZERO_DIVISION:
+            raise KernelZeroDivisionError(f"{self.scop.name}(): integer division or modulo by zero")
+        if status != STATUS_OK:
+            raise RuntimeError(f"{self.scop.name}(): unknown native status {status}")
 
     def _check_params(self, params: dict[str, int]) -> None:
         """Refuse parameter values outside the context or for which an access leaves its array."""
@@ -251,7 +278,7 @@ class CompiledKernel:
         point = param_point(self.scop.params, params)
         if not point.is_subset(self.scop.in_bounds_params):
             detail = ", ".join(f"{p}={v}" for p, v in params.items())
-            raise ValueError(f"{self.scop.name}(): for {detail} some access would fall outside its "
+            raise ArgumentError(f"{self.scop.name}(): for {detail} some access would fall outside its "
                              f"array (valid parameters: {self.scop.in_bounds_params})")
         if len(self._checked_params) < 1024:
             self._checked_params[key] = True
@@ -266,13 +293,28 @@ def clear_cache() -> None:
 
 
 def _cache_key(kernel, target: str, algorithm: str, options: dict):
-    if hasattr(kernel, "source") and hasattr(kernel, "float_dtype"):
-        identity = ("kernel", kernel.source, str(kernel.float_dtype))
-    elif isinstance(kernel, Scop):
-        identity = ("scop", str(kernel), repr(kernel.arguments))
-    else:  # refused before anything else looks at it
-        raise TypeError(f"cannot compile {kernel!r}: expected a polyopt kernel or Scop")
-    return identity + (target, algorithm, tuple(sorted((k, repr(v)) for k, v in options.items())))
+    """The compile cache's key: the :func:`scop_fingerprint` of what the kernel parses to (so
+    two kernels from one source text with different ``-D`` defines or float types never share
+    code), the target, the algorithm and the options."""
+    scop = getattr(kernel, "scop", kernel)
+    if not isinstance(scop, Scop):  # refused before anything else looks at it
+        raise ArgumentTypeError(f"cannot compile {kernel!r}: expected a polyopt kernel or Scop")
+    return ("scop", scop_fingerprint(scop), target, algorithm,
+            tuple(sorted((k, repr(v)) for k, v in options.items())))
+
+
+@lru_cache(maxsize=1024)
+def scop_fingerprint(scop: Scop) -> str:
+    """A SHA-256 of everything in ``scop`` that the generated code depends on: name,
+    parameters and context, arrays (element types, extents), statements (domains, typed
+    expression trees of targets and values, access relations), the original schedule and the
+    arguments. Source positions are left out. Cached per Scop object (Scops are immutable)."""
+    parts = [scop.name, repr(scop.params), str(scop.context), repr(scop.arguments), str(scop.schedule)]
+    parts += [repr(array) for array in scop.arrays.values()]
+    for stmt in scop.statements:
+        parts += [stmt.name, repr(stmt.iterators), str(stmt.domain), repr(stmt.target), repr(stmt.value)]
+        parts += [f"{ref.ref_id} {ref.array} {ref.is_write} {ref.relation}" for ref in stmt.accesses]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
@@ -288,15 +330,17 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
     options go to the scheduler.
     """
     if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}; available: {', '.join(TARGETS)}")
+        raise ArgumentError(f"unknown target {target!r}; available: {', '.join(TARGETS)}")
     num_threads = check_num_threads(num_threads)
     if target == "cuda":
         if num_threads is not None or reassociate:
-            raise ValueError("num_threads and reassociate are options of target='cpu'")
+            raise ArgumentError("num_threads and reassociate are options of target='cpu'")
         return _compile_cuda(kernel, algorithm, schedule_options)
+    start = time.perf_counter()  # the key parses the kernel (once per kernel object)
     key = _cache_key(kernel, target, algorithm, schedule_options) + (bool(reassociate),)
     if key not in _CACHE:
-        _CACHE[key] = _compile(kernel, algorithm, schedule_options, bool(reassociate))
+        _CACHE[key] = _compile(getattr(kernel, "scop", kernel), algorithm, schedule_options,
+                               bool(reassociate), parse_seconds=time.perf_counter() - start)
     compiled = _CACHE[key]  # the thread count is a call argument: one native code serves all
     return compiled if num_threads is None else replace(compiled, num_threads=num_threads)
 
@@ -308,14 +352,12 @@ def _compile_cuda(kernel, algorithm: str, options: dict):
     return compile_cuda(kernel, algorithm=algorithm, **options)
 
 
-def _compile(kernel, algorithm: str, schedule_options: dict, reassociate: bool = False) -> CompiledKernel:
-    """The whole chain, uncached: schedule, verify, loop AST, C and LLVM, native code."""
-    times = {}
-    start = time.perf_counter()
-    scop = getattr(kernel, "scop", kernel)
-    if not isinstance(scop, Scop):
-        raise TypeError(f"cannot compile {kernel!r}: expected a polyopt kernel or Scop")
-    times["parse"] = time.perf_counter() - start
+def _compile(scop: Scop, algorithm: str, schedule_options: dict, reassociate: bool,
+             parse_seconds: float) -> CompiledKernel:
+    """The whole chain after parsing (``parse_seconds``), uncached: schedule, verify, loop
+    AST, C and LLVM, native code."""
+    times = {"parse": parse_seconds}
+    start = time.perf_counter() - parse_seconds
     sched = run_scheduler(scop, algorithm, **schedule_options)
     times["schedule"] = time.perf_counter() - start - sum(times.values())
     verify(scop, sched)

@@ -304,3 +304,42 @@ def test_compiled_kernel_inspection(rng):
     ck(1.0, 1.0, C, A, B)
     with pytest.raises(ValueError, match="has shape"):
         ck(1.0, 1.0, C, A, rng.random((3, 2)))
+
+
+_DEFINED_TYPE = """\
+typedef DATA_TYPE real;
+void scale(int n, real A[n]) {
+#pragma scop
+  for (int i = 0; i < n; i++)
+    A[i] = A[i] * 3 / 2;
+#pragma endscop
+}
+"""
+
+
+def test_cache_key_includes_file_scope_defines():
+    """One region text under two -D values of a file-scope typedef is two kernels (the key was
+    the region text: the int kernel came back as the double one, and refused int arrays)."""
+    assert po.from_c(_DEFINED_TYPE, defines={"DATA_TYPE": "double"})[0].source == \
+        po.from_c(_DEFINED_TYPE, defines={"DATA_TYPE": "int"})[0].source
+    as_double, = po.from_c(_DEFINED_TYPE, defines={"DATA_TYPE": "double"})
+    as_int, = po.from_c(_DEFINED_TYPE, defines={"DATA_TYPE": "int"})
+    assert po.compile(as_double) is not po.compile(as_int)
+    A = np.array([1.0, 3.0])
+    as_double(A=A)
+    B = np.array([1, 3], np.int32)
+    as_int(A=B)
+    np.testing.assert_array_equal(A, [1.5, 4.5])
+    np.testing.assert_array_equal(B, [1, 4])  # C's truncating integer division
+
+
+def test_cache_key_is_structural():
+    """Equal Scops share compiled code; the fingerprint sees element types and options."""
+    from polyopt.runtime import scop_fingerprint
+    source = "def k(A: f64['N']):\n    for i in range(N):\n        A[i] = A[i] * 2.0\n"
+    one, two = po.kernel_from_source(source), po.kernel_from_source(source)
+    assert po.compile(one) is po.compile(two)
+    as_f32 = po.kernel_from_source(source, dtype="f32")
+    assert scop_fingerprint(as_f32.scop) != scop_fingerprint(one.scop)
+    assert po.compile(as_f32) is not po.compile(one)
+    assert po.compile(one, tile=8) is not po.compile(one)
