@@ -17,6 +17,7 @@ from polyopt.errors import FrontendError, PolyoptError
 
 #: Exit statuses: bad input (the request was understood but failed), and bad usage.
 EXIT_INPUT, EXIT_USAGE = 1, 2
+_DEBUG_HELP = "show the Python traceback of an error instead of one line"
 
 
 class UsageError(Exception):
@@ -75,12 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     """The whole command line; ``--debug`` is accepted before or after the subcommand."""
     parser = argparse.ArgumentParser(prog="polyopt", description=po.__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"polyopt {po.__version__}")
-    parser.add_argument("--debug", action="store_true",
-                        help="show the Python traceback of an error instead of one line")
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     # the subcommands' copy must not reset a --debug given before the subcommand
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                        help="show the Python traceback of an error instead of one line")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", parents=[common],
                                help="gemm end to end: scop, dependences, schedule, C, check, speed")
@@ -96,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="comma-separated: scop, deps, schedule, ast, c, ir, asm-ir")
     _add_cc(commands, common)
     add_bench_parser(commands).add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                                            help="show the Python traceback of an error instead of one line")
+                                            help=_DEBUG_HELP)
     return parser
 
 
@@ -107,9 +106,9 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
     if args.command == "cc":
         _cc(args)
     elif args.command == "demo":
-        from polyopt.demo import run_demo
         if args.kernel not in po.suite.names():
             raise UsageError(f"--kernel: unknown suite kernel {args.kernel!r} (see 'polyopt list')")
+        from polyopt.demo import run_demo
         run_demo(args.size, args.algorithm, args.kernel, args.repeats)
     elif args.command == "list":
         print("kernels:    " + " ".join(po.suite.names()))

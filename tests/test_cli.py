@@ -118,3 +118,15 @@ def test_error_lines_of_a_multi_line_polyopt_error():
     assert error_lines(error) == ["polyopt: error: no schedule", "    detail"]
     assert error_lines(KeyError("x")) == [
         "polyopt: error: internal error: KeyError: 'x' (rerun with --debug for the traceback)"]
+
+
+def test_bench_errors_are_one_line(tmp_path):
+    """bench reports its own request errors in one line with exit status 2 (its documented
+    status for a request that cannot run)."""
+    unknown = polyopt("bench", "nosuch")
+    assert unknown.returncode == 2 and len(unknown.stderr.splitlines()) == 1
+    assert unknown.stderr.startswith("polyopt bench: error: no suite kernel 'nosuch'")
+    missing = tmp_path / "report.json"
+    result = polyopt("bench", "--from-json", str(missing))
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"polyopt bench: error: --from-json {missing}:")
