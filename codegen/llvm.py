@@ -9,9 +9,10 @@ chain: the add's latency then decides the speed, and a separate multiply keeps i
 (an add takes 3 cycles, an FMA 4 on current x86 cores), as gcc's vectorized in-order reductions
 do. Several chains in one loop (a register tile's) keep their FMAs: throughput counts there.
 Nothing is reassociated; the vectorizer may vectorize such in-order (strict) reductions, keeping
-the order of the adds (LLVM's ``-force-ordered-reductions``, set once per process), but not where
-one of the loop's accesses is strided (a column walk): then only the multiplies would run on
-vectors, and gathering their operands costs more than that saves (doitgen, ludcmp).
+the order of the adds (LLVM's ``-force-ordered-reductions``, set only while our own modules are
+optimized), but not where one of the loop's accesses is strided (a column walk): then only the
+multiplies would run on vectors, and gathering their operands costs more than that saves
+(doitgen, ludcmp).
 
 Parallel loops that run a loop in each iteration (:func:`~polyopt.codegen.ast.runs_on_threads`;
 innermost parallel loops are vectorized instead) run on a thread team of the OpenMP runtime
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import threading
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -847,9 +849,6 @@ def _widest_vector_bits() -> int:
 def _initialize() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    # in-order floating-point reductions may be vectorized (their adds keep their order); LLVM
-    # enables that only for targets with in-order reduction instructions unless asked
-    llvm.set_option("polyopt", "-force-ordered-reductions")
     libm = ctypes.util.find_library("m")
     if libm:
         llvm.load_library_permanently(libm)
@@ -880,17 +879,39 @@ class NativeFunction:
     optimized_ir: str
 
 
+#: LLVM's global context and command-line options belong to the whole process: one compilation
+#: at a time (two Python threads may compile kernels at once; they take turns here).
+_LLVM_LOCK = threading.Lock()
+
+
+@contextmanager
+def _ordered_reductions():
+    """LLVM's ``-force-ordered-reductions`` while our module is optimized, and off again after.
+
+    In-order floating-point reductions may then be vectorized (their adds keep their order);
+    LLVM enables that only for targets with in-order reduction instructions unless asked. The
+    option is process-wide: set only for our own pipeline and restored to LLVM's default (off)
+    right after, so other llvmlite users in the process (numba) compile as they expect."""
+    llvm.set_option("polyopt", "-force-ordered-reductions=true")
+    try:
+        yield
+    finally:
+        llvm.set_option("polyopt", "-force-ordered-reductions=false")
+
+
 def jit_compile(ir_text: str, function_name: str) -> NativeFunction:
     """Verify, optimize (-O3 pipeline with vectorizers on) and JIT-compile ``ir_text``."""
-    tm = _new_target_machine()
-    module = llvm.parse_assembly(ir_text)
-    module.verify()
-    options = llvm.create_pipeline_tuning_options(speed_level=3)
-    options.loop_vectorization = True
-    options.slp_vectorization = True
-    options.loop_unrolling = True
-    builder = llvm.create_pass_builder(tm, options)
-    builder.getModulePassManager().run(module, builder)
-    engine = llvm.create_mcjit_compiler(module, tm)
-    engine.finalize_object()
-    return NativeFunction(engine, engine.get_function_address(function_name), str(module))
+    with _LLVM_LOCK:
+        tm = _new_target_machine()
+        module = llvm.parse_assembly(ir_text)
+        module.verify()
+        options = llvm.create_pipeline_tuning_options(speed_level=3)
+        options.loop_vectorization = True
+        options.slp_vectorization = True
+        options.loop_unrolling = True
+        builder = llvm.create_pass_builder(tm, options)
+        with _ordered_reductions():
+            builder.getModulePassManager().run(module, builder)
+        engine = llvm.create_mcjit_compiler(module, tm)
+        engine.finalize_object()
+        return NativeFunction(engine, engine.get_function_address(function_name), str(module))
