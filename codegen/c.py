@@ -130,14 +130,19 @@ def c_function(scop: Scop, loops: Node, function_name: str, *, openmp: bool = Fa
     emit = _CExpr(scop)
     params = []
     views = []
+    # each array arrives as a flat pointer named after it, with a suffix no user name ends in
+    user_names = set(scop.params) | set(scop.arrays) | {a.name for a in scop.arguments}
+    suffix = "_"
+    while any(name + suffix in user_names for name in scop.arrays):
+        suffix += "_"
     for arg in abi_arguments(scop):
         if arg.kind == "array":
             array = scop.arrays[arg.name]
-            params.append(f"{_ctype(arg.dtype)} *restrict {arg.name}_")
+            params.append(f"{_ctype(arg.dtype)} *restrict {arg.name}{suffix}")
             inner = "".join(f"[{emit(extent_expr(e, scop.params))}]" for e in array.shape[1:])
             if array.shape:
                 views.append(f"  {_ctype(arg.dtype)} (*restrict {arg.name}){inner} = "
-                             f"({_ctype(arg.dtype)} (*){inner}){arg.name}_;")
+                             f"({_ctype(arg.dtype)} (*){inner}){arg.name}{suffix};")
         else:
             params.append(f"{_ctype(arg.dtype)} {arg.name}")
     locals_ = [a.name for a in scop.arrays.values() if a.local]

@@ -23,7 +23,6 @@ from polyopt import expr as E
 from polyopt.codegen.ast import Node, _iterator_prefix, _MAX_DEPTH, _Translator
 from polyopt.deps import dependences
 from polyopt.errors import CodegenError
-from polyopt.islutil import fresh_stem
 from polyopt.scop import Scop
 from polyopt.types import boolean
 from polyopt.transform import _stride_one_score
@@ -84,8 +83,21 @@ def kernels_in(steps) -> list[Kernel]:
     return found
 
 
+def check_user_names(scop: Scop) -> None:
+    """Refuse a kernel with a size, argument or local whose name starts with an underscore: the
+    GPU program makes up its host loop and thread coordinates so (``_h0``, ``_p0``: isl parameters
+    beside the user's sizes), and the CUDA source its block, thread and staging variables (``_b0``,
+    ``_s0``, ``_e``...); one of them would become or shadow the user's, silently changing the
+    result."""
+    for name in sorted(set(scop.params) | set(scop.arrays) | {a.name for a in scop.arguments}):
+        if name.startswith("_"):
+            raise CodegenError(f"{scop.name}: '{name}' starts with an underscore, which the CUDA "
+                               "code keeps for its own variables; rename it for target='cuda'")
+
+
 def map_to_gpu(scop: Scop, tree: isl.Schedule, name: str) -> GpuProgram:
     """The host program of schedule ``tree``; kernels are named ``{name}_k0``, ``_k1``, ..."""
+    check_user_names(scop)
     host = _numbered(_Mapper(scop).steps(tree.get_root(), ()), name, iter(range(1 << 30)))
     return GpuProgram(scop, host, tuple(kernels_in(host)))
 
@@ -101,11 +113,6 @@ class _Mapper:
         self.scop = scop
         self.deps = dependences(scop).all
         self.prefix = _iterator_prefix(scop)
-        # host loop variables and block/thread coordinates become isl parameters beside the
-        # user's: spelled so that none of them is one
-        user_names = set(scop.params) | set(scop.arrays) | {a.name for a in scop.arguments}
-        self.host_stem = fresh_stem("_h", user_names)
-        self.coord_stem = fresh_stem("_p", user_names)
 
     # ----- the walk over the tree ------------------------------------------------------------
     def steps(self, node: isl.ScheduleNode, host: tuple) -> list[HostStep]:
@@ -128,7 +135,7 @@ class _Mapper:
         n = node.band_n_member()
         member = node.band_get_partial_schedule().get_at(0)
         inner = node.band_split(1).child(0) if n > 1 else node.child(0)
-        var = f"{self.host_stem}{len(host)}"
+        var = f"_h{len(host)}"
         body = self.steps(inner, host + ((member, var),))
         if not any(k.coords for k in kernels_in(body)):  # one sequential kernel instead
             return [self.kernel(node, 0, host)]
@@ -173,7 +180,7 @@ class _Mapper:
         n_coords = len(members)
         order = self.coalescing_order(members)
         members = [members[k] for k in order]
-        coords = tuple(f"{self.coord_stem}{k}" for k in range(n_coords))
+        coords = tuple(f"_p{k}" for k in range(n_coords))
         values = _image(domain, *members)
         lower, upper = zip(*(self.bounds(values, d) for d in range(n_coords)))
         valid = _as_params(values, coords)

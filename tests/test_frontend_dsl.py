@@ -2,6 +2,8 @@
 accesses, original schedule) and the typing rules of statement bodies."""
 from __future__ import annotations
 
+import subprocess
+
 import islpy as isl
 import numpy as np
 import pytest
@@ -438,13 +440,29 @@ def test_a_size_parameter_isl_reserves_is_refused_with_its_name():
 ''').scop
 
 
-def test_gpu_coordinates_and_host_loops_are_not_spelled_like_user_sizes():
-    source = '''def k(A: f64["_p0", "_h0"]):
-    for t in range(1, _h0):
-        for i in range(_p0):
-            A[i, t] = A[i, t - 1] + 1.0
+def test_names_the_cuda_code_keeps_for_itself_are_refused_for_cuda_only():
+    """A scalar ``_b0`` was shadowed by the CUDA block loop variable ``_b0``: wrong results,
+    silently. The CPU code has no such names and takes it."""
+    source = '''def k(C: f64["N", "N"], A: f64["N", "N"], _b0: f64):
+    for i in range(N):
+        for j in range(N):
+            C[i, j] += _b0 * A[i, j]
 '''
-    cuda = po.cuda_source(po.kernel_from_source(source))
-    kernel_line = next(line for line in cuda.splitlines() if "__global__" in line)
-    parameters = [p.split()[-1].lstrip("*") for p in kernel_line.split("(", 1)[1].rstrip(")").split(",")]
-    assert len(parameters) == len(set(parameters)), kernel_line
+    with pytest.raises(po.CodegenError, match="'_b0' starts with an underscore"):
+        po.cuda_source(po.kernel_from_source(source))
+    kernel = po.kernel_from_source(source)
+    C, A = np.zeros((5, 5)), np.ones((5, 5))
+    kernel(C, A, 2.0)
+    np.testing.assert_array_equal(C, 2.0 * A)
+
+
+def test_the_c_source_names_array_pointers_apart_from_user_names():
+    kernel = po.kernel_from_source('''def k(A: f64["N"], A_: f64["N"]):
+    for i in range(N):
+        A[i] = A_[i] + 1.0
+''')
+    source = po.compile(kernel).c_source
+    assert "*restrict A__" in source and "*restrict A___" in source
+    gcc = subprocess.run(["gcc", "-std=c99", "-fsyntax-only", "-Werror", "-x", "c", "-"], input=source,
+                         capture_output=True, text=True)
+    assert gcc.returncode == 0, gcc.stderr
