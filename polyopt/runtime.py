@@ -21,7 +21,7 @@ from polyopt.codegen.c import c_function
 from polyopt.codegen.llvm import STATUS_OK, STATUS_ZERO_DIVISION, NativeFunction, jit_compile, llvm_ir
 from polyopt.errors import ArgumentError, ArgumentRangeError, ArgumentTypeError, KernelZeroDivisionError
 from polyopt.interpreter import evaluate
-from polyopt.islutil import param_point
+from polyopt.islutil import ISL_LOCK, param_point
 from polyopt.schedule import Schedule, schedule as run_scheduler
 from polyopt.scop import Scop
 from polyopt.verify import verify
@@ -275,8 +275,9 @@ class CompiledKernel:
         key = tuple(params[p] for p in self.scop.params)
         if key in self._checked_params:
             return
-        point = param_point(self.scop.params, params)
-        if not point.is_subset(self.scop.in_bounds_params):
+        with ISL_LOCK:
+            inside = param_point(self.scop.params, params).is_subset(self.scop.in_bounds_params)
+        if not inside:
             detail = ", ".join(f"{p}={v}" for p, v in params.items())
             raise ArgumentError(f"{self.scop.name}(): for {detail} some access would fall outside its "
                              f"array (valid parameters: {self.scop.in_bounds_params})")
@@ -335,13 +336,15 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
     if target == "cuda":
         if num_threads is not None or reassociate:
             raise ArgumentError("num_threads and reassociate are options of target='cpu'")
-        return _compile_cuda(kernel, algorithm, schedule_options)
-    start = time.perf_counter()  # the key parses the kernel (once per kernel object)
-    key = _cache_key(kernel, target, algorithm, schedule_options) + (bool(reassociate),)
-    if key not in _CACHE:
-        _CACHE[key] = _compile(getattr(kernel, "scop", kernel), algorithm, schedule_options,
-                               bool(reassociate), parse_seconds=time.perf_counter() - start)
-    compiled = _CACHE[key]  # the thread count is a call argument: one native code serves all
+        with ISL_LOCK:
+            return _compile_cuda(kernel, algorithm, schedule_options)
+    with ISL_LOCK:  # isl's context is the process's: one compiling thread inside it at a time
+        start = time.perf_counter()  # the key parses the kernel (once per kernel object)
+        key = _cache_key(kernel, target, algorithm, schedule_options) + (bool(reassociate),)
+        if key not in _CACHE:
+            _CACHE[key] = _compile(getattr(kernel, "scop", kernel), algorithm, schedule_options,
+                                   bool(reassociate), parse_seconds=time.perf_counter() - start)
+        compiled = _CACHE[key]  # the thread count is a call argument: one native code serves all
     return compiled if num_threads is None else replace(compiled, num_threads=num_threads)
 
 
