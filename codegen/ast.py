@@ -198,7 +198,11 @@ def _with_mark_depths(tree: isl.Schedule) -> isl.Schedule:
 
 
 def build_loop_ast(scop: Scop, tree: isl.Schedule) -> Node:
-    """Generate the loop AST of schedule ``tree`` over ``scop``'s domain with isl's AST builder."""
+    """Generate the loop AST of schedule ``tree`` over ``scop``'s domain with isl's AST builder,
+    checked against the domain and the dependences (:mod:`polyopt.codegen.ast_check`): isl's
+    generator has been seen to drop instances, and no emitter may be handed such loops."""
+    from polyopt.codegen.ast_check import check_loop_ast  # it reads this module's nodes
+
     build = isl.AstBuild.from_context(scop.context)
     prefix = _iterator_prefix(scop)
     iterator_names = tuple(f"{prefix}{k}" for k in range(_MAX_DEPTH))
@@ -207,7 +211,9 @@ def build_loop_ast(scop: Scop, tree: isl.Schedule) -> Node:
         names = names.add(isl.Id(name))
     build = build.set_iterators(names)
     root = build.node_from_schedule(_with_mark_depths(tree).intersect_domain(scop.domain))
-    return _Translator(set(scop.params), iterator_names).node(root)
+    loops = _Translator(set(scop.params), iterator_names).node(root)
+    check_loop_ast(scop, loops)
+    return loops
 
 
 def instantiate(stmt: Statement, args: tuple[E.Expr, ...]) -> tuple[E.Access, E.Expr]:

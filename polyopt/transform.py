@@ -95,10 +95,29 @@ def tile(tree: isl.Schedule, sizes: int | Sequence[int] | str, *, min_depth: int
             inner = _values(node, sizes)
         if second_level is not None:
             outer = [a * b for a, b in zip(inner, _values(node, second_level))]
-            node = node.band_tile(_multi_val(node, outer)).child(0)
-        return node.band_tile(_multi_val(node, inner)).child(0)
+            node = _tile_band(node, outer)
+        return _tile_band(node, inner)
 
     return _rewrite_bands(tree, rewrite)
+
+
+def _tile_band(node: isl.ScheduleNode, sizes: list[int]) -> isl.ScheduleNode:
+    """Tile the band at ``node``: a band of tile starts ``size * floor(member / size)`` above it,
+    with the band's flags; returns the point band below, which keeps the members themselves.
+
+    isl's ``band_tile`` (with its default option tile_shift_point_loops) makes the point loops
+    ``member mod size`` instead; over a strided domain (``j`` in ``range(1, N, 3)``) isl's AST
+    generator then takes such a point loop for one value where it has two (``j mod 4`` with
+    ``j = 4, 7``) and drops statement instances (docs/architecture.md, "isl AST bug"). Point
+    loops over the members themselves, as Pluto writes them, leave isl the plain stride."""
+    multi = _multi_val(node, sizes)
+    starts = node.band_get_partial_schedule().scale_down_multi_val(multi).floor().scale_multi_val(multi)
+    coincident = [node.band_member_get_coincident(k) for k in range(node.band_n_member())]
+    permutable = node.band_get_permutable()
+    node = node.insert_partial_schedule(starts).band_set_permutable(permutable)
+    for k, flag in enumerate(coincident):
+        node = node.band_member_set_coincident(k, flag)
+    return node.child(0)
 
 
 # ----- parallelism -------------------------------------------------------------------------------

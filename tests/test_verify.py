@@ -253,3 +253,120 @@ def test_compile_refuses_nothing_legal_and_verifies_first():
     ck = po.compile(recurrence, algorithm="isl")
     assert ck.schedule.algorithm == "isl"
     po.verify(recurrence.scop, ck.schedule)
+
+
+# ----- the loop AST check (codegen/ast_check.py): the loops that ship match the schedule -------
+
+from polyopt import expr as E  # noqa: E402
+from polyopt.codegen.ast import Block, For, If, Run, build_loop_ast  # noqa: E402
+from polyopt.codegen.ast_check import check_loop_ast  # noqa: E402
+from polyopt.errors import CodegenError, LoopTranslationError  # noqa: E402
+
+
+def _var(name: str) -> E.Expr:
+    return E.Var(name, "param" if name == "N" else "iter")
+
+
+def _int(value: int) -> E.Expr:
+    return E.Const(value, po.i64)
+
+
+def _op(op: str, a: E.Expr, b: E.Expr) -> E.Expr:
+    return E.Binary(op, a, b, po.i64 if op in ("+", "-", "*") else E.boolean)
+
+
+def _recurrence_loop(init: int = 1, cond: E.Expr | None = None, arg: E.Expr | None = None,
+                     parallel: bool = False) -> For:
+    """``for c0 = init; cond; c0++: S0(arg)`` over recurrence (S0[i], 1 <= i < N)."""
+    return For("c0", _int(init), cond or _op("<", _var("c0"), _var("N")), 1,
+               Run("S0", (arg or _var("c0"),)), parallel)
+
+
+def test_loop_check_accepts_the_schedules_loops():
+    check_loop_ast(recurrence.scop, _recurrence_loop())
+    for kernel in KERNELS:  # and what isl writes for every algorithm (build_loop_ast checks too)
+        for algorithm in ("original", "pluto", "feautrier"):
+            check_loop_ast(kernel.scop, po.compile(kernel, algorithm=algorithm).loops)
+
+
+def test_loop_check_names_a_missing_instance():
+    with pytest.raises(LoopTranslationError) as info:
+        check_loop_ast(recurrence.scop, _recurrence_loop(init=2))
+    err = info.value
+    assert isinstance(err, CodegenError)
+    assert err.statement == "S0" and err.instance == "S0(1)" and err.problem == "never runs"
+    assert err.parameters["N"] >= 2 and "S0(1) never runs (N=" in str(err)
+
+
+def test_loop_check_names_an_instance_outside_the_domain():
+    with pytest.raises(LoopTranslationError) as info:
+        check_loop_ast(recurrence.scop, _recurrence_loop(cond=_op("<=", _var("c0"), _var("N"))))
+    err = info.value
+    assert err.problem == "is not in the domain but runs"
+    assert err.instance == f"S0({err.parameters['N']})"
+
+
+def test_loop_check_names_an_instance_run_twice():
+    again = If(_op("==", _var("c0"), _int(3)), Run("S0", (_var("c0"),)))
+    loops = For("c0", _int(1), _op("<", _var("c0"), _var("N")), 1, Block((Run("S0", (_var("c0"),)), again)))
+    with pytest.raises(LoopTranslationError) as info:
+        check_loop_ast(recurrence.scop, loops)
+    assert info.value.instance == "S0(3)" and info.value.problem == "runs more than once"
+    assert info.value.parameters["N"] >= 4
+
+
+def test_loop_check_catches_a_reversed_dependence():
+    # c0 = 1 .. N-1 runs S0(N - c0): the recurrence backwards
+    reversed_loop = _recurrence_loop(arg=_op("-", _var("N"), _var("c0")))
+    with pytest.raises(LoopTranslationError) as info:
+        check_loop_ast(recurrence.scop, reversed_loop)
+    assert "before or with its source" in info.value.problem
+
+
+def test_loop_check_catches_a_parallel_loop_that_carries_a_dependence():
+    with pytest.raises(LoopTranslationError) as info:
+        check_loop_ast(recurrence.scop, _recurrence_loop(parallel=True))
+    assert "parallel loop c0" in info.value.problem
+    # a loop that carries nothing may be parallel
+    check_loop_ast(producer_consumer.scop, Block((
+        For("c0", _int(0), _op("<", _var("c0"), _var("N")), 1, Run("S0", (_var("c0"),)), True),
+        For("c0", _int(0), _op("<", _var("c0"), _var("N")), 1, Run("S1", (_var("c0"),)), True))))
+
+
+def test_loop_check_follows_a_loop_that_stops_at_its_first_failing_condition():
+    # "c0 != 4" is not an upper bound: the loop runs 1, 2, 3 and stops, so S0(4..N-1) never run
+    with pytest.raises(LoopTranslationError) as info:
+        check_loop_ast(recurrence.scop, _recurrence_loop(
+            cond=_op("and", _op("<", _var("c0"), _var("N")), _op("!=", _var("c0"), _int(4)))))
+    assert info.value.problem == "never runs" and info.value.parameters["N"] >= 5
+
+
+@po.kernel
+def strided_rows(A: f64["N", "N"]):
+    for i in range(N):
+        for j in range(1, N, 3):
+            A[i, j] = A[i, j] + 1.0
+
+
+def test_isl_loops_that_drop_instances_are_never_handed_on():
+    """isl (islpy 2026.2) writes loops for this tiled, skewed band over a strided domain whose
+    innermost loop (the point loop ``j mod 4``) is missing: they run 6 of the 9 instances per
+    row at N = 8. build_loop_ast must refuse them, or (once isl is fixed) give loops that run
+    every instance."""
+    scop = strided_rows.scop
+    node = isl.Schedule.from_domain(scop.domain).get_root().child(0)
+    for member in ("i", "j + i - (j) mod 4 - (i) mod 4", "(j) mod 4"):
+        node = node.insert_partial_schedule(
+            isl.MultiUnionPwAff(f"[N] -> [{{ S0[i, j] -> [({member})] }}]")).child(0)
+    try:
+        loops = build_loop_ast(scop, node.get_schedule())
+    except LoopTranslationError as err:
+        assert err.statement == "S0" and err.problem == "never runs" and err.parameters["N"] >= 8
+    else:
+        import numpy as np
+        from polyopt.codegen.ast_interpreter import run_loop_ast
+        for n in (8, 9, 10):
+            expected, got = np.zeros((n, n)), np.zeros((n, n))
+            po.interpret(strided_rows, expected)
+            run_loop_ast(scop, loops, {"N": n}, {}, {"A": got})
+            assert (got == expected).all()
