@@ -30,6 +30,10 @@ class FrontendError(PolyoptError):
         super().__init__(text)
 
 
+class PolyoptWarning(UserWarning):
+    """Input polyopt accepts but does not use as written (a ``-D`` value the file overrides...)."""
+
+
 class IllegalScheduleError(PolyoptError):
     """A schedule that executes a dependence sink before (or with) its source.
 

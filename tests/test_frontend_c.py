@@ -5,6 +5,8 @@ from __future__ import annotations
 import ctypes
 import shutil
 import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import islpy as isl
@@ -13,6 +15,8 @@ import pytest
 
 import polyopt as po
 from polyopt.cli import main as cli_main
+from polyopt.errors import PolyoptWarning
+from polyopt.frontends.c_scop import optimize_c_file
 
 C_DIR = Path(__file__).parent / "c"
 GCC = shutil.which("gcc")
@@ -204,7 +208,6 @@ REFUSALS = [
     ("read_before_write", "  double t;\n  A[0][0] = t;", 5, 13, "'t' is read before it is assigned"),
     ("local_array", "  double tmp[4];", 4, 10, "only scalar temporaries can be declared"),
     ("float_modulo", "  A[0][0] = A[0][1] % 2;", 4, 13, "'%' needs integer operands"),
-    ("chained", "  A[0][0] = A[1][1] = 0.0;", 4, 13, "chained assignments"),
     ("wrong_rank", "  A[0] = 1.0;", 4, 3, "array 'A' has 2 dimensions, subscripted with 1"),
     ("division_by_variable", "  for (int i = 0; i < n / n; i++) A[0][0] = 1.0;", 4, 23,
      "'/' by something other than a positive integer constant"),
@@ -229,11 +232,30 @@ def test_refusals_in_a_file_name_the_file(tmp_path):
 
 
 def test_syntax_error_and_unmatched_pragma():
-    with pytest.raises(po.FrontendError) as info:
+    with pytest.raises(po.FrontendError) as info:  # the ';' is missing at the end of line 2
         po.from_c("void f(int n) {\n  int x = 1\n}\n")
-    assert (info.value.line, info.value.column) == (3, 1) and "C syntax error" in info.value.reason
+    assert (info.value.line, info.value.column) == (2, 12) and "C syntax error" in info.value.reason
     with pytest.raises(po.FrontendError, match="without a matching '#pragma endscop'"):
         po.from_c("void f(int n, double A[n]) {\n#pragma scop\n  A[0] = 1.0;\n}\n")
+
+
+SYNTAX_ERRORS = [  # (source, line, column of the error in it, text of the reason)
+    # a missing ';' before a blank line, a comment and a pragma: the end of the statement
+    ("#include <math.h>\nvoid f(int n, double A[n]) {\n#pragma scop\n  A[0] = sqrt(2.0)\n\n"
+     "  /* a\n     comment */\n#pragma endscop\n}\n", 4, 19, "'#pragma' (line 8) cannot follow"),
+    # an unexpected token in the middle of a line: that token
+    ("#define M 3\nvoid f(int n, double A[M]) {\n  A[0] = 1.0 2.0;\n}\n", 3, 14, "unexpected '2.0'"),
+]
+
+
+@pytest.mark.parametrize("source, line, column, reason", SYNTAX_ERRORS)
+def test_syntax_error_position(source, line, column, reason, tmp_path):
+    path = tmp_path / "bad.c"
+    path.write_text(source)
+    with pytest.raises(po.FrontendError) as info:
+        po.from_c(path)
+    assert (info.value.source_name, info.value.line, info.value.column) == (str(path), line, column)
+    assert reason in info.value.reason, info.value
 
 
 def test_missing_preprocessor(monkeypatch):
@@ -359,3 +381,105 @@ def test_cc_polybench_style_with_defines(tmp_path):
     _call_c(original, "kernel_gemm", expected)
     _call_c(optimized, "kernel_gemm", actual)
     _assert_same(actual, expected)
+
+
+# ----- function locals around the region (tests/c/locals_pb.c) ----------------------------------
+
+def _locals_inputs(function: str, rng) -> tuple[dict, dict]:
+    """(arguments of the C function in its order, the values the kernel takes for the function's
+    locals that its region only reads: what the C code sets them to before the region)."""
+    n, size = 20, 24  # the arrays are declared with N = 24 elements per dimension
+    if function == "clamp_small":
+        return dict(n=n, x=_rand(rng, size), y=_rand(rng, size)), dict(eps=0.25)
+    if function == "scaled_half":
+        return dict(n=n, alpha=0.6, A=_rand(rng, size, size)), dict(half=n // 2 + 1, scale=0.6 * 0.6 + 0.5)
+    if function == "reverse_prefix":
+        return dict(n=n, r=0.1 * _rand(rng, size), y=_rand(rng, size)), dict(z=np.zeros(size))
+    if function == "smooth_rows":
+        return dict(n=n, alpha=0.9, A=_rand(rng, size, size), B=_rand(rng, size, size)), {}
+    raise KeyError(function)
+
+
+LOCALS = ["clamp_small", "scaled_half", "reverse_prefix", "smooth_rows"]
+LOCALS_ARGUMENTS = {  # the read-only locals are parameters, the local array an array argument
+    "clamp_small": [("n", "param"), ("x", "array"), ("y", "array"), ("eps", "scalar")],
+    "scaled_half": [("n", "param"), ("A", "array"), ("half", "param"), ("scale", "scalar")],
+    "reverse_prefix": [("n", "param"), ("r", "array"), ("y", "array"), ("z", "array")],
+    "smooth_rows": [("n", "param"), ("alpha", "scalar"), ("A", "array"), ("B", "array")],
+}
+
+
+@pytest.fixture(scope="module")
+def locals_library(tmp_path_factory):
+    if GCC is None:
+        pytest.skip("gcc is not installed")
+    return _build(tmp_path_factory.mktemp("gcc"), C_DIR / "locals_pb.c")
+
+
+@needs_gcc
+@pytest.mark.parametrize("function", LOCALS)
+def test_function_locals_match_gcc(function, locals_library):
+    """po.from_c: locals set before the region are parameters of the kernel (given the values the
+    C code sets), local arrays are array arguments, scalars assigned in the region temporaries."""
+    kernel, = po.from_c(C_DIR / "locals_pb.c", function=function, include_dirs=[C_DIR])
+    assert [(a.name, a.kind) for a in kernel.scop.arguments] == LOCALS_ARGUMENTS[function]
+    inputs, before_region = _locals_inputs(function, np.random.default_rng(17))
+    expected, actual = _copy(inputs), _copy(inputs)
+    _call_c(locals_library, function, expected)
+    if function == "smooth_rows":  # the C line after the region, which the kernel does not run
+        expected["B"][0, 0] = actual["A"][0, 19]
+    _call_kernel(kernel, {**actual, **before_region}, "pluto")
+    if function == "smooth_rows":
+        actual["B"][0, 0] = actual["A"][0, 19]
+    _assert_same(actual, expected)
+
+
+@needs_gcc
+def test_cc_function_locals_match_gcc(tmp_path, locals_library):
+    """polyopt cc keeps the regions in their functions: the locals are the C variables there."""
+    out = tmp_path / "locals_opt.c"
+    assert cli_main(["cc", str(C_DIR / "locals_pb.c"), f"-I{C_DIR}", "--tile", "4", "-o", str(out)]) == 0
+    assert out.read_text().count("polyopt pluto schedule") == len(LOCALS)
+    optimized = _build(tmp_path, out, ("-O3", "-fopenmp"), name="opt")
+    for function in LOCALS:
+        inputs, _ = _locals_inputs(function, np.random.default_rng(23))
+        expected, actual = _copy(inputs), _copy(inputs)
+        _call_c(locals_library, function, expected)
+        _call_c(optimized, function, actual)
+        _assert_same(actual, expected)
+
+
+def test_local_scalar_read_before_the_region_assigns_it():
+    """A scalar the region assigns is its temporary: a value from before the region is not
+    carried in, so reading it first is refused (not silently zero)."""
+    with pytest.raises(po.FrontendError) as info:
+        po.from_c("void f(int n, double A[n]) {\n  double s = 1.0;\n#pragma scop\n"
+                  "  A[0] = s;\n  s = A[1];\n#pragma endscop\n}\n")
+    assert (info.value.line, info.value.column) == (4, 10)
+    assert "'s' is read before the scop assigns it" in info.value.reason
+
+
+# ----- polyopt cc: no region, -D a file overrides --------------------------------------------------
+
+def test_cc_without_a_scop_is_an_error(tmp_path):
+    path = tmp_path / "plain.c"
+    path.write_text("void f(int n, double A[n]) {\n  for (int i = 0; i < n; i++) A[i] = 0.0;\n}\n")
+    with pytest.raises(po.FrontendError, match="no scop found in"):
+        optimize_c_file(path)
+    result = subprocess.run([sys.executable, "-m", "polyopt.cli", "cc", str(path)], capture_output=True,
+                            text=True)
+    assert result.returncode != 0 and f"no scop found in {path}" in result.stderr, result
+    assert result.stdout == ""
+
+
+def test_define_overridden_by_the_file_warns(tmp_path):
+    path = tmp_path / "sized.c"
+    path.write_text("/* fixed size */\n#define N 40\nvoid f(double A[N]) {\n#pragma scop\n"
+                    "  for (int i = 0; i < N; i++) A[i] = 0.0;\n#pragma endscop\n}\n")
+    with pytest.warns(PolyoptWarning, match=rf"-DN=64 is not used: {path}, line 2 defines N again"):
+        kernel, = po.from_c(path, defines={"N": 64})
+    assert kernel.scop.arrays["A"].shape == ("40",)
+    with warnings.catch_warnings():  # a guarded definition lets -D choose: no warning
+        warnings.simplefilter("error", PolyoptWarning)
+        kernel, = po.from_c(C_DIR / "gemm_pb.c", defines={"NI": 16, "NJ": None}, include_dirs=[C_DIR])
+    assert kernel.scop.arrays["C"].shape[0] == "16"
