@@ -36,6 +36,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +44,7 @@ import islpy as isl
 
 from polyopt import expr as E
 from polyopt.affine import NotAffine, extent_isl, isl_constraint, isl_text
-from polyopt.errors import FrontendError
+from polyopt.errors import FrontendError, PolyoptWarning
 from polyopt.frontends.common import assemble_scop, build_statement, domain_set
 from polyopt.frontends.schedule_tree import Leaf, Loop
 from polyopt.scop import Argument, Array, Scop
@@ -121,7 +122,9 @@ def _preprocessor() -> list[str]:
 def preprocess(path: str | None, text: str, *, defines: dict | None = None,
                include_dirs=()) -> str:
     """``text`` (the contents of ``path``, or source given directly) after the C preprocessor,
-    with line markers kept so that positions refer to the original file."""
+    with line markers kept so that positions refer to the original file. A ``defines`` entry that
+    the file ``#define``s again is not used (the file's definition wins, as with gcc): a
+    :class:`~polyopt.errors.PolyoptWarning` names the macro and the line."""
     command = _preprocessor() + ["-nostdinc"]
     command += [f"-I{d}" for d in include_dirs] + [f"-I{_fake_libc()}"]
     command += [f"-D{d}" for d in _GNU_DEFINES]
@@ -131,7 +134,25 @@ def preprocess(path: str | None, text: str, *, defines: dict | None = None,
     if result.returncode != 0:
         raise FrontendError(f"the C preprocessor failed ({' '.join(command[:1])}): "
                             f"{result.stderr.strip()}", source_name=path or "<string>")
+    for file, line, name in _redefinitions(result.stderr):
+        if name in (defines or {}):
+            value = defines[name]
+            given = f"-D{name}" if value is None else f"-D{name}={value}"
+            where = (path or "<string>") if file == "<stdin>" else file
+            warnings.warn(f"{given} is not used: {where}, line {line} defines {name} again and that "
+                          "definition wins (guard it with #ifndef to let -D choose)", PolyoptWarning,
+                          stacklevel=2)
     return result.stdout
+
+
+#: cpp's (gcc's or clang's) warning that a file defines a macro that is already defined.
+_REDEFINED = re.compile(r"^(.+?):(\d+)(?::\d+)?: warning: [\"'\u2018](\w+)[\"'\u2019] (?:macro )?redefined",
+                        re.MULTILINE)
+
+
+def _redefinitions(messages: str) -> list[tuple[str, int, str]]:
+    """(file, line, macro) of every macro redefinition the preprocessor reported."""
+    return [(file, int(line), name) for file, line, name in _REDEFINED.findall(messages)]
 
 
 # ----- types ---------------------------------------------------------------------------------
@@ -241,18 +262,60 @@ def _read(source) -> tuple[str | None, str]:
 
 
 def _parse(text: str, name: str):
+    """The pycparser AST of preprocessed ``text``; a syntax error is a FrontendError where the
+    code went wrong: pycparser names the first token it cannot use, and when that token starts
+    a line, what is missing (a ';' most often) belongs at the end of the code before it."""
     try:
         return c_parser.CParser().parse(text, name)
     except c_parser.ParseError as exc:  # "file:line:column: message", or "file: message"
         located = re.match(r"(.*?):(\d+):(\d+): (.*)", str(exc), re.DOTALL)
         if located:
             file, line, column, message = located.groups()
-            raise FrontendError(f"C syntax error: {message}", source_name=file, line=int(line),
-                                column=int(column)) from None
+            line, column = int(line), int(column)
+            if message.startswith("before: "):
+                token = message.removeprefix("before: ")
+                token = "#pragma" if token == "pragma" else token  # the token after the '#'
+                message = f"unexpected '{token}'"
+                end = _end_of_code_before(text, file, line, column)
+                if end is not None:
+                    message = f"'{token}' (line {line}) cannot follow the end of this line"
+                    file, line, column = end
+            raise FrontendError(f"C syntax error: {message}", source_name=file, line=line,
+                                column=column) from None
         message = str(exc).removeprefix(f"{name}: ")
         raise FrontendError(f"C syntax error: {message}", source_name=name) from None
     except Exception as exc:  # pycparser raises plain exceptions on some malformed input
         raise FrontendError(f"pycparser cannot read this C code: {exc}", source_name=name) from None
+
+
+_LINE_MARKER = re.compile(r'\s*#\s*(?:line\s+)?(\d+)\s+"([^"]*)"')
+
+
+def _end_of_code_before(text: str, file: str, line: int, column: int) -> tuple[str, int, int] | None:
+    """(file, line, column just after) the last code before position ``line``:``column`` of
+    ``file`` in preprocessed ``text``, when that code ends on an earlier line; None when code
+    precedes the position on its own line (or the position is not found). The preprocessor's
+    line markers map ``text`` back to the files."""
+    where: tuple[str, int] | None = None
+    code: list[tuple[str, int, str]] = []  # (file, line, text) of each line of code
+    for raw in text.splitlines():
+        marker = _LINE_MARKER.match(raw)
+        if marker:
+            where = (marker.group(2), int(marker.group(1)))
+            continue
+        if where is None:
+            where = (file, 1)
+        if where == (file, line):
+            if raw[:column - 1].strip() not in ("", "#"):  # '#' of a '#pragma' token
+                return None
+            previous = next(((f, n, t) for f, n, t in reversed(code) if t.strip()), None)
+            if previous is None:
+                return None
+            f, n, t = previous
+            return f, n, len(t.rstrip()) + 1
+        code.append((*where, raw))
+        where = (where[0], where[1] + 1)
+    return None
 
 
 def _pragma(node, word: str) -> bool:
@@ -886,7 +949,9 @@ def optimize_c_file(path, *, defines: dict | None = None, include_dirs=(), algor
     """The text of C file ``path`` with the body of every scop region (in that file) replaced by
     its loop nest scheduled with ``algorithm`` (``options`` as for :func:`polyopt.schedule`),
     checked by the verifier; parallel loops get ``#pragma omp parallel for``. The helpers the
-    loops use are prepended, so the result builds with any C99 compiler (``polyopt cc``)."""
+    loops use are prepended, so the result builds with any C99 compiler (``polyopt cc``).
+    A file without a region of its own (regions in headers it includes do not count) is a
+    :class:`~polyopt.FrontendError`: there is nothing to optimize."""
     from polyopt.codegen.ast import build_loop_ast
     from polyopt.codegen.c import c_loop_nest, c_prelude
     from polyopt.schedule import schedule
@@ -896,6 +961,9 @@ def optimize_c_file(path, *, defines: dict | None = None, include_dirs=(), algor
     here = Path(path).resolve()
     kernels = [k for k in from_c(Path(path), defines=defines, include_dirs=include_dirs)
                if Path(k.region.file).resolve() == here]
+    if not kernels:
+        raise FrontendError(f"no scop found in {path}: mark the loops to optimize with '#pragma scop' "
+                            "and '#pragma endscop'", source_name=str(path))
     for kernel in sorted(kernels, key=lambda k: -k.region.first_line):
         scop = kernel.scop
         chosen = schedule(scop, algorithm, **options)
