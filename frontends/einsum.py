@@ -17,6 +17,7 @@ labels; intermediate results ``t0, t1, ...`` are array arguments the caller allo
 from __future__ import annotations
 
 import itertools
+import operator
 import string
 from dataclasses import dataclass
 from functools import lru_cache
@@ -197,33 +198,72 @@ def contraction_path(spec: EinsumSpec, sizes: dict[str, int], optimize) -> tuple
     """A contraction order in numpy's format: each step names positions in the current operand
     list, which are removed and their result appended; the last step takes all that is left.
 
-    ``optimize``: False (one step: everything at once), True or "greedy" (repeatedly the pair with
-    the smallest result, then fewest operations), "optimal" (fewest operations over every pairwise
-    order; greedy beyond 4 operands), or an explicit ``["einsum_path", (i, j), ...]``.
+    ``optimize`` as numpy.einsum_path reads it: False or None (one step: everything at once),
+    True or "greedy" (repeatedly the pair with the smallest result, then fewest operations),
+    "optimal" (fewest operations over every pairwise order; greedy beyond 4 operands), a
+    ``(name, memory_limit)`` pair (no intermediate larger than ``memory_limit`` elements), or an
+    explicit ``["einsum_path", (i, j), ...]``. numpy's errors: TypeError for other types,
+    KeyError for an unknown name where a path has to be searched, and for explicit paths
+    TypeError / IndexError / ValueError for bad positions, RuntimeError for a path that does not
+    end in one result.
     """
     n = len(spec.inputs)
-    if optimize is False or n <= 2:
+    name, limit, explicit = _path_request(optimize)
+    if explicit is not None:
+        return _checked_path(explicit, n)
+    summed = set().union(*spec.inputs) != set(spec.output)
+    if name is False or n <= 2 or not summed:  # nothing to order (numpy's rule)
         return (tuple(range(n)),)
-    if isinstance(optimize, (list, tuple)) and optimize and optimize[0] == "einsum_path":
-        return _checked_path(optimize[1:], n)
-    if optimize is True or optimize == "greedy" or (optimize == "optimal" and n > 4):
-        return _greedy(list(map(frozenset, spec.inputs)), frozenset(spec.output), sizes)
-    if optimize == "optimal":
-        return _optimal(list(map(frozenset, spec.inputs)), frozenset(spec.output), sizes)[1]
-    raise TypeError(f"Did not understand the path: {optimize!r} (use False, True, 'greedy', "
-                    "'optimal' or ['einsum_path', (i, j), ...])")
+    operands, output = list(map(frozenset, spec.inputs)), frozenset(spec.output)
+    if name == "greedy" or (name == "optimal" and n > 4):
+        return _greedy(operands, output, sizes, limit)
+    if name == "optimal":
+        return _optimal(operands, output, sizes, limit)[1]
+    raise KeyError(f"einsum: path name {name!r} not found (use 'greedy' or 'optimal')")
 
 
-def _checked_path(steps, n: int) -> tuple[tuple[int, ...], ...]:
+def _path_request(optimize) -> tuple[str | bool, int | None, Sequence | None]:
+    """(algorithm name or False, memory limit, explicit steps) of an ``optimize`` value, with
+    numpy.einsum_path's TypeError for values it does not understand."""
+    if optimize is True:
+        return "greedy", None, None
+    if optimize is None or optimize is False:
+        return False, None, None
+    if isinstance(optimize, str):
+        return optimize, None, None
+    try:
+        length = len(optimize)
+    except TypeError:
+        length = None
+    if length and isinstance(optimize[0], str) and optimize[0] == "einsum_path":
+        return False, None, optimize[1:]
+    if length == 2 and isinstance(optimize[0], str) and isinstance(optimize[1], (int, float)):
+        return optimize[0], int(optimize[1]), None
+    raise TypeError(f"Did not understand the path: {optimize!r} (use False, True, 'greedy', 'optimal', "
+                    "(name, memory_limit) or ['einsum_path', (i, j), ...])")
+
+
+def _checked_path(steps: Sequence, n: int) -> tuple[tuple[int, ...], ...]:
+    """An explicit path's steps as position tuples, checked as numpy checks them (TypeError for
+    a step that is not a sequence of integers, IndexError for a position past the operands,
+    RuntimeError where operands are left over); repeated or negative positions, which numpy
+    misreads, raise ValueError."""
     path, count = [], n
     for step in steps:
-        step = tuple(int(k) for k in step)
-        if not step or len(set(step)) != len(step) or not all(0 <= k < count for k in step):
-            raise ValueError(f"einsum_path step {step} is invalid for {count} operands")
+        try:
+            step = tuple(operator.index(k) for k in step)
+        except TypeError as error:
+            raise TypeError(f"einsum_path step {step!r} is not a sequence of operand positions: {error}") from None
+        if any(k >= count for k in step):
+            raise IndexError(f"einsum_path step {step} names an operand past the {count} left")
+        if len(set(step)) != len(step) or any(k < 0 for k in step):
+            raise ValueError(f"einsum_path step {step} repeats a position or has a negative one")
+        if not step:
+            raise RuntimeError("Invalid einsum_path is specified: a step contracts no operand")
         path.append(step)
         count -= len(step) - 1
     if count != 1:
-        path.append(tuple(range(count)))
+        raise RuntimeError(f"Invalid einsum_path is specified: {count - 1} more operands has to be contracted.")
     return tuple(path)
 
 
@@ -234,32 +274,48 @@ def _step(operands: list[frozenset], picked: tuple[int, ...], output: frozenset,
     return labels & rest, prod(sizes[label] for label in labels)
 
 
-def _greedy(operands: list[frozenset], output: frozenset, sizes) -> tuple[tuple[int, ...], ...]:
+def _greedy(operands: list[frozenset], output: frozenset, sizes, limit: int | None) -> tuple[tuple[int, ...], ...]:
+    """Pairs by smallest result, then fewest operations; pairs whose result has more than
+    ``limit`` elements are passed over, and where none is left the rest is one step."""
     path = []
     while len(operands) > 2:
         def cost(pair):
             result, flops = _step(operands, pair, output, sizes)
             removed = sum(prod(sizes[label] for label in operands[k]) for k in pair)
             return prod(sizes[label] for label in result) - removed, flops
-        pair = min(itertools.combinations(range(len(operands)), 2), key=cost)
+        pairs = [pair for pair in itertools.combinations(range(len(operands)), 2)
+                 if _fits(_step(operands, pair, output, sizes)[0], sizes, limit)]
+        if not pairs:
+            break
+        pair = min(pairs, key=cost)
         result, _ = _step(operands, pair, output, sizes)
         operands = [ops for k, ops in enumerate(operands) if k not in pair] + [result]
         path.append(pair)
     return tuple(path) + (tuple(range(len(operands))),)
 
 
-def _optimal(operands: list[frozenset], output: frozenset, sizes) -> tuple[int, tuple]:
-    """(operation count, path) of the cheapest pairwise order (exhaustive)."""
+def _fits(labels: frozenset, sizes, limit: int | None) -> bool:
+    """Whether an intermediate over ``labels`` stays within ``limit`` elements (None: no limit)."""
+    return limit is None or prod(sizes[label] for label in labels) <= limit
+
+
+def _optimal(operands: list[frozenset], output: frozenset, sizes, limit: int | None) -> tuple[int, tuple]:
+    """(operation count, path) of the cheapest pairwise order (exhaustive) among those whose
+    intermediates stay within ``limit`` elements; all at once where no pair fits."""
+    everything = tuple(range(len(operands)))
+    at_once = (_step(operands, everything, output, sizes)[1], (everything,))
     if len(operands) <= 2:
-        return _step(operands, tuple(range(len(operands))), output, sizes)[1], (tuple(range(len(operands))),)
+        return at_once
     best = None
-    for pair in itertools.combinations(range(len(operands)), 2):
+    for pair in itertools.combinations(everything, 2):
         result, flops = _step(operands, pair, output, sizes)
+        if not _fits(result, sizes, limit):
+            continue
         rest = [ops for k, ops in enumerate(operands) if k not in pair] + [result]
-        cost, path = _optimal(rest, output, sizes)
+        cost, path = _optimal(rest, output, sizes, limit)
         if best is None or flops + cost < best[0]:
             best = (flops + cost, (pair,) + path)
-    return best
+    return best or at_once
 
 
 # --- lowering ------------------------------------------------------------------------------------

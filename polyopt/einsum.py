@@ -246,18 +246,15 @@ def _checked(subscripts, signature: tuple, dtype, casting: str, out_signature: t
     return spec, sizes, broadcast, path, result
 
 
-def _single_operand_view(spec: EinsumSpec, array: np.ndarray, sizes: dict[str, int]) -> np.ndarray | None:
-    """The view numpy.einsum returns for one operand whose labels all reach the output
+def _single_operand_view(spec: EinsumSpec) -> einsum_calls.ViewCall | None:
+    """How numpy.einsum makes its view of one operand whose labels all reach the output
     (transpositions, diagonals such as 'ii->i', their ellipsis forms): no data moves, and writes
-    through the view change the operand. numpy does this whatever ``dtype`` and ``casting``
-    say, so polyopt does too. None when a label is summed or the result is 0-d."""
+    through the view change the operand. numpy does this whatever ``dtype``, ``order`` and
+    ``casting`` say, so polyopt does too. None when a label is summed or the result is 0-d."""
     labels = spec.inputs[0]
     if not spec.output or set(labels) != set(spec.output):
         return None
-    strides = tuple(sum(stride for label, stride in zip(labels, array.strides) if label == wanted)
-                    for wanted in spec.output)
-    shape = tuple(sizes[label] for label in spec.output)
-    return np.lib.stride_tricks.as_strided(array, shape, strides, writeable=array.flags.writeable)
+    return einsum_calls.ViewCall.of(labels, spec.output)
 
 
 def _kernel_array(array, storage: np.dtype):
@@ -268,9 +265,14 @@ def _kernel_array(array, storage: np.dtype):
     return array.reshape(-1).view(_COMPLEX_PARTS[storage]).reshape(array.shape + (2,))
 
 
-def _as_storage(xp, array, storage: np.dtype, out):
+def _as_storage(xp, array, result: np.dtype, storage: np.dtype, out):
     """A C-contiguous array (of the array module ``xp``: numpy or CuPy) of the kernel's element
-    type, never sharing memory with ``out``."""
+    type, never sharing memory with ``out``. Like numpy, each operand is cast to the result
+    type first (checked against ``casting`` already): widening a float or complex operand
+    straight to int64 storage would turn 0.5 or 1j into 0 where bool makes them True, and
+    float16 results round their operands to float16 first."""
+    if array.dtype != result and storage != result:
+        array = array.astype(result)
     if array.dtype in _REINTERPRETED and _REINTERPRETED[array.dtype] == storage:
         array = xp.asarray(array, order="C").view(storage)
     if out is not None and xp.may_share_memory(array, out):
@@ -336,10 +338,11 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     if len(ops) == 1 and out is None and where == "cpu":
         single = np.asarray(ops[0])
         spec = parse_subscripts(subscripts, [single.ndim])
-        view = _single_operand_view(spec, single, label_sizes(spec, [single.shape])[0])
+        label_sizes(spec, [single.shape])  # numpy's checks: a diagonal's extents agree
+        view = _single_operand_view(spec)
         if view is not None:
-            einsum_calls.record(key, einsum_calls.ViewCall(view.shape, view.strides))
-            return view
+            einsum_calls.record(key, view)
+            return view((single,))
     arrays, spec, sizes, broadcast, path, result = _prepare(subscripts, ops, dtype, casting, out, optimize)
     storage = _storage_dtype(result)
     plan = _plan(spec, broadcast, path, storage, DEFAULT_ALGORITHM, where)
@@ -347,7 +350,7 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     if on_gpu and out is not None and not is_cupy(out):
         raise TypeError("einsum: out must be a CuPy array when the operands are on the GPU")
     xp = cupy_module() if on_gpu else np
-    buffers = {f"op{k}": _as_storage(xp, op if is_cupy(op) else a, storage, out)
+    buffers = {f"op{k}": _as_storage(xp, op if is_cupy(op) else a, result, storage, out)
                for k, (op, a) in enumerate(zip(ops, arrays))}
     for name, labels in plan.temporaries:
         buffers[name] = xp.empty(tuple(sizes[label] for label in labels), dtype=storage)

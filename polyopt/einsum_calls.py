@@ -2,22 +2,23 @@
 
 numpy.einsum parses, checks and dispatches in C in about a microsecond. po.einsum's full path
 (parsing, numpy's checks and dtype rules, the kernel's argument binding) costs about 25 us of
-Python, which is all that small einsums measure. A call whose subscripts, operands (C-contiguous
-numpy arrays: shapes and dtypes), ``out=`` and options equal an earlier call's gives the same
-outcome, so the earlier call records it here under that key: the kernel's native function with its
+Python, which is all that small einsums measure. A call whose subscripts, operands (numpy
+arrays: shapes, dtypes, contiguity), ``out=`` and options equal an earlier call's gives the
+same outcome, so the earlier call records it here under that key: the kernel's native function with its
 size arguments and thread count (:class:`KernelCall`), or the view numpy returns
 (:class:`ViewCall`). The repeat fetches the array pointers and calls the native function.
 
-Only calls that need no conversion are recorded: operands already of the kernel's element type,
-``out=`` (if given) C-contiguous, writeable and of that type, a real result. Everything else, and
-a repeat whose ``out=`` overlaps an operand, takes the full path.
+Only calls that need no conversion are recorded: C-contiguous operands already of the kernel's
+element type, ``out=`` (if given) C-contiguous, writeable and of that type, a real result; and
+views of one operand, of any strides. Everything else, and a repeat whose ``out=`` overlaps an
+operand, takes the full path.
 """
 from __future__ import annotations
 
 import ctypes
 import sys
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -28,16 +29,18 @@ _CALLS: dict[tuple, "KernelCall | ViewCall"] = {}
 
 def call_key(operands: tuple, out, dtype, order: str, casting: str, optimize, target, num_threads
              ) -> tuple | None:
-    """The key of a call of ``einsum(*operands, out=..., ...)``; None for a call that is never
-    recorded (interleaved sublists, operands that are not C-contiguous numpy arrays). A key
-    with an unhashable option is neither looked up nor recorded."""
+    """The key of a call of ``einsum(*operands, out=...)``; None for a call that is never
+    recorded (interleaved sublists, operands that are not numpy arrays, an ``out=`` that is not
+    a C-contiguous writeable numpy array). Each operand counts with its shape, dtype and
+    whether it is C-contiguous: only views (:class:`ViewCall`) are recorded for operands that
+    are not. A key with an unhashable option is neither looked up nor recorded."""
     if not operands or type(operands[0]) is not str:
         return None
     signature = []
     for op in operands[1:]:
-        if type(op) is not np.ndarray or not op.flags.c_contiguous:
+        if type(op) is not np.ndarray:
             return None
-        signature.append((op.shape, op.dtype))
+        signature.append((op.shape, op.dtype, op.flags.c_contiguous))
     if out is None:
         out_signature = None
     elif type(out) is np.ndarray and out.flags.c_contiguous and out.flags.writeable:
@@ -153,15 +156,42 @@ class KernelCall:
 
 @dataclass(frozen=True)
 class ViewCall:
-    """numpy's view of a single C-contiguous operand (a diagonal or a transposition): the same
-    memory with the recorded shape and strides, writeable where the operand is."""
+    """numpy's view of a single operand whose labels all reach the output (a diagonal, a
+    transposition, both): the operand's diagonals over the position pairs ``diagonals`` (each
+    moves its axis last, as ``ndarray.diagonal`` does), then its axes in the order ``axes``.
 
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
+    Built from numpy's own view operations, the result is what numpy.einsum returns for any
+    strides: the same memory, ``base`` the memory's owner, writeable where the operand is
+    (``diagonal`` alone returns a read-only view)."""
 
-    def __call__(self, operands: tuple, out: None) -> np.ndarray:
-        (op,) = operands
-        return np.ndarray(self.shape, op.dtype, buffer=op, strides=self.strides)
+    diagonals: tuple[tuple[int, int], ...]
+    axes: tuple[int, ...]
+
+    @classmethod
+    def of(cls, labels: Sequence[str], output: Sequence[str]) -> "ViewCall":
+        """The view of an operand with ``labels`` as ``output`` (every label of one is in the
+        other): each repeated label becomes one diagonal axis, then the axes are permuted."""
+        labels, diagonals = list(labels), []
+        for label in dict.fromkeys(labels):
+            while labels.count(label) > 1:
+                first = labels.index(label)
+                second = labels.index(label, first + 1)
+                diagonals.append((first, second))
+                labels = [l for k, l in enumerate(labels) if k not in (first, second)] + [label]
+        return cls(tuple(diagonals), tuple(labels.index(label) for label in output))
+
+    def __call__(self, operands: tuple, out: None = None) -> np.ndarray:
+        (operand,) = operands
+        view = operand
+        for first, second in self.diagonals:
+            view = view.diagonal(0, first, second)
+        view = view.transpose(self.axes)  # a new view even where nothing moves, as numpy's
+        if self.diagonals and operand.flags.writeable:
+            try:
+                view.flags.writeable = True
+            except ValueError:  # numpy refuses: the memory's owner was made read-only later
+                pass  # numpy.einsum's view would still be writeable; this one stays read-only
+        return view
 
 
 __all__ = ["KernelCall", "MAX_CALLS", "ViewCall", "call_key", "clear", "record", "recorded"]

@@ -85,6 +85,26 @@ def test_contraction_orders(optimize):
     _check(po.einsum("ab,bc,cd,da->a", *ops, optimize=optimize), expected)
 
 
+@pytest.mark.parametrize("optimize", [
+    3.5, object(), 0, np.True_, [], ("greedy",), ["einsum_path", "bad"], ["einsum_path", 3],
+    ["einsum_path", (0, 7), (0, 1)], ["einsum_path", (0, 1)], ["einsum_path", (1, 0), (0, 1)], "foo", None,
+    ("greedy", 1), ("optimal", 10**6), ["greedy", 100]], ids=repr)
+def test_optimize_is_read_as_numpy_reads_it(optimize):
+    """numpy.einsum_path's rules: TypeError for what is no path (a number, an object, an empty
+    list, a bad position), IndexError for a position past the operands, RuntimeError for a path
+    that leaves operands, KeyError for an unknown name where a path must be searched, None as
+    False, (name, memory limit) pairs. With two operands nothing is searched."""
+    for subscripts, shapes in [("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]), ("ij,jk->ik", [(2, 3), (3, 4)])]:
+        ops = [_operand(s) for s in shapes]
+        try:
+            expected = np.einsum(subscripts, *ops, optimize=optimize)
+        except Exception as exc:  # noqa: BLE001 - numpy's exception type is the reference
+            with pytest.raises(type(exc)):
+                po.einsum(subscripts, *ops, optimize=optimize)
+            continue
+        _check(po.einsum(subscripts, *ops, optimize=optimize), expected)
+
+
 def test_contraction_path_uses_temporaries():
     ck = po.einsum_kernel("ab,bc,cd->ad", (2, 30), (30, 2), (2, 30), optimize="optimal")
     assert {"t0"} <= set(ck.scop.arrays)
@@ -151,6 +171,34 @@ def test_dtype_and_casting():
     ia = _operand((3, 4), np.int32)
     with pytest.raises(TypeError):
         po.einsum("ij->i", ia, casting="no", dtype=np.int64)
+
+
+def test_operands_are_cast_to_the_result_type_first_and_complex_never_drops_silently():
+    """numpy casts every operand to the result type before multiplying: 0.5 and 1j are True as
+    bool (a cast through polyopt's int64 storage made them 0), float16 results round their
+    operands first. A complex operand into a real ``out=`` raises numpy's TypeError under every
+    casting but 'unsafe', where numpy itself warns."""
+    import warnings
+    ones = np.ones(3)
+    for operand, dtype in [(np.array([0.5, 0.0, -2.0]), np.bool_), (np.array([1j, 0, 2]), np.bool_),
+                           (np.array([1.0007, 3.0, 5e-8]), np.float16), (np.array([2**63 + 2048.0, 3.0, 1.5]), np.uint64),
+                           (np.array([1.5j + 1, 2, 3]), np.int8)]:
+        with warnings.catch_warnings(record=True) as numpy_warnings:
+            warnings.simplefilter("always")
+            expected = np.einsum("i,i->i", operand, ones, dtype=dtype, casting="unsafe")
+        with warnings.catch_warnings(record=True) as polyopt_warnings:
+            warnings.simplefilter("always")
+            actual = po.einsum("i,i->i", operand, ones, dtype=dtype, casting="unsafe")
+        np.testing.assert_array_equal(actual, expected)
+        assert actual.dtype == expected.dtype
+        assert {w.category for w in polyopt_warnings} == {w.category for w in numpy_warnings}
+    c = np.array([1 + 2j, 3j])
+    for casting in ["no", "equiv", "safe", "same_kind"]:
+        for out in [np.zeros(()), np.zeros((), np.float32), np.zeros((), np.int64)]:
+            with pytest.raises(TypeError):
+                np.einsum("i,i", c, c, out=out, casting=casting)
+            with pytest.raises(TypeError, match="cast"):
+                po.einsum("i,i", c, c, out=out, casting=casting)
 
 
 def test_out():
@@ -331,6 +379,27 @@ def test_single_operand_without_sums_is_a_view_as_in_numpy(subscripts, shape):
     np.testing.assert_array_equal(actual, expected)
     actual[(0,) * actual.ndim] = 99
     assert operand.flat[0] == 99
+
+
+@pytest.mark.parametrize("subscripts, ndim", [("ii->i", 2), ("ij->ji", 2), ("ijk->kji", 3), ("iji->ij", 3),
+                                              ("...ii->...i", 3), ("ij->ij", 2), ("ji", 2)])
+@pytest.mark.parametrize("layout", ["C", "F", "strided", "reversed", "read-only"])
+def test_views_are_numpys_views_on_every_call_and_layout(subscripts, ndim, layout):
+    """The view shares the operand's memory with numpy's ``base`` (the memory's owner), shape,
+    strides and writeability, on the first call and on repeats (einsum_calls.ViewCall), for
+    operands of any strides."""
+    owner = _operand((6,) * ndim)
+    operand = {"C": owner, "F": np.asfortranarray(owner), "strided": owner[(slice(None, None, 2),) * ndim],
+               "reversed": owner[::-1], "read-only": owner.copy()}[layout]
+    if layout == "read-only":
+        operand.flags.writeable = False
+    expected = np.einsum(subscripts, operand)
+    for _ in range(3):
+        actual = po.einsum(subscripts, operand)
+        assert actual.base is expected.base and actual is not operand
+        assert (actual.shape, actual.strides, actual.flags.writeable) == \
+            (expected.shape, expected.strides, expected.flags.writeable)
+        np.testing.assert_array_equal(actual, expected)
 
 
 def test_views_keep_read_only_operands_read_only_and_sums_compute():
