@@ -49,11 +49,13 @@ def evaluate(e: E.Expr, env: dict, arrays: dict):
 
 
 def _typed(value, dtype):
-    if dtype.name == "bool":
-        return bool(value)
     if dtype.is_float:
         return dtype.numpy.type(value)
-    return _wrapped(int(value), dtype)
+    if dtype.name == "bool":
+        return bool(value)
+    value = int(value)
+    low, high = dtype.limits
+    return value if low <= value <= high else _wrapped(value, dtype)
 
 
 def _wrapped(value: int, dtype) -> int:

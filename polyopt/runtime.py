@@ -130,10 +130,10 @@ def bind_arguments(scop: Scop, args: tuple, kwargs: dict) -> BoundArguments:
 def _in_range(kernel: str, role: str, name: str, value: int, dtype) -> int:
     """``value`` if the integer type ``dtype`` holds it; else ArgumentRangeError (ctypes would
     pass it on modulo 2**bits: ``2**64 + 3`` as a size runs 3 steps, ``2**63`` none)."""
-    info = np.iinfo(dtype.numpy)
-    if not info.min <= value <= info.max:
+    low, high = dtype.limits
+    if not low <= value <= high:
         raise ArgumentRangeError(f"{kernel}(): {role} '{name}' = {value} is outside the range of "
-                                 f"{dtype} [{info.min}, {info.max}]", name=name)
+                                 f"{dtype} [{low}, {high}]", name=name)
     return value
 
 

@@ -6,6 +6,7 @@ extents are affine expressions of the size parameters ``N`` and ``M``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -29,6 +30,13 @@ class DType:
 
     def __repr__(self) -> str:
         return self.name
+
+    @cached_property
+    def limits(self) -> tuple[int, int]:
+        """(smallest, largest) value of an integer type (two's complement, or unsigned)."""
+        if self.unsigned:
+            return 0, (1 << self.bits) - 1
+        return -(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1
 
 
 @dataclass(frozen=True)
