@@ -47,6 +47,7 @@ from polyopt.affine import NotAffine, extent_isl, isl_constraint, isl_text
 from polyopt.errors import FrontendError, PolyoptWarning
 from polyopt.frontends.common import assemble_scop, build_statement, domain_set
 from polyopt.frontends.schedule_tree import Leaf, Loop
+from polyopt.islutil import ISL_KEYWORDS, isl_safe_name
 from polyopt.scop import Argument, Array, Scop
 from polyopt.types import DType, boolean, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 
@@ -141,7 +142,7 @@ def preprocess(path: str | None, text: str, *, defines: dict | None = None,
             where = (path or "<string>") if file == "<stdin>" else file
             warnings.warn(f"{given} is not used: {where}, line {line} defines {name} again and that "
                           "definition wins (guard it with #ifndef to let -D choose)", PolyoptWarning,
-                          stacklevel=2)
+                          stacklevel=3)  # the caller of from_c
     return result.stdout
 
 
@@ -400,7 +401,12 @@ class _Translator:
         self.c_params = [p for p in params if isinstance(p, c_ast.Decl) and p.name]
         for decl in self.c_params:
             self.symbols[decl.name] = self._symbol(decl, "param")
+        #: the loop iterators in scope as spelled in isl text (and the Scop), and the C spelling of
+        #: each: they differ where isl reserves the C name (``for (mod = 0; ...)`` iterates ``mod_``)
         self.iterators: list[str] = []
+        self.spellings: dict[str, str] = {}
+        #: every name the function mentions: a renamed iterator takes none of them
+        self.names = {n.name for n in _walk(func) if isinstance(n, (c_ast.ID, c_ast.Decl)) and n.name}
         self.locals: dict[str, DType] = {}
         self.inner_locals: dict[str, DType] = {}
         self.assigned: set[str] = set()
@@ -463,6 +469,10 @@ class _Translator:
         for array in arrays.values():
             params |= _names_in(array.shape)
         self.params = tuple(sorted(params))
+        reserved = sorted(set(self.params) & ISL_KEYWORDS)
+        if reserved:
+            raise _error(first, f"size parameter '{reserved[0]}' is a word isl reserves; give the "
+                                "size another name")
         self.arrays = arrays
         nodes = self._block(items, [])
         if not self.statements:
@@ -569,7 +579,7 @@ class _Translator:
 
     def _check_new_name(self, name: str, node) -> None:
         symbol = self.symbols.get(name)
-        if name in self.iterators or (symbol is not None and symbol.kind != "outer"):
+        if name in self.spellings or (symbol is not None and symbol.kind != "outer"):
             raise _error(node, f"'{name}' shadows a loop variable, parameter or array")
 
     def _add_statement(self, target: E.Access, value: E.Expr, conditions, node) -> Leaf:
@@ -585,13 +595,15 @@ class _Translator:
         return Leaf(name, iters)
 
     def _for(self, node, conditions: list[str]) -> Loop:
-        var, init = self._loop_init(node)
-        step = self._loop_step(node.next, var)
-        self._check_new_name(var, node)
+        c_name, init = self._loop_init(node)
+        step = self._loop_step(node.next, c_name)
+        self._check_new_name(c_name, node)
         start = self._expr(init)
         if start.dtype.is_float:
             raise _error(init, "a loop must start at an integer value")
+        var = isl_safe_name(c_name, self.names)
         self.iterators.append(var)
+        self.spellings[c_name] = var
         try:
             it = E.Var(var, "iter")
             cons = [self._affine_constraint(E.binary(">=" if step > 0 else "<=", it, start), init)]
@@ -606,6 +618,7 @@ class _Translator:
             body = self._block([node.stmt], conditions + cons)
         finally:
             self.iterators.pop()
+            del self.spellings[c_name]
         return Loop(var, step, body)
 
     def _loop_init(self, node):
@@ -694,7 +707,7 @@ class _Translator:
             symbol = self.symbols.get(name)
             if name in self.locals:
                 return E.Access(name, (), self.locals[name])
-            if name in self.iterators:
+            if name in self.spellings:
                 raise _error(node, f"cannot assign to loop variable '{name}' inside its loop")
             if symbol is not None and symbol.kind == "outer":
                 self.locals[name] = symbol.dtype
@@ -759,8 +772,8 @@ class _Translator:
 
     def _name(self, node) -> E.Expr:
         name = node.name
-        if name in self.iterators:
-            return E.Var(name, "iter")
+        if name in self.spellings:
+            return E.Var(self.spellings[name], "iter")
         if name in self.locals:
             if name not in self.assigned:
                 raise _error(node, f"scalar '{name}' is read before it is assigned in the scop")

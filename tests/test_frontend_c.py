@@ -483,3 +483,40 @@ def test_define_overridden_by_the_file_warns(tmp_path):
         warnings.simplefilter("error", PolyoptWarning)
         kernel, = po.from_c(C_DIR / "gemm_pb.c", defines={"NI": 16, "NJ": None}, include_dirs=[C_DIR])
     assert kernel.scop.arrays["C"].shape[0] == "16"
+
+
+def test_loop_variables_isl_reserves_and_sizes_named_like_internal_isl_variables(tmp_path):
+    """``mod``/``floor`` as C loop variables broke isl's parser (a raw syntax error); a size
+    named ``d0`` became the array-bounds set's own dimension (every call refused)."""
+    source = tmp_path / "names.c"
+    source.write_text('''
+void k(int d0, double A[d0], double B[d0]) {
+  int floor, mod;
+#pragma scop
+  for (floor = 1; floor < d0; floor++)
+    for (mod = 0; mod < floor; mod++)
+      A[floor] += B[mod];
+#pragma endscop
+}
+''')
+    (kernel,) = po.from_c(source)
+    A, B = np.arange(7.0), np.arange(7.0) + 1
+    expected = A.copy()
+    for i in range(1, 7):
+        expected[i] += B[:i].sum()
+    kernel(A, B)
+    np.testing.assert_array_equal(A, expected)
+
+
+def test_a_size_isl_reserves_is_refused_with_its_line(tmp_path):
+    source = tmp_path / "reserved.c"
+    source.write_text('''void k(int mod, double A[mod]) {
+  int i;
+#pragma scop
+  for (i = 0; i < mod; i++)
+    A[i] = 0.0;
+#pragma endscop
+}
+''')
+    with pytest.raises(po.FrontendError, match="size parameter 'mod' is a word isl reserves"):
+        po.from_c(source)
