@@ -24,7 +24,7 @@ from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel, map_to_gpu
 from polyopt.errors import ArgumentError, TargetUnavailableError
 from polyopt.interpreter import evaluate
 from polyopt.runtime import (DEFAULT_ALGORITHM, _CACHE, CompiledKernel, _cache_key,
-                             bind_arguments)
+                             bind_arguments, check_given_schedule, scop_of)
 from polyopt.schedule import Schedule, schedule as run_scheduler
 from polyopt.scop import Scop
 from polyopt.verify import verify
@@ -38,13 +38,6 @@ GPU_OPTIONS = ("block", "tile", "vector", "shared")
 #: stride-1 reordering (the mapping finds the parallel loops and picks threadIdx.x itself).
 _SCHEDULER_DEFAULTS = {"pluto": {"parallel": False, "vectorize": False},
                        "feautrier": {"parallel": False}}
-
-
-def _scop_of(kernel) -> Scop:
-    scop = getattr(kernel, "scop", kernel)
-    if not isinstance(scop, Scop):
-        raise TypeError(f"cannot compile {kernel!r}: expected a polyopt kernel or Scop")
-    return scop
 
 
 def _parallelism(program: GpuProgram) -> int:
@@ -61,11 +54,17 @@ class CudaPlan:
     source: CudaSource
 
 
-def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, **options) -> CudaPlan:
-    """Schedule, verify, map and emit ``kernel`` for CUDA (no CuPy or GPU needed)."""
-    scop = _scop_of(kernel)
+def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | None = None,
+         **options) -> CudaPlan:
+    """Schedule (unless ``schedule`` is given), verify, map and emit ``kernel`` for CUDA (no
+    CuPy or GPU needed)."""
+    scop = scop_of(kernel)
     gpu = {k: options.pop(k) for k in GPU_OPTIONS if k in options}
     name = "polyopt_" + re.sub(r"\W", "_", scop.name)
+    if schedule is not None:
+        check_given_schedule(scop, schedule, algorithm, options)
+        verify(scop, schedule)
+        return CudaPlan(scop, schedule, emit_cuda(scop, map_to_gpu(scop, schedule.tree, name), name, **gpu))
     chosen = None
     for candidate in dict.fromkeys((algorithm, "original")):
         opts = {**_SCHEDULER_DEFAULTS.get(candidate, {}), **(options if candidate == algorithm else {})}
@@ -78,10 +77,12 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, **options) -> CudaPlan:
     return CudaPlan(scop, sched, emit_cuda(scop, program, name, **gpu))
 
 
-def cuda_source(kernel, *, algorithm: str = DEFAULT_ALGORITHM, **options) -> str:
+def cuda_source(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | None = None,
+                **options) -> str:
     """The CUDA C source (kernels and a host launch wrapper) that ``compile(kernel,
-    target="cuda", algorithm=..., **options)`` runs; needs neither CuPy nor a GPU."""
-    return plan(kernel, algorithm=algorithm, **options).source.source
+    target="cuda", algorithm=..., **options)`` (or ``schedule=...``) runs; needs neither CuPy
+    nor a GPU."""
+    return plan(kernel, algorithm=algorithm, schedule=schedule, **options).source.source
 
 
 # ----- CuPy ------------------------------------------------------------------------------------
@@ -252,13 +253,14 @@ def _check_device_aliasing(kernel: str, arrays: dict, written: set[str]) -> None
                                     "the kernel assumes distinct arrays")
 
 
-def compile_cuda(kernel, *, algorithm: str = DEFAULT_ALGORITHM, **options) -> CudaKernel:
+def compile_cuda(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | None = None,
+                 **options) -> CudaKernel:
     """``po.compile(kernel, target="cuda", ...)``: cached like the CPU target; the NVRTC build
     happens at the first call (CuPy and a GPU are needed only then)."""
-    key = _cache_key(kernel, "cuda", algorithm, options)
+    key = _cache_key(kernel, "cuda", algorithm, options, schedule)
     if key not in _CACHE:
         start = time.perf_counter()
-        result = plan(kernel, algorithm=algorithm, **options)
+        result = plan(kernel, algorithm=algorithm, schedule=schedule, **options)
         times = {"schedule+codegen": time.perf_counter() - start}
         _CACHE[key] = CudaKernel(result.scop, result.schedule, result.source, times)
     return _CACHE[key]

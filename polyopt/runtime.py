@@ -293,15 +293,21 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-def _cache_key(kernel, target: str, algorithm: str, options: dict):
-    """The compile cache's key: the :func:`scop_fingerprint` of what the kernel parses to (so
-    two kernels from one source text with different ``-D`` defines or float types never share
-    code), the target, the algorithm and the options."""
+def scop_of(kernel) -> Scop:
+    """The Scop a kernel parses to (a Scop is its own); anything else is refused."""
     scop = getattr(kernel, "scop", kernel)
     if not isinstance(scop, Scop):  # refused before anything else looks at it
         raise ArgumentTypeError(f"cannot compile {kernel!r}: expected a polyopt kernel or Scop")
-    return ("scop", scop_fingerprint(scop), target, algorithm,
-            tuple(sorted((k, repr(v)) for k, v in options.items())))
+    return scop
+
+
+def _cache_key(kernel, target: str, algorithm: str, options: dict, schedule: Schedule | None = None):
+    """The compile cache's key: the :func:`scop_fingerprint` of what the kernel parses to (so
+    two kernels from one source text with different ``-D`` defines or float types never share
+    code), the target, and the algorithm and options -- or the given schedule's tree."""
+    choice = (algorithm, tuple(sorted((k, repr(v)) for k, v in options.items()))) if schedule is None \
+        else ("schedule", str(schedule.tree))
+    return ("scop", scop_fingerprint(scop_of(kernel)), target) + choice
 
 
 @lru_cache(maxsize=1024)
@@ -319,12 +325,14 @@ def scop_fingerprint(scop: Scop) -> str:
 
 
 def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
-            num_threads: int | None = None, reassociate: bool = False,
-            **schedule_options) -> CompiledKernel:
+            schedule: Schedule | None = None, num_threads: int | None = None,
+            reassociate: bool = False, **schedule_options) -> CompiledKernel:
     """Compile a kernel (or a Scop) to native code; cached, so a second call is free.
 
-    ``algorithm`` names a scheduler (``polyopt.algorithms()``); the schedule is always checked
-    by the independent verifier before code is generated. ``num_threads`` is the default team
+    ``algorithm`` names a scheduler (``polyopt.algorithms()``), or ``schedule`` gives the
+    schedule itself (a :class:`~polyopt.schedule.Schedule` of this kernel, e.g. from
+    ``po.schedule`` or an imported file); either way the schedule is checked by the
+    independent verifier before code is generated. ``num_threads`` is the default team
     size of its parallel loops (None: every core); ``reassociate`` (CPU) lets floating-point
     sums along the innermost loop run as partial sums in vector lanes, so results may differ
     from the program's order by rounding (po.einsum does this, as numpy.einsum does); the other
@@ -333,35 +341,51 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
     if target not in TARGETS:
         raise ArgumentError(f"unknown target {target!r}; available: {', '.join(TARGETS)}")
     num_threads = check_num_threads(num_threads)
+    if schedule is not None:
+        check_given_schedule(scop_of(kernel), schedule, algorithm, schedule_options)
     if target == "cuda":
         if num_threads is not None or reassociate:
             raise ArgumentError("num_threads and reassociate are options of target='cpu'")
         with ISL_LOCK:
-            return _compile_cuda(kernel, algorithm, schedule_options)
+            return _compile_cuda(kernel, algorithm, schedule, schedule_options)
     with ISL_LOCK:  # isl's context is the process's: one compiling thread inside it at a time
         start = time.perf_counter()  # the key parses the kernel (once per kernel object)
-        key = _cache_key(kernel, target, algorithm, schedule_options) + (bool(reassociate),)
+        key = _cache_key(kernel, target, algorithm, schedule_options, schedule) + (bool(reassociate),)
         if key not in _CACHE:
             _CACHE[key] = _compile(getattr(kernel, "scop", kernel), algorithm, schedule_options,
-                                   bool(reassociate), parse_seconds=time.perf_counter() - start)
+                                   bool(reassociate), parse_seconds=time.perf_counter() - start,
+                                   schedule=schedule)
         compiled = _CACHE[key]  # the thread count is a call argument: one native code serves all
     return compiled if num_threads is None else replace(compiled, num_threads=num_threads)
 
 
-def _compile_cuda(kernel, algorithm: str, options: dict):
+def check_given_schedule(scop: Scop, schedule: Schedule, algorithm: str, options: dict) -> None:
+    """Refuse ``compile(kernel, schedule=...)`` with a schedule of another kernel, or with
+    scheduler choices beside it (they would be ignored: a silent no-op)."""
+    if not isinstance(schedule, Schedule):
+        raise ArgumentTypeError(f"schedule= takes a polyopt Schedule (po.schedule(...)), not {schedule!r}")
+    if algorithm != DEFAULT_ALGORITHM or options:
+        chosen = [f"algorithm={algorithm!r}"] if algorithm != DEFAULT_ALGORITHM else []
+        raise ArgumentError(f"schedule= gives the schedule itself: drop {', '.join(chosen + sorted(options))}")
+    if scop_fingerprint(schedule.scop) != scop_fingerprint(scop):
+        raise ArgumentError(f"schedule= is a schedule of {schedule.scop.name!r}, not of the kernel "
+                            f"{scop.name!r} being compiled")
+
+
+def _compile_cuda(kernel, algorithm: str, schedule: Schedule | None, options: dict):
     """The CUDA target (polyopt/cuda.py; options ``block``/``tile`` map threads, the rest go to
     the scheduler); CuPy is imported only when the compiled kernel is called."""
     from polyopt.cuda import compile_cuda
-    return compile_cuda(kernel, algorithm=algorithm, **options)
+    return compile_cuda(kernel, algorithm=algorithm, schedule=schedule, **options)
 
 
 def _compile(scop: Scop, algorithm: str, schedule_options: dict, reassociate: bool,
-             parse_seconds: float) -> CompiledKernel:
-    """The whole chain after parsing (``parse_seconds``), uncached: schedule, verify, loop
-    AST, C and LLVM, native code."""
+             parse_seconds: float, schedule: Schedule | None = None) -> CompiledKernel:
+    """The whole chain after parsing (``parse_seconds``), uncached: schedule (unless given),
+    verify, loop AST, C and LLVM, native code."""
     times = {"parse": parse_seconds}
     start = time.perf_counter() - parse_seconds
-    sched = run_scheduler(scop, algorithm, **schedule_options)
+    sched = schedule if schedule is not None else run_scheduler(scop, algorithm, **schedule_options)
     times["schedule"] = time.perf_counter() - start - sum(times.values())
     verify(scop, sched)
     times["verify"] = time.perf_counter() - start - sum(times.values())

@@ -343,3 +343,46 @@ def test_cache_key_is_structural():
     assert scop_fingerprint(as_f32.scop) != scop_fingerprint(one.scop)
     assert po.compile(as_f32) is not po.compile(one)
     assert po.compile(one, tile=8) is not po.compile(one)
+
+
+# ----- compile(kernel, schedule=...) ------------------------------------------------------------
+_PREFIX_SUM = '''def prefix(A: f64["N"]):
+    for i in range(1, N):
+        A[i] = A[i] + A[i - 1]
+'''
+
+
+def test_compile_takes_a_schedule_and_verifies_it():
+    kernel = po.kernel_from_source(_PREFIX_SUM)
+    scop = kernel.scop
+    given = po.schedule(scop, "pluto", tile=4)
+    compiled = po.compile(kernel, schedule=given)
+    assert compiled.schedule is given
+    A = np.arange(10.0)
+    expected = np.cumsum(A)
+    compiled(A)
+    np.testing.assert_allclose(A, expected)
+    # another schedule of the same kernel is another entry of the cache
+    assert po.compile(kernel, schedule=po.schedule(scop, "original")) is not compiled
+    assert po.compile(kernel, schedule=given) is compiled
+    assert "__global__" in po.cuda_source(kernel, schedule=given)  # the CUDA target takes it too
+    # a hand-made schedule that runs the sum backwards is refused with the verifier's witness
+    domain = scop.domain
+    backwards = isl.Schedule.from_domain(domain).insert_partial_schedule(
+        isl.MultiUnionPwAff.from_union_map(isl.UnionMap("[N] -> { S0[i] -> [-i] }").intersect_domain(domain)))
+    with pytest.raises(po.IllegalScheduleError, match="witness"):
+        po.compile(kernel, schedule=po.Schedule(scop, backwards, "by hand"))
+
+
+def test_compile_with_a_schedule_refuses_what_it_would_ignore():
+    kernel = po.kernel_from_source(_PREFIX_SUM)
+    given = po.schedule(kernel.scop, "original")
+    with pytest.raises(ValueError, match="drop algorithm='isl'"):
+        po.compile(kernel, schedule=given, algorithm="isl")
+    with pytest.raises(ValueError, match="drop tile"):
+        po.compile(kernel, schedule=given, tile=8)
+    other = po.kernel_from_source(_PREFIX_SUM.replace("A[i - 1]", "2.0"))
+    with pytest.raises(ValueError, match="not of the kernel"):
+        po.compile(other, schedule=given)
+    with pytest.raises(TypeError, match="takes a polyopt Schedule"):
+        po.compile(kernel, schedule="{ S0[i] -> [i] }")
