@@ -74,7 +74,7 @@ def _infer_params(scop: Scop, shapes: dict[str, tuple[int, ...]], given: dict[st
     missing = [p for p in scop.params if p not in params]
     if missing:
         raise ArgumentTypeError(f"{scop.name}: cannot infer size parameter(s) {', '.join(missing)} from the "
-                        "array shapes; pass them as arguments")
+                                "array shapes; pass them as arguments")
     return params
 
 
@@ -152,7 +152,7 @@ def _params_of_shapes(scop: Scop, shapes: tuple, given: tuple) -> tuple[tuple[st
         if shape != expected:
             detail = ", ".join(f"{p}={v}" for p, v in params.items())
             raise ArgumentError(f"{scop.name}(): array '{name}' has shape {shape}, expected "
-                             f"{expected} for {detail}")
+                                f"{expected} for {detail}")
     return tuple(params.items())
 
 
@@ -162,14 +162,14 @@ def _check_array(scop: Scop, name: str, value, is_written: bool) -> np.ndarray:
         raise ArgumentTypeError(f"{scop.name}(): argument '{name}' must be a numpy array, got {type(value).__name__}")
     if value.dtype != spec.dtype.numpy:
         raise ArgumentTypeError(f"{scop.name}(): array '{name}' has dtype {value.dtype}, expected "
-                        f"{spec.dtype.numpy} ({spec.dtype})")
+                                f"{spec.dtype.numpy} ({spec.dtype})")
     if value.ndim != len(spec.shape):
         raise ArgumentError(f"{scop.name}(): array '{name}' must have {len(spec.shape)} dimensions, got {value.ndim}")
     if not value.flags.c_contiguous:
         raise ArgumentError(f"{scop.name}(): array '{name}' must be C-contiguous (use np.ascontiguousarray)")
     if not value.flags.aligned:  # the native code assumes element alignment
         raise ArgumentError(f"{scop.name}(): array '{name}' is not aligned to its element size "
-                         "(use np.ascontiguousarray or np.require(..., requirements='A'))")
+                            "(use np.ascontiguousarray or np.require(..., requirements='A'))")
     if is_written and not value.flags.writeable:
         raise ArgumentError(f"{scop.name}(): array '{name}' is written by the kernel but is read-only")
     return value
@@ -181,7 +181,7 @@ def _check_aliasing(kernel: str, arrays: dict[str, np.ndarray], written: set[str
         for b in names[k + 1:]:
             if (a in written or b in written) and np.may_share_memory(arrays[a], arrays[b]):
                 raise ArgumentError(f"{kernel}(): arrays '{a}' and '{b}' overlap in memory; "
-                                 "the kernel assumes distinct arrays")
+                                    "the kernel assumes distinct arrays")
 
 
 def abi_values(scop: Scop, bound: BoundArguments) -> list:
@@ -280,7 +280,7 @@ class CompiledKernel:
         if not inside:
             detail = ", ".join(f"{p}={v}" for p, v in params.items())
             raise ArgumentError(f"{self.scop.name}(): for {detail} some access would fall outside its "
-                             f"array (valid parameters: {self.scop.in_bounds_params})")
+                                f"array (valid parameters: {self.scop.in_bounds_params})")
         if len(self._checked_params) < 1024:
             self._checked_params[key] = True
 
