@@ -28,6 +28,8 @@ from polyopt.deps import Dependences, dependences  # noqa: E402
 from polyopt.schedule import Schedule, algorithms, schedule  # noqa: E402
 from polyopt.verify import is_legal, verify  # noqa: E402
 from polyopt.interpreter import interpret  # noqa: E402
+from polyopt.exchange import (schedule_from_jscop, schedule_from_openscop, to_jscop,  # noqa: E402
+                              to_openscop, write_jscop, write_openscop)
 from polyopt.runtime import CompiledKernel, compile  # noqa: E402
 from polyopt.autotune import Candidate, TuneResult, autotune  # noqa: E402
 from polyopt.frontends.dsl import Kernel, kernel, kernel_from_source  # noqa: E402
@@ -53,4 +55,5 @@ __all__ = [
     "Schedule", "algorithms", "schedule", "verify", "is_legal", "interpret",
     "CompiledKernel", "compile", "autotune", "Candidate", "TuneResult", "Kernel", "kernel", "kernel_from_source", "scop_from_isl", "from_c", "suite",
     "einsum", "einsum_kernel", "TargetUnavailableError", "cuda_source",
+    "to_jscop", "write_jscop", "schedule_from_jscop", "to_openscop", "write_openscop", "schedule_from_openscop",
 ]

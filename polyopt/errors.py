@@ -141,3 +141,10 @@ class LoopTranslationError(CodegenError):
         params = ", ".join(f"{k}={v}" for k, v in parameters.items())
         super().__init__(f"the generated loops differ from the schedule: {instance} {problem}"
                          f"{' (' + params + ')' if params else ''}")
+
+
+class ExchangeError(FrontendError):
+    """An exchange file (Polly's JSCoP, OpenSCoP) that polyopt cannot read, or that does not
+    describe the Scop its schedule is imported onto: ``source_name`` is the file, ``line`` the
+    line of an OpenSCoP file where reading stopped, the message what differs (statement names,
+    domains, context, accesses) or what is malformed."""
