@@ -321,6 +321,9 @@ def _optimal(operands: list[frozenset], output: frozenset, sizes, limit: int | N
 # --- lowering ------------------------------------------------------------------------------------
 
 iterator_prefix = "i_"
+#: Terms a blocked sum adds into one partial sum before the partial sum joins the result:
+#: numpy.einsum's reductions run in its iterator's buffers of 8192 elements, each summed apart.
+SUM_BLOCK = 8192
 
 
 def iterator(label: str) -> str:
@@ -328,15 +331,37 @@ def iterator(label: str) -> str:
     return f"{iterator_prefix}{label}"
 
 
+def block_iterators(label: str) -> tuple[str, str]:
+    """The iterators of a blocked sum over ``label``: the block and the position in it
+    (``label`` = SUM_BLOCK * block + position)."""
+    return f"b_{label}", f"r_{label}"
+
+
+def _extent(name: str, sizes: dict[str, int]) -> int:
+    """How many values the einsum iterator ``name`` takes for these label sizes."""
+    kind, label = name.split("_", 1)
+    if kind == "b":
+        return -(-sizes[label] // SUM_BLOCK)
+    if kind == "r":
+        return min(sizes[label], SUM_BLOCK)
+    return sizes[label]
+
+
 def iteration_count(scop: Scop, sizes: dict[str, int]) -> int:
-    """How many statement instances an einsum Scop runs for these label sizes."""
-    return sum(prod(sizes[iterator[len(iterator_prefix):]] for iterator in stmt.iterators)
-               for stmt in scop.statements)
+    """How many statement instances an einsum Scop runs for these label sizes (blocked sums:
+    whole blocks)."""
+    return sum(prod(_extent(name, sizes) for name in stmt.iterators) for stmt in scop.statements)
 
 
 def size_parameter(label: str) -> str:
     """The size parameter of ``label``."""
     return f"N_{label}"
+
+
+def is_partial_sum(array: str) -> bool:
+    """Whether ``array`` of an einsum Scop holds the partial sums of a blocked sum (``p0``,
+    ``p1``, ...; they are caller-allocated temporaries, read once per block)."""
+    return array[:1] == "p" and array[1:].isdigit()
 
 
 @dataclass(frozen=True)
@@ -350,18 +375,20 @@ class _Term:
     broadcast: tuple[bool, ...]
     complex_parts: bool = False
 
-    def access(self, dtype: DType, part: int | None = None) -> E.Access:
-        indices = tuple(E.Const(0, i64) if bc else E.Var(iterator(label), "iter")
+    def access(self, dtype: DType, part: int | None = None, at: dict[str, E.Expr] | None = None) -> E.Access:
+        """The element at the labels' iterators (``at``: other subscripts of some labels)."""
+        at = at or {}
+        indices = tuple(E.Const(0, i64) if bc else at.get(label, E.Var(iterator(label), "iter"))
                         for label, bc in zip(self.labels, self.broadcast))
         if self.complex_parts:
             indices += (E.Const(part, i64),)
         return E.Access(self.array, indices, dtype)
 
-    def parts(self, dtype: DType) -> tuple[E.Expr, E.Expr | None]:
+    def parts(self, dtype: DType, at: dict[str, E.Expr] | None = None) -> tuple[E.Expr, E.Expr | None]:
         """(real part, imaginary part) of the element; None as imaginary part of real data."""
         if not self.complex_parts:
-            return self.access(dtype), None
-        return self.access(dtype, 0), self.access(dtype, 1)
+            return self.access(dtype, at=at), None
+        return self.access(dtype, 0, at), self.access(dtype, 1, at)
 
     def shape(self) -> tuple[str, ...]:
         extents = tuple("1" if bc else size_parameter(label) for label, bc in zip(self.labels, self.broadcast))
@@ -369,7 +396,8 @@ class _Term:
 
 
 def einsum_scop(spec: EinsumSpec, broadcast: Sequence[tuple[bool, ...]], path: Sequence[tuple[int, ...]],
-                dtype: DType, complex_parts: bool = False) -> tuple[Scop, tuple[tuple[str, tuple[str, ...]], ...]]:
+                dtype: DType, complex_parts: bool = False, blocked_sums: bool = False
+                ) -> tuple[Scop, tuple[tuple[str, tuple[str, ...]], ...]]:
     """The Scop computing ``spec`` along ``path`` in element type ``dtype``, and its temporaries
     as (array name, labels) pairs (array arguments the caller allocates, in label sizes).
 
@@ -377,26 +405,40 @@ def einsum_scop(spec: EinsumSpec, broadcast: Sequence[tuple[bool, ...]], path: S
     and ``out``; parameters ``N_<label>``. With ``complex_parts`` every array holds complex
     numbers as (real, imaginary) pairs of ``dtype`` in a last dimension of extent 2, and each
     statement becomes one for the real and one for the imaginary part.
+
+    ``blocked_sums``: a step that streams its operands (reads every element once) and sums along
+    its innermost loop ('i->', 'i,i->', 'ij,ij->i') sums blocks of :data:`SUM_BLOCK` terms into
+    partial sums ``p0, p1, ...`` (the target's shape; temporaries too), each added to the
+    target after its block, as numpy.einsum sums its buffers: a million-term sum then has
+    numpy's accuracy instead of one accumulator's. Steps that reuse operands (matmul-shaped)
+    keep their sums: their tiles and register tiles are what makes them fast.
     """
     terms = [_Term(f"op{k}", labels, tuple(bc), complex_parts)
              for k, (labels, bc) in enumerate(zip(spec.inputs, broadcast))]
     arrays = {t.array: Array(t.array, dtype, t.shape()) for t in terms}
     params = tuple(sorted({size_parameter(label) for labels in spec.inputs for label in labels}))
     builder = _Builder(params, dtype)
-    current, temporaries, tree = list(terms), [], []
+    current, temporaries, tree, partials = list(terms), [], [], 0
     for step in path:
         picked = [current[k] for k in step]
         current = [t for k, t in enumerate(current) if k not in step]
         if current:
             rest = set(spec.output).union(*(t.labels for t in current))
             labels = tuple(dict.fromkeys(l for t in picked for l in t.labels if l in rest))
-            target = _Term(f"t{len(temporaries)}", labels, (False,) * len(labels), complex_parts)
+            target = _Term(f"t{len(temporaries) - partials}", labels, (False,) * len(labels), complex_parts)
             temporaries.append((target.array, labels))
         else:
             target = _Term(OUTPUT, spec.output, (False,) * len(spec.output), complex_parts)
         current.append(target)
         arrays[target.array] = Array(target.array, dtype, target.shape())
-        tree += builder.contraction(target, picked)
+        order = _loop_order(target, picked)
+        partial = None
+        if blocked_sums and _streams_a_sum(order, target, picked):
+            partial = _Term(f"p{partials}", target.labels, target.broadcast, complex_parts)
+            partials += 1
+            temporaries.append((partial.array, target.labels))
+            arrays[partial.array] = Array(partial.array, dtype, partial.shape())
+        tree += builder.contraction(target, picked, order, partial)
     if len(current) != 1 or current[0].array != OUTPUT:
         raise ValueError(f"einsum: the contraction path {tuple(path)} does not end in one result")
     context = isl.Set(f"[{', '.join(params)}] -> {{ : {' and '.join(f'{p} >= 0' for p in params) or 'true'} }}")
@@ -410,6 +452,24 @@ def einsum_scop(spec: EinsumSpec, broadcast: Sequence[tuple[bool, ...]], path: S
     return scop, tuple(temporaries)
 
 
+def _loop_order(target: _Term, inputs: list[_Term]) -> tuple[str, ...]:
+    """The loops of a contraction step: the target's labels, then the summed ones; innermost
+    the label that most arrays have as their last, contiguous, dimension."""
+    labels = list(dict.fromkeys(target.labels + tuple(l for t in inputs for l in t.labels)))
+    if labels:
+        last = [t.labels[-1] for t in [target, *inputs] if t.labels]
+        labels.append(labels.pop(labels.index(max(reversed(labels), key=last.count))))
+    return tuple(labels)
+
+
+def _streams_a_sum(order: tuple[str, ...], target: _Term, inputs: list[_Term]) -> bool:
+    """Whether a step sums along its innermost loop and reads each operand element once (every
+    operand has every label of the step, none broadcast): the steps whose long sums
+    ``blocked_sums`` splits."""
+    return (bool(order) and order[-1] not in target.labels
+            and all(set(l for l, bc in zip(t.labels, t.broadcast) if not bc) == set(order) for t in inputs))
+
+
 class _Builder:
     """Creates the statements of the contraction steps (with their access relations)."""
 
@@ -418,34 +478,53 @@ class _Builder:
         self.dtype = dtype
         self.statements: list[Statement] = []
 
-    def contraction(self, target: _Term, inputs: list[_Term]) -> list[Loop | Leaf]:
-        """``target = 0`` over its labels, then ``target += prod(inputs)`` over all labels (the
-        output's, then the summed ones; innermost the label that most arrays have as their last,
-        contiguous, dimension); ``target = prod(inputs)`` alone where no label is summed.
+    def contraction(self, target: _Term, inputs: list[_Term], labels: tuple[str, ...],
+                    partial: _Term | None = None) -> list[Loop | Leaf]:
+        """``target = 0`` over its labels, then ``target += prod(inputs)`` over all ``labels``
+        (in loop order); ``target = prod(inputs)`` alone where no label is summed. With a
+        ``partial`` sum array, the innermost (summed) label runs in blocks: per block
+        ``partial = 0``, ``partial += prod(inputs)`` over the block, ``target += partial``.
         Complex data: one statement per part in each nest."""
-        labels = list(dict.fromkeys(target.labels + tuple(l for t in inputs for l in t.labels)))
-        if labels:
-            last = [t.labels[-1] for t in [target, *inputs] if t.labels]
-            labels.append(labels.pop(labels.index(max(reversed(labels), key=last.count))))
-        labels = tuple(labels)
-        product = inputs[0].parts(self.dtype)
-        for term in inputs[1:]:
-            product = _times(product, term.parts(self.dtype))
         lhs = target.parts(self.dtype)
-        parts = [(lhs_part, value) for lhs_part, value in zip(lhs, product) if lhs_part is not None]
         if set(labels) == set(target.labels):  # nothing summed: one write per element
-            return _nest(labels, [self._statement(labels, l, v) for l, v in parts])
+            parts = [(l, v) for l, v in zip(lhs, self._product(inputs)) if l is not None]
+            iters = tuple(map(iterator, labels))
+            return _nest(iters, [self._statement(iters, _bounds(labels), l, v) for l, v in parts])
         # 0.0 for floats; an int for integers and object data (Python's 0 keeps Fractions exact)
         zero = E.Const(0.0 if self.dtype.is_float and self.dtype.numpy != np.dtype(object) else 0, self.dtype)
-        init = [self._statement(target.labels, l, zero) for l, _ in parts]
-        update = [self._statement(labels, l, E.binary("+", l, v)) for l, v in parts]
-        return _nest(target.labels, init) + _nest(labels, update)
+        target_iters = tuple(map(iterator, target.labels))
+        init = [self._statement(target_iters, _bounds(target.labels), l, zero) for l in lhs if l is not None]
+        if partial is None:
+            iters = tuple(map(iterator, labels))
+            update = [self._statement(iters, _bounds(labels), l, E.binary("+", l, v))
+                      for l, v in zip(lhs, self._product(inputs)) if l is not None]
+            return _nest(target_iters, init) + _nest(iters, update)
+        summed, outer = labels[-1], labels[:-1]
+        block, position = block_iterators(summed)
+        at = {summed: E.binary("+", E.binary("*", E.Const(SUM_BLOCK, i64), E.Var(block, "iter")),
+                               E.Var(position, "iter"))}
+        per_block = tuple(map(iterator, outer)) + (block,)
+        size = size_parameter(summed)
+        blocks = _bounds(outer, f"0 <= {block}", f"{SUM_BLOCK} * {block} < {size}")
+        in_block = _bounds(outer, f"0 <= {block}", f"0 <= {position} < {SUM_BLOCK}",
+                           f"{SUM_BLOCK} * {block} + {position} < {size}")
+        sums = [(l, p, v) for l, p, v in zip(lhs, partial.parts(self.dtype), self._product(inputs, at))
+                if l is not None]
+        reset = [self._statement(per_block, blocks, p, zero) for _, p, _ in sums]
+        accumulate = [self._statement(per_block + (position,), in_block, p, E.binary("+", p, v)) for _, p, v in sums]
+        add = [self._statement(per_block, blocks, l, E.binary("+", l, p)) for l, p, _ in sums]
+        return _nest(target_iters, init) + _nest(per_block, reset + [Loop(position, 1, accumulate)] + add)
 
-    def _statement(self, labels: tuple[str, ...], target: E.Access, value: E.Expr) -> Leaf:
+    def _product(self, inputs: list[_Term], at: dict[str, E.Expr] | None = None) -> tuple[E.Expr, E.Expr | None]:
+        """The product of the inputs' elements, in (real, imaginary or None) parts."""
+        product = inputs[0].parts(self.dtype, at)
+        for term in inputs[1:]:
+            product = _times(product, term.parts(self.dtype, at))
+        return product
+
+    def _statement(self, iters: tuple[str, ...], bounds: str, target: E.Access, value: E.Expr) -> Leaf:
         name = f"S{len(self.statements)}"
-        iters = tuple(iterator(label) for label in labels)
         space = f"{name}[{', '.join(iters)}]"
-        bounds = " and ".join(f"0 <= {iterator(l)} < {size_parameter(l)}" for l in labels) or "true"
         domain = isl.Set(f"{self.params} -> {{ {space} : {bounds} }}")
         refs = [(r, False) for r in E.walk(value) if isinstance(r, E.Access)] + [(target, True)]
         accesses = []
@@ -456,6 +535,11 @@ class _Builder:
         text = f"{E.to_source(target)} = {E.to_source(value)}"
         self.statements.append(Statement(name, iters, domain, target, value, tuple(accesses), None, text))
         return Leaf(name, iters)
+
+
+def _bounds(labels: Sequence[str], *more: str) -> str:
+    """isl constraints of the loops over ``labels`` (0 <= iterator < size) and ``more``."""
+    return " and ".join([f"0 <= {iterator(l)} < {size_parameter(l)}" for l in labels] + list(more)) or "true"
 
 
 def _times(x: tuple[E.Expr, E.Expr | None], y: tuple[E.Expr, E.Expr | None]) -> tuple[E.Expr, E.Expr | None]:
@@ -470,13 +554,14 @@ def _times(x: tuple[E.Expr, E.Expr | None], y: tuple[E.Expr, E.Expr | None]) -> 
             E.binary("+", E.binary("*", a, d), E.binary("*", b, c)))
 
 
-def _nest(labels: tuple[str, ...], leaves: list[Leaf]) -> list[Loop | Leaf]:
-    """The loops over ``labels`` around ``leaves`` (the leaves alone when there are no labels)."""
+def _nest(iterators: tuple[str, ...], leaves: list) -> list[Loop | Leaf]:
+    """The loops over ``iterators`` around ``leaves`` (the leaves alone when there are none)."""
     nodes: list[Loop | Leaf] = leaves
-    for label in reversed(labels):
-        nodes = [Loop(iterator(label), 1, nodes)]
+    for name in reversed(iterators):
+        nodes = [Loop(name, 1, nodes)]
     return nodes
 
 
-__all__ = ["EinsumSpec", "OUTPUT", "contraction_path", "describe", "einsum_scop", "iteration_count", "iterator",
-           "label_sizes", "parse_subscripts", "size_parameter", "sublists_to_subscripts"]
+__all__ = ["EinsumSpec", "OUTPUT", "SUM_BLOCK", "block_iterators", "contraction_path", "describe", "einsum_scop",
+           "is_partial_sum", "iteration_count", "iterator", "label_sizes", "parse_subscripts", "size_parameter",
+           "sublists_to_subscripts"]

@@ -121,6 +121,8 @@ class KernelCall:
 
     ``order``: the kernel's array arguments in native order, as positions in [operands...,
     result, temporaries...]; ``temporaries``: their shapes; ``params``: the size arguments;
+    ``shape``, ``strides``: the result's (strides None: C order; others lay out a contiguous
+    array as numpy's ``order='K'`` does, which the kernel writes in memory order);
     ``threads``: the team size."""
 
     function: Callable
@@ -128,6 +130,7 @@ class KernelCall:
     order: tuple[int, ...]
     temporaries: tuple[tuple[int, ...], ...]
     shape: tuple[int, ...]
+    strides: tuple[int, ...] | None
     dtype: np.dtype
     threads: int
 
@@ -136,7 +139,7 @@ class KernelCall:
         path copies that operand first)."""
         addresses = [_address(op) for op in operands]
         if out is None:
-            result = np.empty(self.shape, self.dtype)
+            result = np.ndarray(self.shape, self.dtype, strides=self.strides)
             addresses.append(_address(result))
         else:
             result, start = out, _address(out)

@@ -181,7 +181,8 @@ def test_operands_are_cast_to_the_result_type_first_and_complex_never_drops_sile
     import warnings
     ones = np.ones(3)
     for operand, dtype in [(np.array([0.5, 0.0, -2.0]), np.bool_), (np.array([1j, 0, 2]), np.bool_),
-                           (np.array([1.0007, 3.0, 5e-8]), np.float16), (np.array([2**63 + 2048.0, 3.0, 1.5]), np.uint64),
+                           (np.array([1.0007, 3.0, 5e-8]), np.float16),
+                           (np.array([2**63 + 2048.0, 3.0, 1.5]), np.uint64),
                            (np.array([1.5j + 1, 2, 3]), np.int8)]:
         with warnings.catch_warnings(record=True) as numpy_warnings:
             warnings.simplefilter("always")
@@ -239,6 +240,23 @@ def test_order_and_non_contiguous_operands():
         po.einsum("ij,jk->ik", a, b, order="Q")
     with pytest.raises(ValueError, match="casting"):
         po.einsum("ij,jk->ik", a, b, casting="always")
+
+
+@pytest.mark.parametrize("order", ["K", "A", "C", "F", "k", "a", "c", "f", None])
+def test_order_lays_the_result_out_as_numpy(order):
+    """numpy takes 'K', 'A', 'C', 'F' in either case; its iterator lays the new result out: 'K'
+    after the operands' strides, 'A' Fortran where every operand is, 'C'/'F' as named. The
+    result owns its memory, on the first call and on repeats."""
+    a, b, t = _operand((3, 4)), _operand((4, 5)), _operand((2, 3, 4))
+    cases = [("ij,jk->ik", [a, b]), ("ij,jk->ki", [a, b]), ("ij,jk->ik", [np.asfortranarray(a), np.asfortranarray(b)]),
+             ("ijk->ki", [t]), ("ijk,ijk->ikj", [t, t.copy()]), ("i,j->ij", [a[0], b[0]]),
+             ("ij,ij->ji", [a[:, ::-1], a.T.copy().T])]
+    for subscripts, ops in cases:
+        expected = np.einsum(subscripts, *ops, order=order)
+        for _ in range(2):
+            actual = po.einsum(subscripts, *ops, order=order)
+            assert actual.strides == expected.strides and actual.base is None, (subscripts, order)
+            _check(actual, expected)
 
 
 BAD = [
@@ -344,11 +362,11 @@ def _einsum_case(draw):
     elif mutation == "operands":
         shapes = shapes[:-1] if draw(st.booleans()) else shapes + [(2,)]
     dtype = draw(st.sampled_from(_HYPOTHESIS_DTYPES))
-    optimize = draw(st.sampled_from([False, "greedy", "optimal"]))
+    optimize = draw(st.sampled_from([False, True, "greedy", "optimal", None, ("greedy", 4), ("optimal", 10**6)]))
     return subscripts, shapes, dtype, optimize
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
 @given(_einsum_case())
 def test_random_einsums_match_numpy(case):
     subscripts, shapes, dtype, optimize = case
@@ -457,6 +475,31 @@ def test_einsum_sums_are_reassociated_like_numpys_and_kernels_keep_their_order()
     assert "reassoc" not in po.einsum_kernel("ij,jk->ik", (5, 5), (5, 5)).optimized_ir
     a, b = _operand((300, 257)), _operand((300, 257))
     _check(po.einsum("ij,ij->i", a, b), np.einsum("ij,ij->i", a, b))
+
+
+def test_long_sums_have_numpys_accuracy():
+    """A sum along the innermost loop of a step that streams its operands runs in blocks of
+    SUM_BLOCK terms whose partial sums join the result one by one, as numpy.einsum sums its
+    8192-element buffers: a million equal terms 1 + 8196 eps (each one's last bits are lost
+    when added to a large accumulator) sum as accurately as numpy's. Matmul-shaped steps keep
+    their tiled sums."""
+    import math
+    from polyopt.frontends.einsum import SUM_BLOCK
+    x = np.full(10**6, 1 + 8196 * np.finfo(float).eps)
+    exact = math.fsum(x)
+    numpy_error = abs(np.einsum("i->", x) - exact)
+    for subscripts, ops in [("i->", [x]), ("i,i->", [x, np.ones_like(x)]), ("ij->i", [x.reshape(2, -1)]),
+                            ("ij,ij->i", [x.reshape(4, -1), np.ones((4, x.size // 4))])]:
+        result = po.einsum(subscripts, *ops, num_threads=1)
+        total = float(np.sum(result, dtype=np.float64)) if np.ndim(result) else float(result)
+        assert abs(total - exact) <= 4 * numpy_error + 1e-9, subscripts
+    long = (SUM_BLOCK + 1,)  # sums no longer than a block are the same sum unblocked
+    assert "p0" in po.einsum_kernel("i,i->", long, long).scop.arrays and SUM_BLOCK == 8192
+    assert "p0" not in po.einsum_kernel("i,i->", (9,), (9,)).scop.arrays
+    assert "p0" not in po.einsum_kernel("ij,jk->ik", (4, SUM_BLOCK + 1), (SUM_BLOCK + 1, 6)).scop.arrays
+    small = _operand((SUM_BLOCK + 5,))  # a block and a partial one
+    _check(po.einsum("i->", small), np.einsum("i->", small))
+    _check(po.einsum("i->", small[:0]), np.einsum("i->", small[:0]))
 
 
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])

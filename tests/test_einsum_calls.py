@@ -83,11 +83,22 @@ def test_calls_that_convert_are_not_recorded():
     for _ in range(2):
         np.testing.assert_allclose(po.einsum("ij,jk->ik", a32, b64), a32 @ b64, rtol=1e-6)
         np.testing.assert_allclose(po.einsum("ij,jk->ik", b64, b64.T), b64 @ b64.T, rtol=1e-12)
-        c = po.einsum("ij,jk->ik", b64, b64, order="F")
-        assert c.flags.f_contiguous
         z = (b64 + 1j * b64).astype(np.complex128)
         np.testing.assert_allclose(po.einsum("ij,jk->ik", z, z), z @ z, rtol=1e-12)
-    assert einsum_calls._CALLS == {}  # mixed dtypes, a transposed operand, order F, complex
+    assert einsum_calls._CALLS == {}  # mixed dtypes, a transposed operand, complex
+
+
+def test_a_repeat_lays_its_result_out_as_the_first_call():
+    """order='F' and 'K' layouts other than C are recorded with the result's strides."""
+    a, b = _rng().random((5, 6)), _rng(1).random((6, 7))
+    for subscripts, order in [("ij,jk->ik", "F"), ("ij,jk->ki", "K")]:
+        expected = np.einsum(subscripts, a, b, order=order)
+        for _ in range(2):
+            result = po.einsum(subscripts, a, b, order=order)
+            assert result.strides == expected.strides and result.base is None
+            np.testing.assert_allclose(result, expected, rtol=1e-12)
+    assert all(isinstance(call, einsum_calls.KernelCall) and call.strides is not None
+               for call in einsum_calls._CALLS.values()) and len(einsum_calls._CALLS) == 2
 
 
 def test_the_record_is_bounded():
@@ -156,3 +167,75 @@ def test_the_fast_pointer_read_agrees_with_numpy_and_leaves_subclasses_alone():
     tagged = base.view(Tagged)
     assert einsum_calls._address(tagged) == tagged.__array_interface__["data"][0]
     assert einsum_calls.call_key(("ij->ji", tagged), None, None, "K", "safe", False, "cpu", None) is None
+
+
+_MANY_OPERAND_REPEATS_CHILD = r'''
+import numpy as np
+from hypothesis import given, settings, strategies as st
+import polyopt as po
+
+LETTERS = "abcdeF"
+
+
+@st.composite
+def case(draw):
+    """4 to 6 operands of 1-3 labels each (sizes 1-3, some size-1 broadcast), an explicit or
+    implicit output, a dtype and an optimize mode."""
+    sizes = {l: draw(st.integers(1, 3)) for l in LETTERS}
+    terms, shapes = [], []
+    for _ in range(draw(st.integers(4, 6))):
+        labels = draw(st.lists(st.sampled_from(LETTERS), min_size=1, max_size=3))
+        terms.append("".join(labels))
+        shapes.append(tuple(1 if draw(st.integers(0, 5)) == 0 else sizes[l] for l in labels))
+    subscripts = ",".join(terms)
+    used = sorted(set(subscripts) - {","})
+    if draw(st.booleans()):
+        subscripts += "->" + "".join(draw(st.permutations(used))[:draw(st.integers(0, len(used)))])
+    dtype = draw(st.sampled_from([np.float64, np.int64, np.complex128, np.float32]))
+    optimize = draw(st.sampled_from([False, True, "greedy", "optimal", ("greedy", 8), None]))
+    return subscripts, shapes, dtype, optimize
+
+
+rng = np.random.default_rng(3)
+
+
+def operand(shape, dtype):
+    values = rng.integers(-3, 4, size=shape)
+    return (values + 1j * rng.integers(-3, 4, size=shape) if np.dtype(dtype).kind == "c" else values).astype(dtype)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(case())
+def check(example):
+    subscripts, shapes, dtype, optimize = example
+    for repeat in range(3):  # a repeat runs what the first call recorded (einsum_calls)
+        ops = [operand(shape, dtype) for shape in shapes]  # fresh arrays each time
+        try:
+            expected = np.einsum(subscripts, *ops)
+        except ValueError:  # sizes that do not broadcast: both refuse
+            try:
+                po.einsum(subscripts, *ops, optimize=optimize)
+            except ValueError:
+                return
+            raise AssertionError(f"{subscripts} {shapes}: numpy refuses, polyopt does not")
+        actual = po.einsum(subscripts, *ops, optimize=optimize)
+        assert np.asarray(actual).dtype == expected.dtype and np.shape(actual) == expected.shape, example
+        tolerance = 1e-4 if dtype == np.float32 else 1e-12
+        assert np.allclose(actual, expected, rtol=tolerance, atol=tolerance), (example, repeat)
+
+
+check()
+print("many-operand repeats ok")
+'''
+
+
+def test_random_many_operand_einsums_repeated_with_fresh_operands_in_a_child_process():
+    """Property test: 4-6 operands, every optimize mode, each case called three times with fresh
+    operand arrays (the repeats run the recorded native call), against numpy.einsum. A child
+    process runs it, so a crash of a repeated call fails this test instead of the test run."""
+    import subprocess
+    import sys
+    child = subprocess.run([sys.executable, "-c", _MANY_OPERAND_REPEATS_CHILD],
+                           capture_output=True, text=True, timeout=900)
+    assert child.returncode == 0, (child.stdout + child.stderr)[-3000:]
+    assert "many-operand repeats ok" in child.stdout
