@@ -12,7 +12,8 @@ hidden by ``...`` get the generated labels ``"0"``, ``"1"``, ... (right-aligned 
 as numpy broadcasts them). A dimension of size 1 facing a larger label size is *broadcast*: its
 subscript is the constant 0 (the kernel is specialized on that pattern). Each contraction step
 is two statements, ``T[o] = 0`` over its result labels and ``T[o] += A[..] * B[..]`` over all its
-labels; intermediate results ``t0, t1, ...`` are array arguments the caller allocates.
+labels; intermediate results ``t0, t1, ...`` are array arguments the caller allocates, and so are
+the partial sums ``p0, p1, ...`` of steps whose long sums run in blocks (``blocked_sums``).
 """
 from __future__ import annotations
 

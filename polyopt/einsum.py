@@ -28,8 +28,10 @@ the interpreted dtypes have no GPU code and raise :class:`TargetUnavailableError
 dtype. CuPy operands give a CuPy result and never leave the GPU; numpy operands with
 ``target="cuda"`` are copied to the GPU and the result back (a numpy array, as on the CPU).
 
-numpy (CuPy on the GPU) is used only to allocate, copy and cast arrays; every sum of products
-is polyopt's.
+numpy (CuPy on the GPU) is used only to allocate, copy, cast and view arrays; every sum of
+products is polyopt's. On the CPU, sums longer than ``SUM_BLOCK`` terms run in blocks whose
+partial sums join the result one by one, as numpy.einsum sums its 8192-element buffers (same
+accuracy on long reductions).
 """
 from __future__ import annotations
 
@@ -410,8 +412,9 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     """Evaluate the Einstein summation convention on the operands, exactly as ``numpy.einsum``.
 
     ``einsum("ij,jk->ik", A, B)`` or the interleaved form ``einsum(A, [0, 1], B, [1, 2], [0, 2])``;
-    ``out``, ``dtype``, ``order``, ``casting`` and ``optimize`` (False, True, "greedy", "optimal"
-    or an ``["einsum_path", ...]`` list) as numpy's, except that the default contraction order
+    ``out``, ``dtype``, ``order``, ``casting`` and ``optimize`` (False, None, True, "greedy",
+    "optimal", ``(name, memory_limit)`` or an ``["einsum_path", ...]`` list; numpy's errors for
+    others) as numpy's, except that the default contraction order
     is greedy (numpy's default, False, sums all operands in one nest: 'ij,jk,kl->il' then costs
     n^4 instead of two n^3 steps). The arithmetic is polyopt-compiled code (or
     its reference interpreter for complex, longdouble and object data). ``target="cuda"`` or
