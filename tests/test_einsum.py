@@ -173,6 +173,22 @@ def test_dtype_and_casting():
         po.einsum("ij->i", ia, casting="no", dtype=np.int64)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int8, np.complex128, object])
+def test_zero_dimensional_out_takes_scalar_contractions(dtype):
+    """A 0-d ``out=`` receives a scalar result (dot, sum, trace, product of 0-d operands) and is
+    returned, on the first call and on repeats, as numpy's; a result of another shape refuses it."""
+    a, b = _operand((5,), dtype), _operand((5,), dtype)
+    for subscripts, ops in [("i,i", [a, b]), ("i->", [a]), ("ii", [np.outer(a, b)]), (",", [a[0], b[1]]),
+                            ("i,i,i->", [a, b, a])]:
+        for _ in range(3):
+            expected, actual = np.zeros((), dtype), np.zeros((), dtype)
+            assert np.einsum(subscripts, *ops, out=expected) is expected
+            assert po.einsum(subscripts, *ops, out=actual) is actual
+            _check(actual, expected)
+    with pytest.raises(ValueError, match="dimensions"):
+        po.einsum("i,j->ij", a, b, out=np.zeros((), dtype))
+
+
 def test_operands_are_cast_to_the_result_type_first_and_complex_never_drops_silently():
     """numpy casts every operand to the result type before multiplying: 0.5 and 1j are True as
     bool (a cast through polyopt's int64 storage made them 0), float16 results round their
