@@ -3,6 +3,14 @@
 Accesses are *tagged* with their reference (``[S[i] -> S_R0[]] -> A[i]``) so that flows from a
 read and from a write of the same statement instance stay apart; the untagged relations are what
 the schedulers and the verifier consume.
+
+The exact analysis is a parametric integer lexmax per sink, which strided domains and subscripts
+with coefficients other than 1 can make explode (minutes for five statements). Each dependence
+kind of each array is therefore analysed under an isl operation budget; where it runs out, that
+part is replaced by its *memory-based* dependences (every earlier access of the element, no
+kills): a superset of the value-based ones, so every schedule legal for it is legal, at the
+price of fewer legal schedules. ``Dependences.approximated`` (and so ``summary()`` and the
+Schedule's trace) names each part so replaced.
 """
 from __future__ import annotations
 
@@ -11,15 +19,22 @@ from functools import cached_property
 
 import islpy as isl
 
-from polyopt.islutil import maps_of
+from polyopt.islutil import isl_options, maps_of
 from polyopt.scop import Scop
 
+#: isl operations the exact analysis of one dependence kind on one array may take (about a
+#: second); past it, that part is memory-based (see the module docstring)
+FLOW_BUDGET = 400_000
 
-def _tagged(scop: Scop, writes: bool) -> isl.UnionMap:
-    """``{ [S[i] -> ref[]] -> A[...] }`` for the reads or the writes of every statement."""
+
+def _tagged(scop: Scop, writes: bool, array: str) -> isl.UnionMap:
+    """``{ [S[i] -> ref[]] -> A[...] }`` for the reads or the writes of ``array`` by every
+    statement."""
     result = isl.UnionMap.empty(scop.context.get_space())
     for stmt in scop.statements:
         for ref in (stmt.writes if writes else stmt.reads):
+            if ref.array != array:
+                continue
             tag = isl.Set(f"{{ {ref.ref_id}[] }}")
             tagged = isl.Map.from_domain_and_range(
                 ref.relation.domain(), tag).range_product(ref.relation)     # S -> [ref -> A]
@@ -40,18 +55,67 @@ def _flow(sinks, must_sources, may_sources, schedule_map) -> isl.UnionMap:
     return info.set_schedule_map(schedule_map).compute_flow().get_may_dependence()
 
 
+def _memory_based(sources: isl.UnionMap, sinks: isl.UnionMap, before: isl.UnionMap) -> isl.UnionMap:
+    """Every (source access, sink access) pair of one element with the source ``before`` the
+    sink: the dependences without kills, a superset of the value-based ones."""
+    return sources.apply_range(sinks.reverse()).intersect(before)
+
+
+def _analysis(scop: Scop) -> tuple[isl.UnionMap, isl.UnionMap, isl.UnionMap, tuple[str, ...]]:
+    """Tagged RAW, WAR, WAW and the parts replaced by memory-based dependences (one line each).
+
+    Arrays are analysed apart (accesses to different arrays never depend on each other), each
+    kind under its own operation budget. WAR takes writes as must-sources and reads as
+    may-sources of each write, so that a read depends only on the next write of its element."""
+    reads = {a: _tagged(scop, False, a) for a in scop.arrays}
+    writes = {a: _tagged(scop, True, a) for a in scop.arrays}
+    tagged_domain = isl.UnionSet.empty(scop.context.get_space())
+    for relation in [*reads.values(), *writes.values()]:
+        tagged_domain = tagged_domain.union(relation.domain())
+    untag = tagged_domain.unwrap().domain_map()          # [S -> ref] -> S
+    schedule = untag.apply_range(scop.schedule.get_map())
+    before: list[isl.UnionMap] = []                       # tagged x -> y with x earlier, if needed
+    found = {kind: isl.UnionMap.empty(scop.context.get_space()) for kind in ("RAW", "WAR", "WAW")}
+    approximated: list[str] = []
+    for array in scop.arrays:
+        r, w = reads[array], writes[array]
+        if w.is_empty():
+            continue
+        problems = {"RAW": (r, w, None), "WAR": (w, w, r), "WAW": (w, w, None)}
+        for kind, (sinks, must, may) in problems.items():
+            try:
+                with isl_options(max_operations=FLOW_BUDGET):
+                    relation = _flow(sinks, must, may, schedule)
+                    if kind == "WAR":
+                        relation = relation.intersect_domain(r.domain())
+            except isl.Error as exc:
+                if "operations exceeded" not in str(exc):
+                    raise
+                if not before:
+                    before.append(schedule.lex_lt_union_map(schedule))
+                sources = r if kind == "WAR" else w
+                relation = _memory_based(sources, sinks, before[0])
+                approximated.append(f"{kind} on {array}: memory-based (the exact analysis exceeded "
+                                    f"{FLOW_BUDGET} isl operations)")
+            found[kind] = found[kind].union(relation.intersect_params(scop.context))
+    return found["RAW"], found["WAR"], found["WAW"], tuple(approximated)
+
+
 @dataclass(frozen=True, eq=False)
 class Dependences:
     """The dependences of one Scop: ``raw``, ``war``, ``waw`` and their union ``all``.
 
     Each is an isl union map from source to sink statement instances. ``tagged_*`` keep the
-    reference tags (which access of which statement) for reporting.
+    reference tags (which access of which statement) for reporting. ``approximated`` names the
+    parts (kind and array) that are memory-based supersets of the value-based dependences,
+    because their exact analysis exceeded its budget (empty: all exact).
     """
 
     scop: Scop
     tagged_raw: isl.UnionMap
     tagged_war: isl.UnionMap
     tagged_waw: isl.UnionMap
+    approximated: tuple[str, ...] = ()
 
     @cached_property
     def raw(self) -> isl.UnionMap:
@@ -92,6 +156,7 @@ class Dependences:
         lines = [f"dependences of {self.scop.name}: " + ", ".join(f"{v} {k}" for k, v in counts.items())]
         for kind, src, sink, array, rel in rows:
             lines.append(f"  {kind} {src} -> {sink} on {array}: {rel.gist_params(self.scop.context)}")
+        lines += [f"  approximated: {line}" for line in self.approximated]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -102,18 +167,11 @@ _CACHE_ATTRIBUTE = "_polyopt_dependences"
 
 
 def dependences(scop: Scop) -> Dependences:
-    """The value-based dependences of ``scop`` against its original schedule (cached on it)."""
+    """The value-based dependences of ``scop`` against its original schedule (cached on it);
+    memory-based for the parts whose exact analysis exceeds its budget (``approximated``)."""
     cached = scop.__dict__.get(_CACHE_ATTRIBUTE)
     if cached is not None:
         return cached
-    reads, writes = _tagged(scop, writes=False), _tagged(scop, writes=True)
-    tagged_domain = reads.domain().union(writes.domain())
-    untag = tagged_domain.unwrap().domain_map()          # [S -> ref] -> S
-    schedule = untag.apply_range(scop.schedule.get_map())
-    context = scop.context
-    raw = _flow(reads, writes, None, schedule).intersect_params(context)
-    waw = _flow(writes, writes, None, schedule).intersect_params(context)
-    war = _flow(writes, writes, reads, schedule).intersect_domain(reads.domain()).intersect_params(context)
-    result = Dependences(scop, raw, war, waw)
+    result = Dependences(scop, *_analysis(scop))
     object.__setattr__(scop, _CACHE_ATTRIBUTE, result)
     return result

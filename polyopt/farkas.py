@@ -172,9 +172,15 @@ def _dual_cone_rows(relation_text: str) -> tuple[tuple[bool, int, tuple[int, ...
     { [cst, params..., in..., out...] : form >= 0 on P } of the dependence piece P.
 
     Existentially quantified variables (strides, modulo conditions) are projected out
-    rationally first: the result may be stricter than needed, never unsound. isl's dual cone is
-    rational; its rows are read here as integer constraints on integer unknowns."""
-    cone = isl.BasicMap(relation_text).remove_divs().wrap().coefficients().flatten()
+    rationally: the result may be stricter than needed, never unsound. The equalities that
+    hold on every *integer* point are made explicit first (isl's integer affine hull): a
+    projection drops the congruences that imply them (``2i = N - 2`` coalesced into
+    ``N - 5 <= 2i <= N - 2`` with ``i``, ``N`` even and ``N + 2`` a multiple of 4 would
+    rationally widen to an interval, and a reversed stride-2 nest lost every hyperplane).
+    isl's dual cone is rational; its rows are read here as integer constraints on integer
+    unknowns."""
+    relation = isl.BasicMap(relation_text).detect_equalities().remove_divs()
+    cone = relation.wrap().coefficients().flatten()
     n = cone.dim(isl.dim_type.set)
     rows = []
     for constraint in cone.get_constraints():

@@ -8,15 +8,22 @@ the coefficients (a proxy for latency); where that exact 0/1 problem is too hard
 an operation budget, edges are satisfied greedily instead. Satisfied edges leave; the rest shrink to the points where
 the new dimension does not separate them. When no edge is left, each statement is completed to
 full rank with dimensions that carry nothing: they are all parallel (innermost parallelism).
+
+Where a component has no dimension that satisfies one of its edges within the coefficient
+bounds (or the problem stays too hard for isl even greedily), it takes the next dimension of the
+original schedule instead, which is legal and satisfies part of an edge (:mod:`polyopt.fallback`);
+``notes`` records it (and so the Schedule's trace): this scheduler never refuses a legal program.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import islpy as isl
 
 from polyopt.deps import Dependences
 from polyopt.errors import ScheduleError
+from polyopt.fallback import OriginalDimensions
 from polyopt.islutil import isl_options
 from polyopt.farkas import Constraints, Form, Unknowns, basic_maps, linear, nonnegative_on, var
 from polyopt.levels import Edge, Level, Row, remaining_after, weak_components
@@ -46,6 +53,8 @@ class FeautrierScheduler:
         self.found: dict[str, list[tuple[int, ...]]] = {s: [] for s in self.statements}
         self.edges = [Edge(m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out), m)
                       for m in basic_maps(deps.all.intersect_params(scop.context))]
+        self.original = OriginalDimensions(scop)
+        self.notes: list[str] = []   # components that took a dimension of the original schedule
 
     @staticmethod
     def _coefficient(stmt: str, k: int) -> Form:
@@ -87,7 +96,9 @@ class FeautrierScheduler:
             constraints.extend(nonnegative_on(edge.relation, constant, params, source, sink))
         return unknowns, constraints
 
-    def _dimension(self, stmts: tuple[str, ...], edges: list[Edge]) -> Row:
+    def _dimension(self, stmts: tuple[str, ...], edges: list[Edge], level: int) -> Row:
+        """The next dimension of one component: the ILP's, or where it has none that satisfies
+        an edge, the next dimension of the original schedule (noted)."""
         unknowns, constraints = self._problem(stmts, edges)
         feasible = unknowns.basic_set(constraints)
         try:
@@ -98,16 +109,23 @@ class FeautrierScheduler:
                 with operation_budget(4 * EXACT_BUDGET):
                     values = self._greedy(unknowns, feasible, len(edges))
             except isl.Error:
-                raise ScheduleError(f"feautrier: the scheduling problem of {', '.join(stmts)} is too "
-                                    "hard for isl within the operation budget") from None
+                return self._original(stmts, edges, level, "the problem is too hard for isl within "
+                                      "the operation budget")
         if values is None:
-            raise ScheduleError(f"feautrier: no legal schedule dimension for {', '.join(stmts)} "
-                                f"with coefficients bounded by {COEFF_BOUND}")
+            return self._original(stmts, edges, level, "no legal dimension with coefficients bounded "
+                                  f"by {COEFF_BOUND}")
         if values["missed"] == len(edges):
-            raise ScheduleError(f"feautrier: no dimension satisfies any dependence among {', '.join(stmts)}")
+            return self._original(stmts, edges, level, "no dimension within the coefficient bounds "
+                                  "satisfies any dependence")
         return {s: (tuple(values[f"{s}_p{k}"] - values[f"{s}_n{k}"] for k in range(self.dims[s])),
                     values[f"{s}_cst"], tuple((p, values[f"{s}_d{p}"]) for p in self.scop.params))
                 for s in stmts}
+
+    def _original(self, stmts: tuple[str, ...], edges: list[Edge], level: int, reason: str) -> Row:
+        k, row = self.original.next_dimension(stmts, edges)
+        self.notes.append(f"feautrier: {reason} among {', '.join(stmts)}; schedule level {level} is "
+                          f"dimension {k} of the original schedule")
+        return row
 
     @staticmethod
     def _greedy(unknowns: Unknowns, feasible: isl.BasicSet, n_edges: int) -> dict[str, int] | None:
@@ -144,7 +162,7 @@ class FeautrierScheduler:
             row: Row = {}
             for component in weak_components(self.statements, active):
                 inside = [e for e in active if e.source in component]
-                row.update(self._dimension(component, inside) if inside
+                row.update(self._dimension(component, inside, len(levels)) if inside
                            else {s: ((0,) * self.dims[s], 0, ()) for s in component})
             constant_only = not any(any(coeffs) or any(c for _, c in params)
                                     for coeffs, _, params in row.values())
@@ -155,7 +173,8 @@ class FeautrierScheduler:
             remaining = remaining_after([row], active)
             if len(remaining) == len(active) and all(
                     a.relation.is_equal(b.relation) for a, b in zip(remaining, active)):
-                raise ScheduleError(f"feautrier: a dimension of {self.scop.name} satisfied no dependence")
+                raise ScheduleError(f"feautrier: internal error: a dimension of {self.scop.name} "
+                                    "satisfied no dependence")
             active = remaining
         completion = self._completion()
         if completion:
@@ -163,7 +182,16 @@ class FeautrierScheduler:
         return levels
 
 
-def feautrier_levels(scop: Scop, deps: Dependences) -> list[Level]:
+class FeautrierLevels(NamedTuple):
+    """A Feautrier schedule as levels and the fallbacks it took (one line each)."""
+
+    levels: list[Level]
+    notes: tuple[str, ...]
+
+
+def feautrier_levels(scop: Scop, deps: Dependences) -> FeautrierLevels:
     """Feautrier's schedule of ``scop`` as levels: one band per dimension that satisfies
     dependences, then one permutable, fully parallel band completing each statement."""
-    return FeautrierScheduler(scop, deps).run()
+    scheduler = FeautrierScheduler(scop, deps)
+    levels = scheduler.run()
+    return FeautrierLevels(levels, tuple(scheduler.notes))

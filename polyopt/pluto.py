@@ -7,6 +7,13 @@ not yet full rank gets a hyperplane linearly independent of its earlier ones. Wh
 hyperplane exists, the statements are cut between strongly connected components of the
 remaining dependence graph. Consecutive hyperplanes form permutable bands by construction.
 
+Where neither exists (one strongly connected component and no hyperplane independent for every
+statement still short of full rank), the search turns *lazy*, as Pluto's LAZY mode does: a
+hyperplane independent for one of those statements is enough (the others may repeat an earlier
+one). Where even that fails, the component takes the next dimension of the original schedule,
+which is always legal (:mod:`polyopt.fallback`). Both decisions are recorded in ``notes`` (and
+so in the Schedule's trace): this scheduler never refuses a legal program.
+
 The result is a list of :class:`Level` values (bands and scalar cuts) that
 :mod:`polyopt.schedule_tree` turns into an isl schedule tree.
 """
@@ -16,13 +23,14 @@ import itertools
 import math
 from functools import lru_cache
 from fractions import Fraction
+from typing import NamedTuple
 
 import islpy as isl
 
 from polyopt.deps import Dependences
 from polyopt.errors import ScheduleError
+from polyopt.fallback import OriginalDimensions
 from polyopt.farkas import Constraints, Form, Unknowns, basic_maps, linear, nonnegative_on, var
-from polyopt.islutil import maps_of
 from polyopt.levels import Edge, Level, Row, remaining_after, weak_components
 from polyopt.scop import Scop
 
@@ -105,10 +113,9 @@ class PlutoScheduler:
         self.edges = [Edge(m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out), m)
                       for m in basic_maps(deps.all.intersect_params(scop.context))]
         self.levels: list[Level] = []
+        self.notes: list[str] = []   # fallbacks taken (lazy independence, original dimensions)
         self._box_cache: dict = {}
-        schedule_maps = {m.get_tuple_name(isl.dim_type.in_): m for m in maps_of(scop.schedule.get_map())}
-        self.original_rows = {s.name: _affine_rows(schedule_maps[s.name], len(s.iterators))
-                              for s in scop.statements}
+        self.original = OriginalDimensions(scop)
 
     # ----- unknowns and coefficient expressions ----------------------------------------------
     def _unknowns(self, stmts: tuple[str, ...], negative: bool) -> Unknowns:
@@ -194,41 +201,53 @@ class PlutoScheduler:
     def _original_direction(self, stmt: str) -> int:
         """+1/-1: the sign the original schedule gives to the first direction still open."""
         basis = orthogonal_complement(tuple(self.found[stmt]), self.dims[stmt])
-        for row in self.original_rows[stmt]:
+        for row in self.original.coefficients(stmt):
             projection = sum(sum(v * r for v, r in zip(vec, row)) for vec in basis)
             if projection:
                 return 1 if projection > 0 else -1
         return 1
 
-    def _component_hyperplane(self, stmts: tuple[str, ...], edges: list[Edge], problems: dict) -> Row | None:
+    def _component_hyperplane(self, stmts: tuple[str, ...], edges: list[Edge], problems: dict,
+                              lazy: bool) -> Row | None:
         """A new hyperplane for one component, or None when it has none (or needs none).
 
-        ``problems`` caches the component's band constraints per coefficient mode."""
+        Eager: linearly independent for every statement not yet full rank. ``lazy``: where that
+        fails, independent for one of them (the first that has one, in textual order), which
+        still raises a rank. ``problems`` caches the component's band constraints per
+        coefficient mode."""
         open_statements = [s for s in stmts if not self._is_full_rank(s)]
         if not open_statements:
             return None
         modes = [self.negative] if self.negative is not None else [False, True]
-        for negative in modes:
-            if negative not in problems:
-                problems[negative] = self._band_problem(stmts, edges, negative)
-            unknowns, feasible = problems[negative]
-            for pattern in self._sign_patterns(open_statements, negative):
-                independence = Constraints()
-                for s, sign in zip(open_statements, pattern):
-                    self._independence(s, sign, negative, independence)
-                values = unknowns.lexmin(feasible.intersect(unknowns.basic_set(independence)))
-                if values is not None:
-                    self.used_negative |= negative
-                    return self._row(values, stmts, negative)
+        required = [open_statements] + ([[s] for s in open_statements] if lazy and len(open_statements) > 1 else [])
+        for independent in required:
+            for negative in modes:
+                if negative not in problems:
+                    problems[negative] = self._band_problem(stmts, edges, negative)
+                unknowns, feasible = problems[negative]
+                for pattern in self._sign_patterns(independent, negative):
+                    independence = Constraints()
+                    for s, sign in zip(independent, pattern):
+                        self._independence(s, sign, negative, independence)
+                    values = unknowns.lexmin(feasible.intersect(unknowns.basic_set(independence)))
+                    if values is not None:
+                        self.used_negative |= negative
+                        if independent is not open_statements:
+                            self.notes.append(
+                                f"pluto: no hyperplane independent for all of {', '.join(open_statements)} "
+                                f"at schedule level {len(self.levels)}; lazy search: hyperplanes independent "
+                                f"for {independent[0]} only")
+                        return self._row(values, stmts, negative)
         return None
 
-    def _find_hyperplane(self, components: dict[tuple[str, ...], tuple[list[Edge], dict]]) -> Row | None:
+    def _find_hyperplane(self, components: dict[tuple[str, ...], tuple[list[Edge], dict]],
+                         lazy: bool) -> Row | None:
         """One band member: independent per weakly connected component (constant 0 where a
         component has no new hyperplane); None when no component has one."""
         row: Row = {}
         progress = False
         for stmts, (edges, problems) in components.items():
-            part = self._component_hyperplane(stmts, edges, problems)
+            part = self._component_hyperplane(stmts, edges, problems, lazy)
             if part is None:
                 part = {s: ((0,) * self.dims[s], 0) for s in stmts}
             else:
@@ -313,6 +332,47 @@ class PlutoScheduler:
         return None
 
     # ----- main loop -----------------------------------------------------------------------------
+    def _band(self, active: list[Edge], lazy: bool) -> list[Row]:
+        """The hyperplanes of one permutable band (empty when there is none)."""
+        band: list[Row] = []
+        if all(self._is_full_rank(s) for s in self.statements):
+            return band
+        components = {c: ([e for e in active if e.source in c], {}) for c in weak_components(self.statements, active)}
+        while not all(self._is_full_rank(s) for s in self.statements):
+            row = self._find_hyperplane(components, lazy)
+            if row is None:
+                break
+            band.append(row)
+            self._record(row)
+        return band
+
+    def _record(self, row: Row) -> None:
+        """Add the hyperplanes of ``row`` that raise a statement's rank to ``found``."""
+        for s in self.statements:
+            if not self._is_full_rank(s) and any(row[s][0]):
+                candidate = self.found[s] + [row[s][0]]
+                if rank(candidate) > rank(self.found[s]):
+                    self.found[s] = candidate
+
+    def _original_level(self, active: list[Edge]) -> Level:
+        """The last resort: per weakly connected component of the dependences left, the next
+        dimension of the original schedule (legal and satisfying some of them, see
+        :mod:`polyopt.fallback`); statements without dependences left get 0."""
+        row: Row = {s: ((0,) * self.dims[s], 0, ()) for s in self.statements}
+        for component in weak_components(self.statements, active):
+            inside = [e for e in active if e.source in component]
+            if not inside:
+                continue
+            k, part = self.original.next_dimension(component, inside)
+            row.update(part)
+            self.used_negative |= any(c < 0 for s in component for c in part[s][0])
+            hint = " (negative_coeffs=True may find one)" if self.negative is False else ""
+            self.notes.append(f"pluto: no legal hyperplane for {', '.join(component)}{hint}; schedule level "
+                              f"{len(self.levels)} is dimension {k} of the original schedule")
+        self._record(row)
+        scalar = not any(any(coeffs) or any(c for _, c in params) for coeffs, _, params in row.values())
+        return Level("scalar", [row]) if scalar else Level("band", [row], permutable=True, edges=active)
+
     def run(self) -> list[Level]:
         active = list(self.edges)
         if self.fuse != "max":  # "no": distribute every SCC; "smart": SCCs of different depth
@@ -320,51 +380,29 @@ class PlutoScheduler:
             groups = components if self.fuse == "no" else self._by_depth(components)
             if len(groups) > 1:
                 active = self._cut(groups, active)
-        max_levels = 4 * (max(self.dims.values(), default=0) + 2) + len(self.statements)
+        # every level makes progress: a band raises ranks, a cut splits a strongly connected
+        # component, an original dimension is later than the last one its component took
+        max_levels = (sum(self.dims.values()) + 2 * len(self.statements)
+                      + (len(self.original.rows) + 1) * len(self.statements))
         while len(self.levels) < max_levels:
             if all(self._is_full_rank(s) for s in self.statements) and not active:
                 return self.levels
-            band: list[Row] = []
-            components = None
-            if any(not self._is_full_rank(s) for s in self.statements):
-                components = {c: ([e for e in active if e.source in c], {})
-                              for c in weak_components(self.statements, active)}
-            while components is not None:
-                row = self._find_hyperplane(components)
-                if row is None:
-                    break
-                band.append(row)
-                for s in self.statements:
-                    if not self._is_full_rank(s) and any(row[s][0]):
-                        candidate = self.found[s] + [row[s][0]]
-                        if rank(candidate) > rank(self.found[s]):
-                            self.found[s] = candidate
-                if all(self._is_full_rank(s) for s in self.statements):
-                    break
+            band = self._band(active, lazy=False)
+            if not band:
+                remaining = self._stuck_cut(active)
+                if remaining is not None:
+                    active = remaining
+                    continue
+                band = self._band(active, lazy=True)
             if band:
                 self.levels.append(Level("band", band, permutable=True, edges=active))
                 active = remaining_after(band, active)
                 continue
-            remaining = self._stuck_cut(active)
-            if remaining is not None:
-                active = remaining
-                continue
-            hint = " (try negative_coeffs=True)" if self.negative is False else ""
-            raise ScheduleError(f"pluto: no legal hyperplane for {self.scop.name} and its dependences "
-                                f"form one strongly connected component{hint}")
-        raise ScheduleError(f"pluto: no complete schedule for {self.scop.name} after {max_levels} levels")
-
-
-def _affine_rows(schedule: isl.Map, dim: int) -> list[tuple[int, ...]]:
-    """Iterator coefficients of each (affine) output of one statement's flat schedule."""
-    pieces: list[isl.MultiAff] = []
-    isl.PwMultiAff.from_map(schedule).foreach_piece(lambda _, multi: pieces.append(multi))
-    if len(pieces) != 1:
-        return []
-    multi = pieces[0]
-    rows = [tuple(multi.get_at(k).get_coefficient_val(isl.dim_type.in_, d).to_python() for d in range(dim))
-            for k in range(multi.dim(isl.dim_type.out))]
-    return [r for r in rows if any(r)]
+            level = self._original_level(active)
+            self.levels.append(level)
+            active = remaining_after(level.rows, active)
+        raise ScheduleError(f"pluto: internal error: no complete schedule for {self.scop.name} "
+                            f"after {max_levels} levels")
 
 
 def _stable_topological(components: list[list[str]], edges: list[Edge], order: dict[str, int]) -> list[list[str]]:
@@ -385,10 +423,20 @@ def _stable_topological(components: list[list[str]], edges: list[Edge], order: d
     return [components[k] for k in done]
 
 
+class PlutoLevels(NamedTuple):
+    """A Pluto schedule as levels (bands and cuts), whether it used negative coefficients, and
+    the fallbacks it took (one line each; empty when the search needed none)."""
+
+    levels: list[Level]
+    used_negative: bool
+    notes: tuple[str, ...]
+
+
 def pluto_levels(scop: Scop, deps: Dependences, *, fuse: str = "smart",
-                 negative_coeffs: bool | None = None, param_shifts: bool = False) -> tuple[list[Level], bool]:
-    """The Pluto schedule of ``scop`` as levels (bands and cuts), and whether it used negative
-    coefficients. ``negative_coeffs``: False = Pluto (non-negative), True = Pluto+ (bounded
-    negative), None = Pluto, switching a component to Pluto+ only where Pluto finds nothing."""
+                 negative_coeffs: bool | None = None, param_shifts: bool = False) -> PlutoLevels:
+    """The Pluto schedule of ``scop``. ``negative_coeffs``: False = Pluto (non-negative), True =
+    Pluto+ (bounded negative), None = Pluto, switching a component to Pluto+ only where Pluto
+    finds nothing."""
     scheduler = PlutoScheduler(scop, deps, fuse=fuse, negative_coeffs=negative_coeffs, param_shifts=param_shifts)
-    return scheduler.run(), scheduler.used_negative
+    levels = scheduler.run()
+    return PlutoLevels(levels, scheduler.used_negative, tuple(dict.fromkeys(scheduler.notes)))

@@ -7,7 +7,7 @@ islpy's own scheduler (a baseline to compare our schedulers against, never a fal
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import islpy as isl
 
@@ -22,7 +22,10 @@ class Schedule:
     """An isl schedule tree for a Scop, with the algorithm and options that produced it.
 
     ``trace`` lists the steps applied (algorithm, then transformations) so that a schedule can
-    be explained and replayed.
+    be explained and replayed; after the algorithm come the fallbacks it took, one line each
+    (``"pluto: no legal hyperplane for S0, S1; ... dimension 0 of the original schedule"``), and
+    the dependences it was given that are memory-based approximations (``"dependences: RAW on
+    A: memory-based ..."``, see :mod:`polyopt.deps`).
     """
 
     scop: Scop
@@ -81,12 +84,21 @@ def format_tree(tree: isl.Schedule) -> str:
     return "\n".join(lines)
 
 
-Algorithm = Callable[[Scop, Dependences, dict], isl.Schedule]
+class Scheduled(NamedTuple):
+    """What an algorithm may return instead of a bare tree: the tree and the fallbacks it took
+    (one line each), which :func:`schedule` appends to the trace."""
+
+    tree: isl.Schedule
+    notes: tuple[str, ...]
+
+
+Algorithm = Callable[[Scop, Dependences, dict], "isl.Schedule | Scheduled"]
 _ALGORITHMS: dict[str, Algorithm] = {}
 
 
 def register(name: str):
-    """Decorator adding a scheduling algorithm ``f(scop, deps, options) -> isl.Schedule``."""
+    """Decorator adding a scheduling algorithm ``f(scop, deps, options) -> isl.Schedule`` (or
+    :class:`Scheduled`, a tree with notes)."""
     def add(function: Algorithm) -> Algorithm:
         _ALGORITHMS[name] = function
         return function
@@ -104,9 +116,12 @@ def schedule(scop: Scop, algorithm: str = "original", **options) -> Schedule:
         raise ScheduleError(f"unknown scheduling algorithm {algorithm!r}; "
                             f"available: {', '.join(algorithms())}")
     with ISL_LOCK:  # isl's context is the process's: one thread in it at a time
-        tree = _ALGORITHMS[algorithm](scop, dependences(scop), options)
+        deps = dependences(scop)
+        result = _ALGORITHMS[algorithm](scop, deps, options)
+    tree, notes = result if isinstance(result, Scheduled) else (result, ())
     described = ", ".join(f"{k}={v!r}" for k, v in options.items())
-    return Schedule(scop, tree, algorithm, dict(options), (f"{algorithm}({described})",))
+    notes = tuple(notes) + tuple(f"dependences: {line}" for line in deps.approximated)
+    return Schedule(scop, tree, algorithm, dict(options), (f"{algorithm}({described})",) + notes)
 
 
 @register("original")
@@ -153,7 +168,7 @@ register("isl-feautrier")(_isl_scheduler(1, "isl-feautrier"))  # ISL_SCHEDULE_AL
 
 
 @register("pluto")
-def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
+def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     """Our Pluto-style scheduler (:mod:`polyopt.pluto`) followed by the tree transformations.
 
     Options: ``fuse`` ("smart" | "max" | "no"), ``negative_coeffs`` (None = only where needed,
@@ -182,10 +197,10 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
                             f"allowed: {', '.join(sorted(allowed))}")
     registers = options.get("register_tile")
     registers = None if registers is None else transform.register_tile_sizes(scop, registers)
-    levels, _ = pluto_levels(scop, deps, fuse=options.get("fuse", "smart"),
-                             negative_coeffs=options.get("negative_coeffs"),
-                             param_shifts=options.get("param_shifts", False))
-    tree = tree_from_levels(scop, levels)
+    found = pluto_levels(scop, deps, fuse=options.get("fuse", "smart"),
+                         negative_coeffs=options.get("negative_coeffs"),
+                         param_shifts=options.get("param_shifts", False))
+    tree = tree_from_levels(scop, found.levels)
     if options.get("vectorize", True):  # before tiling: the tile loops take the same order
         tree = transform.vectorizable_innermost(tree, scop)
     sizes = options.get("tile")
@@ -197,11 +212,11 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
         tree = transform.mark_parallel(tree, nested=True)
     if registers is not None:
         tree = transform.register_tile(tree, scop, registers)
-    return tree
+    return Scheduled(tree, found.notes)
 
 
 @register("feautrier")
-def _feautrier(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
+def _feautrier(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     """Our Feautrier scheduler (:mod:`polyopt.feautrier`); option ``parallel`` (default True)
     marks the outermost parallel loop of each band nest."""
     from polyopt import transform
@@ -211,8 +226,11 @@ def _feautrier(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
     unknown = set(options) - {"parallel"}
     if unknown:
         raise ScheduleError(f"feautrier: unknown option(s) {', '.join(sorted(unknown))}; allowed: parallel")
-    tree = tree_from_levels(scop, feautrier_levels(scop, deps))
-    return transform.mark_parallel(tree, wavefront=False) if options.get("parallel", True) else tree
+    found = feautrier_levels(scop, deps)
+    tree = tree_from_levels(scop, found.levels)
+    if options.get("parallel", True):
+        tree = transform.mark_parallel(tree, wavefront=False)
+    return Scheduled(tree, found.notes)
 
 
 def tree_statistics(tree: isl.Schedule) -> dict[str, int]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import islpy as isl
+import numpy as np
 
 import polyopt as po
 from polyopt import f64
@@ -180,3 +181,49 @@ def dot(A: f64["N"], B: f64["N"], out: f64["1"]):
     scop = k.scop
     assert same(deps.raw, "[N] -> { S0[] -> S1[0] : N > 0; S1[i] -> S1[i + 1] : 0 <= i < N - 1; "
                           "S1[i] -> S2[] : i = N - 1 and N > 0; S0[] -> S2[] : N = 0 }", scop)
+
+
+OVERWRITTEN = '''def overwritten(A: f64["N"], B: f64["N"], C: f64["N"]):
+    for i in range(N):
+        A[i] = 1.0
+    for i in range(N):
+        A[i] = B[i]
+    for i in range(N):
+        C[i] = A[i]
+    for i in range(N):
+        A[i] = 2.0
+'''
+
+
+def test_analysis_past_its_budget_is_memory_based_and_says_so(monkeypatch):
+    """Where the exact analysis of a kind on an array exceeds its isl operation budget, that part
+    becomes the memory-based dependences: a superset (S0 -> S2, killed by S1, comes back), named
+    in ``approximated`` and in the trace of every schedule, and still scheduled correctly."""
+    from polyopt import deps as deps_module
+
+    exact_kernel = po.kernel_from_source(OVERWRITTEN)
+    exact = po.dependences(exact_kernel.scop)
+    assert exact.approximated == ()
+    monkeypatch.setattr(deps_module, "FLOW_BUDGET", 1)
+    kernel = po.kernel_from_source(OVERWRITTEN)   # a fresh Scop: dependences are cached per Scop
+    scop = kernel.scop
+    approx = po.dependences(scop)
+    assert {line.split(":")[0] for line in approx.approximated} == {f"{kind} on {array}" for array in "AC"
+                                                                     for kind in ("RAW", "WAR", "WAW")}
+    assert "approximated: RAW on A: memory-based" in approx.summary()
+    for kind in ("raw", "war", "waw"):
+        assert getattr(exact, kind).is_subset(getattr(approx, kind))
+    killed = "[N] -> { S0[i] -> S2[i] : 0 <= i < N }"
+    assert not same(exact.raw.intersect(umap(killed)), killed, exact_kernel.scop)
+    assert same(approx.raw.intersect(umap(killed)), killed, scop)
+    a, b, c = (np.random.default_rng(k).random(9) for k in range(3))
+    expected = [x.copy() for x in (a, b, c)]
+    po.interpret(kernel, *expected)
+    for algorithm in ("pluto", "feautrier"):
+        sched = po.schedule(scop, algorithm)
+        assert "dependences: RAW on A: memory-based" in " ".join(sched.trace)
+        po.verify(scop, sched)
+        got = [x.copy() for x in (a, b, c)]
+        po.compile(kernel, algorithm=algorithm)(*got)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-12)

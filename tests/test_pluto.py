@@ -42,21 +42,21 @@ def test_gemm_one_3d_permutable_band_with_two_parallel_dims():
 
 def test_jacobi_1d_is_time_skewed_and_fused():
     scop = po.suite.get("jacobi-1d").kernel.scop
-    levels, negative = pluto_levels(scop, po.dependences(scop))
-    assert not negative
+    levels, negative, notes = pluto_levels(scop, po.dependences(scop))
+    assert not negative and not notes
     assert bands(levels, "S0")[0] == [((1, 0), 0), ((2, 1), 0)]
     assert bands(levels, "S1")[0] == [((1, 0), 0), ((2, 1), 1)]
 
 
 def test_seidel_2d_needs_t_t_plus_i_2t_plus_i_plus_j():
     scop = po.suite.get("seidel-2d").kernel.scop
-    levels, _ = pluto_levels(scop, po.dependences(scop))
+    levels = pluto_levels(scop, po.dependences(scop)).levels
     assert bands(levels, "S0")[0] == [((1, 0, 0), 0), ((1, 1, 0), 0), ((2, 1, 1), 0)]
 
 
 def test_jacobi_2d_bands_are_skewed_and_permutable():
     scop = po.suite.get("jacobi-2d").kernel.scop
-    levels, _ = pluto_levels(scop, po.dependences(scop))
+    levels = pluto_levels(scop, po.dependences(scop)).levels
     band = [lvl for lvl in levels if lvl.kind == "band"][0]
     assert band.permutable and len(band.rows) == 3
     assert band.rows[0]["S0"][0] == (1, 0, 0)
@@ -69,7 +69,7 @@ def test_fusion_policies(name):
     deps = po.dependences(scop)
     cuts = {}
     for policy in ("max", "smart", "no"):
-        levels, _ = pluto_levels(scop, deps, fuse=policy)
+        levels = pluto_levels(scop, deps, fuse=policy).levels
         top = levels[0]
         groups = len({v[1] for v in top.rows[0].values()}) if top.kind == "scalar" else 1
         cuts[policy] = groups
@@ -88,12 +88,14 @@ def reversed_recurrence(A: f64["N"]):
 def test_negative_coefficients_only_with_pluto_plus():
     scop = reversed_recurrence.scop
     deps = po.dependences(scop)
-    with pytest.raises(po.ScheduleError, match="negative_coeffs"):
-        pluto_levels(scop, deps, negative_coeffs=False)
-    levels, negative = pluto_levels(scop, deps, negative_coeffs=True)
+    # Pluto (non-negative) has no hyperplane: it takes the original loop (-i) and says so
+    levels, negative, notes = pluto_levels(scop, deps, negative_coeffs=False)
     assert negative and bands(levels, "S0")[0][0][0] == (-1,)
-    levels, negative = pluto_levels(scop, deps)  # automatic: Pluto+ only where needed
-    assert negative
+    assert len(notes) == 1 and "dimension 0 of the original schedule" in notes[0] and "negative_coeffs=True" in notes[0]
+    levels, negative, notes = pluto_levels(scop, deps, negative_coeffs=True)
+    assert negative and bands(levels, "S0")[0][0][0] == (-1,) and not notes
+    levels, negative, notes = pluto_levels(scop, deps)  # automatic: Pluto+ only where needed
+    assert negative and not notes
     ck = po.compile(reversed_recurrence, algorithm="pluto")
     a, b = np.linspace(1, 2, 17), np.linspace(1, 2, 17)
     ck(a)
@@ -170,3 +172,64 @@ def test_suite_kernel(name, options):
     compiled = po.compile(entry.kernel, algorithm="pluto", **options)
     po.verify(entry.kernel.scop, compiled.schedule)
     run_and_compare(entry, compiled)
+
+
+def check_schedule_and_code(kernel, arrays, **options):
+    """Schedule with pluto and ``options``, verify, compile, and compare with the interpreter;
+    the Schedule, for checks on its trace."""
+    sched = po.schedule(kernel.scop, "pluto", **options)
+    po.verify(kernel.scop, sched)
+    expected = [a.copy() for a in arrays]
+    po.interpret(kernel, *expected)
+    got = [a.copy() for a in arrays]
+    po.compile(kernel, algorithm="pluto", **options)(*got)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+    return sched
+
+
+# Random-nest finding (issue 19): the first band takes (S0: j, S1: i); S1 then needs a hyperplane
+# with a j term, which no hyperplane of the band or of the next one has while WAR S1 -> S0
+# (B[i, i] read, B[j, k] written at i + 1) is unsatisfied, and the dependences form one SCC.
+# Eager Pluto (every statement independent at once) refused it with every option.
+@po.kernel
+def triangular_scc(B: f64["2 * N + 2", "2 * N + 2"]):
+    for i in range(N):
+        for j in range(N):
+            for k in range(i + 1):
+                B[j, k] = 1.0
+            B[i, i + j + 1] = B[i, i]
+
+
+@pytest.mark.parametrize("negative", [None, True, False])
+def test_lazy_independence_where_no_hyperplane_serves_every_statement(negative):
+    B = np.random.default_rng(3).random((12, 12))
+    sched = check_schedule_and_code(triangular_scc, [B], negative_coeffs=negative)
+    assert any("lazy search" in line for line in sched.trace[1:])
+    assert not any("original schedule" in line for line in sched.trace)
+
+
+# Random-nest finding (issue 19): a reversed loop around a stride-2 loop. isl coalesces the RAW
+# S1 -> S0 relation's 2i = N - 2 into N - 5 <= 2i <= N - 2 plus congruences on i and N; the
+# rational projection of the congruences kept the interval, on which no hyperplane is legal.
+@po.kernel
+def reversed_strided(A: f64["N + 3", "N + 3"]):
+    for i in range(N - 1, -1, -1):
+        for j in range(2, N - 1, 2):
+            A[1, i + 2] = A[N - j, j]
+        A[i, i + 2] = A[2, i]
+
+
+@pytest.mark.parametrize("negative", [None, True])
+def test_stride_congruences_keep_the_equalities_they_imply(negative):
+    A = np.random.default_rng(4).random((13, 13))
+    sched = check_schedule_and_code(reversed_strided, [A], negative_coeffs=negative)
+    assert sched.trace == (f"pluto(negative_coeffs={negative!r})",)  # no fallback needed
+
+
+def test_original_dimension_fallback_is_recorded_in_the_trace():
+    """Pluto without negative coefficients has no hyperplane for a descending recurrence: it
+    takes the original loop, legal by construction, and says so."""
+    a = np.linspace(1, 2, 17)
+    sched = check_schedule_and_code(reversed_recurrence, [a], negative_coeffs=False)
+    assert len(sched.trace) == 2 and "dimension 0 of the original schedule" in sched.trace[1]
