@@ -15,10 +15,15 @@ of its child, a loop its iterator's value (isl's loops step upwards), an ``if`` 
 branches exclude each other); shorter paths are padded with zeros. Execution order is then the
 lexicographic order of times, as in isl's flat schedule maps, and each loop's iterations are the
 values from its ``init`` that satisfy its condition up to the first one that does not.
+
+The checks run bottom-up, where two times first differ: at a loop (two iterations may not run
+one instance, nor a dependence backwards, nor any dependence if the loop is parallel) and at a
+block (two children may not run one instance, nor a dependence from a later child to an
+earlier one). Below each node its times are projected out and what it runs is coalesced, so
+the relations stay small (a register tile unrolls into many statements, whose instances
+coalesce into one box again).
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import islpy as isl
 
@@ -26,6 +31,7 @@ from polyopt import expr as E
 from polyopt.codegen.ast import Block, For, If, Node, Run, children
 from polyopt.deps import Dependences, dependences
 from polyopt.errors import CodegenError, LoopTranslationError
+from polyopt.islutil import maps_of
 from polyopt.scop import Scop
 
 
@@ -35,20 +41,12 @@ def _depth(node: Node) -> int:
     return below + (1 if isinstance(node, (Block, For)) else 0)
 
 
-@dataclass(frozen=True)
-class _Loop:
-    """A loop marked parallel: its position in the time vector and the times of its iterations."""
-
-    var: str
-    position: int
-    times: isl.Set
-
-
 class _Reader:
     """Reads a loop AST into a relation from times (one isl set space for all) to instances."""
 
-    def __init__(self, scop: Scop, depth: int):
+    def __init__(self, scop: Scop, deps: Dependences, depth: int):
         self.scop = scop
+        self.deps = deps.all.intersect_params(scop.context)
         self.depth = depth
         space = isl.Space.set_alloc(isl.DEFAULT_CONTEXT, len(scop.params), depth)
         for k, name in enumerate(scop.params):
@@ -56,8 +54,7 @@ class _Reader:
         self.space = space
         self.local = isl.LocalSpace.from_space(space)
         self.universe = isl.Set.universe(space).intersect_params(scop.context)
-        self.executed = isl.UnionMap.empty(space.params())
-        self.parallel: list[_Loop] = []
+        self.any_pair = isl.Map.universe(isl.Space.map_from_set(space))
 
     # ----- expressions -------------------------------------------------------------------------
 
@@ -118,28 +115,68 @@ class _Reader:
 
     # ----- statements --------------------------------------------------------------------------
 
-    def walk(self, node: Node, where: isl.Set, position: int, positions: dict[str, int]) -> None:
-        """Add the instances that ``node`` runs at the times ``where`` (constrained on the
-        positions before ``position``); ``positions`` gives each enclosing iterator's position."""
+    def walk(self, node: Node, where: isl.Set, position: int, positions: dict[str, int]) -> isl.UnionMap:
+        """What ``node`` runs at the times ``where`` (constrained on the positions before
+        ``position``), as a relation from times to instances whose positions from ``position``
+        on are 0; checked on the way. ``positions``: each enclosing iterator's position."""
+        if isinstance(node, If):
+            holds = self.condition(node.cond, positions)
+            ran = self.walk(node.then, where.intersect(holds), position, positions)
+            if node.otherwise is not None:  # the branches run at different times: nothing to check
+                ran = ran.union(self.walk(node.otherwise, where.subtract(holds), position, positions))
+            return ran
+        if isinstance(node, Run):
+            return self.run(node, where, position, positions)
         if isinstance(node, Block):
+            ran = isl.UnionMap.empty(self.space.params())
             for k, child in enumerate(node.body):
                 here = where.fix_val(isl.dim_type.set, position, isl.Val(k))
-                self.walk(child, here, position + 1, positions)
-        elif isinstance(node, If):
-            holds = self.condition(node.cond, positions)
-            self.walk(node.then, where.intersect(holds), position, positions)
-            if node.otherwise is not None:
-                self.walk(node.otherwise, where.subtract(holds), position, positions)
-        elif isinstance(node, For):
+                this = self.project(self.walk(child, here, position + 1, positions), position)
+                self.check_block(ran, this, position)
+                ran = ran.union(this).coalesce()
+            return ran
+        if isinstance(node, For):
             inner = {**positions, node.var: position}
             times = where.intersect(self.iterations(node, position, inner))
-            if node.parallel:
-                self.parallel.append(_Loop(node.var, position, times))
-            self.walk(node.body, times, position + 1, inner)
-        elif isinstance(node, Run):
-            self.run(node, where, position, positions)
-        else:
-            raise CodegenError(f"loop AST check: unsupported node {node!r}")
+            ran = self.walk(node.body, times, position + 1, inner)
+            self.check_loop(node, ran, position)
+            return self.project(ran, position)
+        raise CodegenError(f"loop AST check: unsupported node {node!r}")
+
+    def project(self, ran: isl.UnionMap, position: int) -> isl.UnionMap:
+        """``ran`` with its times' positions from ``position`` on projected out (set to 0)."""
+        zero = isl.Map.universe(isl.Space.map_from_set(self.space))
+        for d in range(self.depth):
+            zero = (zero.equate(isl.dim_type.in_, d, isl.dim_type.out, d) if d < position
+                    else zero.fix_val(isl.dim_type.out, d, isl.Val(0)))
+        return ran.apply_domain(isl.UnionMap.from_map(zero)).coalesce()
+
+    def same_until(self, position: int) -> isl.Map:
+        """Pairs of times equal on the positions before ``position``."""
+        same = self.any_pair
+        for d in range(position):
+            same = same.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
+        return same
+
+    def check_loop(self, loop: For, ran: isl.UnionMap, position: int) -> None:
+        """Two iterations of ``loop`` (times equal before ``position``, different at it) run no
+        instance both, and no dependence backwards (nor at all, if ``loop`` is parallel)."""
+        same = self.same_until(position)
+        other = same.subtract(same.equate(isl.dim_type.in_, position, isl.dim_type.out, position))
+        _twice(ran, ran, other)
+        backwards = same.order_gt(isl.dim_type.in_, position, isl.dim_type.out, position)
+        _dependent(self.deps, ran, ran, backwards, "runs before {source}, on which it depends")
+        if loop.parallel:
+            _dependent(self.deps, ran, ran, other,
+                       f"runs in another iteration of the parallel loop {loop.var} than {{source}}, "
+                       f"on which it depends")
+
+    def check_block(self, earlier: isl.UnionMap, later: isl.UnionMap, position: int) -> None:
+        """A block's later child (``later``, times projected from ``position`` on, as those of
+        the ``earlier`` children) runs no instance they run, and none they depend on."""
+        same = self.same_until(position)
+        _twice(earlier, later, same)
+        _dependent(self.deps, later, earlier, same, "runs before {source}, on which it depends")
 
     def iterations(self, loop: For, position: int, positions: dict[str, int]) -> isl.Set:
         """The values ``for (var = init; cond; var += step)`` takes, as a set of times."""
@@ -161,17 +198,17 @@ class _Reader:
         later = later.order_lt(isl.dim_type.in_, position, isl.dim_type.out, position)
         return started.intersect(holds).subtract(failed.apply(later))
 
-    def run(self, node: Run, where: isl.Set, position: int, positions: dict[str, int]) -> None:
+    def run(self, node: Run, where: isl.Set, position: int, positions: dict[str, int]) -> isl.UnionMap:
         stmt = self.scop.statement(node.statement)
         if len(node.args) != len(stmt.iterators):
             raise CodegenError(f"loop AST check: {node.statement} called with {len(node.args)} arguments")
         for d in range(position, self.depth):  # the padding of a shorter path
             where = where.fix_val(isl.dim_type.set, d, isl.Val(0))
-        instance = isl.Map.from_domain(where)
+        instance = isl.Map.from_domain(self.universe)
         for arg in node.args:
             instance = instance.flat_range_product(isl.Map.from_pw_aff(self.value(arg, positions)))
         instance = instance.intersect_domain(where).set_tuple_name(isl.dim_type.out, node.statement)
-        self.executed = self.executed.union(isl.UnionMap.from_map(instance))
+        return isl.UnionMap.from_map(instance)
 
 
 def _upper_bounds_only(cond: E.Expr, var: str) -> bool:
@@ -208,73 +245,42 @@ def check_loop_ast(scop: Scop, loops: Node, deps: Dependences | None = None) -> 
     """Raise :class:`~polyopt.errors.LoopTranslationError` unless ``loops`` runs every instance
     of ``scop``'s domain exactly once, nothing else, every dependence in order, and no loop
     marked parallel carries a dependence -- for every parameter value of the context."""
-    deps = deps or dependences(scop)
-    reader = _Reader(scop, max(_depth(loops), 1))
-    reader.walk(loops, reader.universe, 0, {})
-    executed = reader.executed.intersect_params(scop.context)
+    reader = _Reader(scop, deps or dependences(scop), max(_depth(loops), 1))
+    executed = reader.walk(loops, reader.universe, 0, {}).range().intersect_params(scop.context)
     for stmt in scop.statements:
-        name = stmt.name
         wanted = stmt.domain.intersect_params(scop.context)
-        ran = executed.extract_map(isl.Space.map_from_domain_and_range(reader.space, wanted.get_space()))
-        for problem, points in (("never runs", wanted.subtract(ran.range())),
-                                ("is not in the domain but runs", ran.range().subtract(wanted))):
+        ran = executed.extract_set(wanted.get_space())
+        for problem, points in (("never runs", wanted.subtract(ran)),
+                                ("is not in the domain but runs", ran.subtract(wanted))):
             if not points.is_empty():
                 params, coords = _sample(points)
-                raise LoopTranslationError(name, _instance(name, coords), params, problem)
-        twice = ran.apply_range(ran.reverse()).subtract(isl.Map.identity(isl.Space.map_from_set(reader.space)))
-        if not twice.is_empty():
-            params, times = _sample(twice)
-            at = _point(reader.space, params, times[:reader.depth])
-            _, coords = _sample(ran.intersect_domain(at).range())
-            raise LoopTranslationError(name, _instance(name, coords), params, "runs more than once")
-    _check_order(scop, deps, executed, reader)
+                raise LoopTranslationError(stmt.name, _instance(stmt.name, coords), params, problem)
 
 
-def _point(space: isl.Space, params: dict[str, int], coords: list[int]) -> isl.Set:
-    """The one-point set of ``space`` at ``params`` and ``coords``."""
-    point = isl.Set.universe(space)
-    for k in range(space.dim(isl.dim_type.param)):
-        point = point.fix_val(isl.dim_type.param, k, isl.Val(params[space.get_dim_name(isl.dim_type.param, k)]))
-    for k, value in enumerate(coords):
-        point = point.fix_val(isl.dim_type.set, k, isl.Val(value))
-    return point
+def _twice(first: isl.UnionMap, second: isl.UnionMap, times: isl.Map) -> None:
+    """Raise if an instance runs at a time of ``first`` and at a time of ``second`` that
+    ``times`` relates."""
+    for piece in maps_of(first.reverse().apply_range(isl.UnionMap.from_map(times)).intersect(second.reverse())):
+        if not piece.is_empty():  # instance -> its second time
+            params, coords = _sample(piece)
+            name = piece.get_tuple_name(isl.dim_type.in_)
+            raise LoopTranslationError(name, _instance(name, coords[:piece.dim(isl.dim_type.in_)]), params,
+                                       "runs more than once")
 
 
-def _check_order(scop: Scop, deps: Dependences, executed: isl.UnionMap, reader: _Reader) -> None:
-    """Every dependence runs source before sink, and within no parallel loop's two iterations."""
-    when = executed.reverse()
-    pairs = deps.all.apply_domain(when).apply_range(when).intersect_params(scop.context)
-    if pairs.is_empty():
-        return
-    pairs = isl.Map.from_union_map(pairs)
-    space = pairs.get_space()
-    late = pairs.subtract(isl.Map.lex_lt(reader.space))
-    if not late.is_empty():
-        _raise_pair(late, executed, reader, "runs its dependence sink {sink} before or with its source {source}")
-    for loop in reader.parallel:
-        same_outer = isl.Map.universe(space)
-        for d in range(loop.position):
-            same_outer = same_outer.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
-        other_iteration = same_outer.subtract(same_outer.equate(isl.dim_type.in_, loop.position,
-                                                                isl.dim_type.out, loop.position))
-        carried = pairs.intersect(other_iteration).intersect_domain(loop.times)
-        if not carried.is_empty():
-            _raise_pair(carried, executed, reader,
-                        f"runs {{source}} and {{sink}} in different iterations of the parallel loop "
-                        f"{loop.var}, but {{sink}} depends on {{source}}")
-
-
-def _raise_pair(pairs: isl.Map, executed: isl.UnionMap, reader: _Reader, problem: str) -> None:
-    """Raise for one (source time, sink time) pair of ``pairs``, naming both instances."""
-    params, times = _sample(pairs)
-    found = []
-    for time in (times[:reader.depth], times[reader.depth:]):
-        ran = executed.intersect_domain(isl.UnionSet(_point(reader.space, params, time)))
-        instance = isl.Set.from_union_set(ran.range())
-        _, coords = _sample(instance)
-        found.append(_instance(instance.get_tuple_name(), coords))
-    source, sink = found
-    raise LoopTranslationError(sink.split("(")[0], sink, params, problem.format(source=source, sink=sink))
+def _dependent(deps: isl.UnionMap, sources: isl.UnionMap, sinks: isl.UnionMap, times: isl.Map,
+               problem: str) -> None:
+    """Raise if a dependence goes from an instance of ``sources`` to one of ``sinks`` whose
+    times are related by ``times``."""
+    related = sources.reverse().apply_range(isl.UnionMap.from_map(times)).apply_range(sinks)
+    for piece in maps_of(deps.intersect(related)):
+        if not piece.is_empty():
+            params, coords = _sample(piece)
+            n_in = piece.dim(isl.dim_type.in_)
+            source = _instance(piece.get_tuple_name(isl.dim_type.in_), coords[:n_in])
+            sink = _instance(piece.get_tuple_name(isl.dim_type.out), coords[n_in:])
+            raise LoopTranslationError(piece.get_tuple_name(isl.dim_type.out), sink, params,
+                                       problem.format(source=source, sink=sink))
 
 
 __all__ = ["check_loop_ast"]

@@ -1,9 +1,20 @@
 """Property test: random affine loop nests, written as DSL source, give the interpreter's results
-under every scheduling algorithm (each schedule also passes the verifier)."""
+under every scheduling algorithm and under the options users turn on (tiles, second-level tiles,
+register tiles, wavefronts, fusion policies, parametric shifts, threads); each schedule also passes
+the verifier, each loop AST the loop check.
+
+CI runs a fixed set of examples. A longer fuzz (docs/architecture.md, "Testing")::
+
+    POLYOPT_FUZZ_EXAMPLES=2000 POLYOPT_FUZZ_SEED=1 nice -n 10 python -m pytest -q -x \
+        tests/test_random_nests.py -k match_the_interpreter
+"""
 from __future__ import annotations
 
+import os
+
 import numpy as np
-from hypothesis import HealthCheck, Phase, event, example, given, settings
+import pytest
+from hypothesis import HealthCheck, Phase, event, example, given, seed, settings
 from hypothesis import strategies as st
 
 import polyopt as po
@@ -116,8 +127,32 @@ def nest_source(draw) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _run_checks(source: str, n: int, *, may_decline: bool = False) -> None:
-    """Every algorithm's schedule verifies, and its compiled code gives the interpreter's result.
+#: What the fuzz runs besides every algorithm's defaults: (algorithm, schedule options, threads).
+#: Tiled bands without a parallel member get wavefronts; "auto" sizes come from the caches.
+OPTION_SETS = [
+    ("pluto", {"tile": 4}, None),
+    ("pluto", {"tile": 5, "fuse": "max", "param_shifts": True}, None),
+    ("pluto", {"tile": 8, "fuse": "no"}, 2),
+    ("pluto", {"tile": 4, "tile2": 2}, None),
+    ("pluto", {"tile": 4, "register_tile": (2, 4)}, None),
+    ("pluto", {"register_tile": "auto"}, None),
+    ("pluto", {"tile": "auto", "register_tile": "row"}, 2),
+    ("pluto", {"fuse": "max"}, 2),
+    ("pluto", {"fuse": "no", "negative_coeffs": True}, None),
+    ("pluto", {"tile": 5, "vectorize": False, "param_shifts": True}, 2),
+    ("pluto", {"tile": [4, 8], "negative_coeffs": False}, None),
+    ("pluto", {"tile": "auto", "conflict_free_tiles": True, "fuse": "max"}, None),
+    ("original", {"parallel": True}, 2),
+    ("feautrier", {}, 2),
+]
+DEFAULTS = [(algorithm, {}, None) for algorithm in po.algorithms()]
+
+
+def _run_checks(source: str, n: int, *, configurations=None, may_decline: bool = False) -> None:
+    """Every configuration's schedule verifies, and its compiled code gives the interpreter's
+    result, on its threads and as its loop AST run in Python (parallel loops backwards).
+    ``configurations``: (algorithm, options, num_threads) triples; every algorithm's defaults
+    when None.
 
     With ``may_decline``, a scheduler other than "original" may refuse with ScheduleError (isl's
     scheduler cannot carry some non-uniform dependences); any other exception is a failure."""
@@ -129,27 +164,28 @@ def _run_checks(source: str, n: int, *, may_decline: bool = False) -> None:
     A0, B0 = rng.random((size, size)), rng.random(size)
     A, B = A0.copy(), B0.copy()
     po.interpret(kernel, A, B)
-    for algorithm in po.algorithms():
+    for algorithm, options, threads in DEFAULTS if configurations is None else configurations:
+        what = f"{algorithm} {options} num_threads={threads}"
         try:
-            sched = po.schedule(scop, algorithm)
+            sched = po.schedule(scop, algorithm, **options)
         except po.ScheduleError:
             if not may_decline or algorithm == "original":
                 raise
             event(f"{algorithm} declined")
             continue
         po.verify(scop, sched)
-        ck = po.compile(kernel, algorithm=algorithm)
+        ck = po.compile(kernel, algorithm=algorithm, num_threads=threads, **options)
         a, b = A0.copy(), B0.copy()
         ck(a, b)
-        np.testing.assert_allclose(a, A, rtol=1e-12, atol=1e-12, err_msg=f"{algorithm}\n{source}")
-        np.testing.assert_allclose(b, B, rtol=1e-12, atol=1e-12, err_msg=f"{algorithm}\n{source}")
+        np.testing.assert_allclose(a, A, rtol=1e-12, atol=1e-12, err_msg=f"{what}\n{source}")
+        np.testing.assert_allclose(b, B, rtol=1e-12, atol=1e-12, err_msg=f"{what}\n{source}")
         # the same loops in Python with the parallel loops run backwards: a wrong parallel mark
         # fails here on every run, where the threads above expose it only sometimes
         a, b = A0.copy(), B0.copy()
         bound = bind_arguments(scop, (a, b), {})
         run_loop_ast(scop, ck.loops, bound.params, bound.scalars, bound.arrays)
-        np.testing.assert_allclose(a, A, rtol=1e-12, atol=1e-12, err_msg=f"{algorithm} loop AST\n{source}")
-        np.testing.assert_allclose(b, B, rtol=1e-12, atol=1e-12, err_msg=f"{algorithm} loop AST\n{source}")
+        np.testing.assert_allclose(a, A, rtol=1e-12, atol=1e-12, err_msg=f"{what} loop AST\n{source}")
+        np.testing.assert_allclose(b, B, rtol=1e-12, atol=1e-12, err_msg=f"{what} loop AST\n{source}")
 
 
 # Found by this test in CI: pluto fuses S0 and S1 in an outer band and marks the next band
@@ -170,15 +206,24 @@ DEGENERATE_PARALLEL_MEMBER = '''def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f6
 '''
 
 
-# derandomized and database-free: CI sees the same 40 nests every run; no shrinking (each
-# shrink step recompiles with every algorithm), the failure message carries the source anyway
-@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+#: A longer local fuzz: POLYOPT_FUZZ_EXAMPLES examples (CI: 60), random from POLYOPT_FUZZ_SEED.
+FUZZ_EXAMPLES = int(os.environ.get("POLYOPT_FUZZ_EXAMPLES", "0"))
+FUZZ_SEED = os.environ.get("POLYOPT_FUZZ_SEED")
+_seeded = seed(int(FUZZ_SEED)) if FUZZ_SEED is not None else (lambda test: test)
+
+
+# CI: derandomized and database-free, the same 60 nests every run, each under every algorithm's
+# defaults and one option set (60 x (5 + 1) = 360 compilations); no shrinking (each shrink step
+# recompiles everything), the failure message carries the source and the options anyway
+@_seeded
+@settings(max_examples=FUZZ_EXAMPLES or 60, deadline=None, derandomize=FUZZ_SEED is None, database=None,
           phases=[Phase.explicit, Phase.generate],
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(source=nest_source(), n=st.integers(2, 6))
-@example(source=DEGENERATE_PARALLEL_MEMBER, n=5)
-def test_random_nests_match_the_interpreter(source, n):
-    _run_checks(source, n, may_decline=True)
+@given(source=nest_source(), n=st.integers(2, 6), options=st.sampled_from(OPTION_SETS))
+@example(source=DEGENERATE_PARALLEL_MEMBER, n=5, options=OPTION_SETS[0])
+def test_random_nests_match_the_interpreter(source, n, options):
+    event(f"{options[0]} {options[1]}")
+    _run_checks(source, n, configurations=DEFAULTS + [options], may_decline=True)
 
 
 def test_strided_and_guarded_domains_with_every_algorithm():
@@ -206,3 +251,35 @@ def test_a_fixed_nest_with_every_feature():
 '''
     for n in (0, 1, 4):
         _run_checks(source, n)
+
+
+# Reported (issue 19): with tile=4, isl's AST generator wrote loops that ran 8 of S0's 12
+# instances at N = 9 (point loops "j mod 4" over j in range(1, N, 3)); x was wrong for N = 8..10.
+AST_DROPS = '''def ast_drops(B: f64["2 * N + 6", "2 * N + 6"], C: f64["2 * N + 6", "2 * N + 6"], x: f64["2 * N + 6"]):
+    for i in range(N):
+        for j in range(1, N, 3):
+            for k in range(1, N - i):
+                if k == i:
+                    x[k] = C[i + 1, j]
+                B[k, i] = C[1, i + 1]
+            for k in range(j + 1):
+                C[i, k] = x[N - i]
+'''
+
+
+@pytest.mark.parametrize("options", [{"tile": 4}, {"tile": 8}, {"tile": 4, "tile2": 2},
+                                     {"tile": 4, "register_tile": (2, 4)}, {"tile": 4, "parallel": False}],
+                         ids=str)
+def test_tiled_strided_nest_runs_every_instance(options):
+    kernel = po.kernel_from_source(AST_DROPS)
+    ck = po.compile(kernel, **options)
+    for n in (8, 9, 10, 13):
+        rng = np.random.default_rng(n)
+        size = 2 * n + 6
+        start = [rng.random((size, size)), rng.random((size, size)), rng.random(size)]
+        expected = [a.copy() for a in start]
+        po.interpret(kernel, *expected)
+        got = [a.copy() for a in start]
+        ck(*got)
+        for want, have in zip(expected, got):
+            np.testing.assert_allclose(have, want, rtol=1e-12, atol=1e-12, err_msg=f"{options} N={n}")

@@ -320,7 +320,7 @@ def test_loop_check_catches_a_reversed_dependence():
     reversed_loop = _recurrence_loop(arg=_op("-", _var("N"), _var("c0")))
     with pytest.raises(LoopTranslationError) as info:
         check_loop_ast(recurrence.scop, reversed_loop)
-    assert "before or with its source" in info.value.problem
+    assert info.value.problem.startswith("runs before S0(") and "on which it depends" in str(info.value)
 
 
 def test_loop_check_catches_a_parallel_loop_that_carries_a_dependence():
