@@ -321,9 +321,9 @@ def _loops_only(tree: isl.Schedule) -> isl.Schedule:
     band = tree.get_root().child(0)
     partial = band.band_get_partial_schedule()
     for k in range(band.band_n_member()):
-        pieces: list[isl.PwAff] = []
-        partial.get_at(k).foreach_pw_aff(pieces.append)
-        if not any(p.involves_dims(_D.in_, 0, p.dim(_D.in_)) for p in pieces):
+        pieces: list[isl.Aff] = []
+        partial.get_at(k).foreach_pw_aff(lambda pw: pw.foreach_piece(lambda _, aff: pieces.append(aff)))
+        if not any(aff.involves_dims(_D.in_, 0, aff.dim(_D.in_)) for aff in pieces):
             band = band.band_member_set_coincident(k, 0)
     return band.get_schedule()
 
