@@ -206,17 +206,17 @@ DEGENERATE_PARALLEL_MEMBER = '''def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f6
 '''
 
 
-#: A longer local fuzz: POLYOPT_FUZZ_EXAMPLES examples (CI: 60), random from POLYOPT_FUZZ_SEED.
+#: A longer local fuzz: POLYOPT_FUZZ_EXAMPLES examples (CI: 50), random from POLYOPT_FUZZ_SEED.
 FUZZ_EXAMPLES = int(os.environ.get("POLYOPT_FUZZ_EXAMPLES", "0"))
 FUZZ_SEED = os.environ.get("POLYOPT_FUZZ_SEED")
 _seeded = seed(int(FUZZ_SEED)) if FUZZ_SEED is not None else (lambda test: test)
 
 
-# CI: derandomized and database-free, the same 60 nests every run, each under every algorithm's
-# defaults and one option set (60 x (5 + 1) = 360 compilations); no shrinking (each shrink step
+# CI: derandomized and database-free, the same 50 nests every run, each under every algorithm's
+# defaults and one option set (50 x (5 + 1) = 300 compilations); no shrinking (each shrink step
 # recompiles everything), the failure message carries the source and the options anyway
 @_seeded
-@settings(max_examples=FUZZ_EXAMPLES or 60, deadline=None, derandomize=FUZZ_SEED is None, database=None,
+@settings(max_examples=FUZZ_EXAMPLES or 50, deadline=None, derandomize=FUZZ_SEED is None, database=None,
           phases=[Phase.explicit, Phase.generate],
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(source=nest_source(), n=st.integers(2, 6), options=st.sampled_from(OPTION_SETS))
