@@ -43,7 +43,7 @@ import islpy as isl
 from polyopt.deps import dependences
 from polyopt.errors import ExchangeError
 from polyopt.expr import to_source
-from polyopt.islutil import ISL_LOCK, fresh_stem, maps_of
+from polyopt.islutil import ISL_LOCK, maps_of
 from polyopt.schedule import Schedule
 from polyopt.scop import Scop, Statement
 from polyopt.verify import check_parallel, verify
@@ -251,9 +251,11 @@ def _union(maps: list[isl.Map]) -> isl.UnionMap:
 
 
 def _check_context(scop: Scop, context: isl.Set, where: str) -> None:
-    if not context.is_params() or not context.is_equal(scop.context):
-        raise ExchangeError(f"the context {context} is not {scop.name}'s {scop.context}; polyopt imports "
-                            "schedules only", source_name=where)
+    """The file's context allows every parameter value the Scop's does (Clan writes none,
+    ``{ : }``); one that excludes some would ask for a schedule of a narrower Scop."""
+    if not context.is_params() or not scop.context.is_subset(context):
+        raise ExchangeError(f"the context {context} excludes parameter values {scop.name}'s context "
+                            f"{scop.context} allows; polyopt imports schedules only", source_name=where)
 
 
 def _check_domain(scop: Scop, stmt: Statement, domain: isl.Set, where: str) -> None:
@@ -271,11 +273,15 @@ def _check_domain(scop: Scop, stmt: Statement, domain: isl.Set, where: str) -> N
 
 def _check_accesses(scop: Scop, stmt: Statement, accesses: tuple[isl.UnionMap, isl.UnionMap],
                     where: str) -> None:
-    """The file's reads and writes of ``stmt`` (on its domain) are the Scop's."""
+    """The file's reads and writes of ``stmt`` (on its domain) are the Scop's; reads of 0-d
+    arrays named like a scalar argument or size of the Scop are its arguments (Clan and Polly
+    model scalars as 0-d arrays, polyopt as arguments) and are left out."""
     domain = isl.UnionSet.from_set(_domain(scop, stmt))
+    scalars = {a.name for a in scop.arguments if a.kind != "array"} - set(scop.arrays)
     for kind, theirs, refs in (("reads", accesses[0], stmt.reads), ("writes", accesses[1], stmt.writes)):
         ours = _union([ref.relation for ref in refs]).intersect_domain(domain)
-        theirs = theirs.intersect_domain(domain)
+        theirs = _union([m for m in maps_of(theirs.intersect_domain(domain))
+                         if not (kind == "reads" and m.dim(_D.out) == 0 and m.get_tuple_name(_D.out) in scalars)])
         if not theirs.is_equal(ours):
             raise ExchangeError(f"statement {stmt.name}: the file's {kind} {theirs} are not the Scop's {ours}; "
                                 "polyopt imports schedules only", source_name=where)
@@ -532,11 +538,13 @@ def _to_isl(parts, space: isl.Space, what: str, lines: _Lines) -> isl.Map:
 
 def _space(params: list[str], inputs: list[str], outputs: list[str] | int, name: str | None) -> isl.Space:
     """A map space: parameters, input dimensions (of statement ``name``), output dimensions
-    named ``outputs`` (or that many fresh names)."""
-    if isinstance(outputs, int):
-        stem = fresh_stem("c", params + inputs)
-        outputs = [f"{stem}{k}" for k in range(outputs)]
-    space = isl.Space.create_from_names(isl.DEFAULT_CONTEXT, in_=inputs, out=outputs, params=params)
+    named ``outputs`` (or that many unnamed ones)."""
+    names = outputs if isinstance(outputs, list) else [None] * outputs
+    space = isl.Space.alloc(isl.DEFAULT_CONTEXT, len(params), len(inputs), len(names))
+    for kind, dims in ((_D.param, params), (_D.in_, inputs), (_D.out, names)):
+        for k, dim in enumerate(dims):
+            if dim is not None:
+                space = space.set_dim_name(kind, k, dim)
     return space.set_tuple_name(_D.in_, name) if name else space
 
 

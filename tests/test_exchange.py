@@ -134,7 +134,7 @@ def test_jscop_that_does_not_describe_the_scop_is_refused_with_what_differs():
 
     other_context = copy.deepcopy(good)
     other_context["context"] = "[NI, NJ, NK] -> { : NI > 10 }"
-    with pytest.raises(ExchangeError, match="the context"):
+    with pytest.raises(ExchangeError, match="the context .* excludes parameter values"):
         po.schedule_from_jscop(gemm, other_context)
 
     broken = copy.deepcopy(good)
@@ -190,3 +190,122 @@ def test_imported_schedules_compile_and_match_the_interpreter(name, fmt, options
     for key, value in ours.items():
         if isinstance(value, np.ndarray):
             np.testing.assert_allclose(value, reference[key], rtol=1e-10, err_msg=f"{name}: {key}")
+
+
+@po.kernel
+def axpy(alpha: f64, x: f64["N"], y: f64["N"]):
+    for i in range(N):
+        y[i] = y[i] + alpha * x[i]
+
+
+#: axpy as Clan writes a Scop (no context, "N-1 >= 0" in the domain, the scalar alpha a 0-d
+#: array, iterators and parameters among the array names), with a scattering edited to run the
+#: loop backwards (legal: no dependence).
+CLAN_STYLE_AXPY = """# [File written in the style of Clan 0.8]
+
+<OpenScop>
+
+# =============================================== Global
+# Language
+C
+
+# Context
+CONTEXT
+0 3 0 0 0 1
+
+# Parameters are provided
+1
+<strings>
+N
+</strings>
+
+# Number of statements
+1
+
+# =============================================== Statement 1
+# Number of relations describing the statement:
+6
+
+# ----------------------------------------------  1.1 Domain
+DOMAIN
+3 4 1 0 0 1
+# e/i|  i |  N |  1
+   1    1    0    0    ## i >= 0
+   1   -1    1   -1    ## -i+N-1 >= 0
+   1    0    1   -1    ## N-1 >= 0
+
+# ----------------------------------------------  1.2 Scattering
+SCATTERING
+3 7 3 1 0 1
+# e/i| c1   c2   c3 |  i |  N |  1
+   0   -1    0    0    0    0    0    ## c1 == 0
+   0    0   -1    0   -1    0    0    ## c2 == -i
+   0    0    0   -1    0    0    0    ## c3 == 0
+
+# ----------------------------------------------  1.3 Access
+WRITE
+2 6 2 1 0 1
+# e/i| Arr  [1]|  i |  N |  1
+   0   -1    0    0    0    3    ## Arr == y
+   0    0   -1    1    0    0    ## [1] == i
+
+READ
+2 6 2 1 0 1
+# e/i| Arr  [1]|  i |  N |  1
+   0   -1    0    0    0    3    ## Arr == y
+   0    0   -1    1    0    0    ## [1] == i
+
+READ
+1 5 1 1 0 1
+# e/i| Arr|  i |  N |  1
+   0   -1    0    0    4    ## Arr == alpha
+
+READ
+2 6 2 1 0 1
+# e/i| Arr  [1]|  i |  N |  1
+   0   -1    0    0    0    5    ## Arr == x
+   0    0   -1    1    0    0    ## [1] == i
+
+# ----------------------------------------------  1.4 Statement Extensions
+# Number of Statement Extensions
+1
+<body>
+# Number of original iterators
+1
+# List of original iterators
+i
+# Statement body expression
+y[i] = y[i] + alpha * x[i];
+</body>
+
+# =============================================== Extensions
+<arrays>
+# Number of arrays
+5
+# Mapping array-identifiers/array-names
+1 i
+2 N
+3 y
+4 alpha
+5 x
+</arrays>
+
+</OpenScop>
+"""
+
+
+def test_a_clan_style_openscop_file_imports_and_compiles():
+    sched = po.schedule_from_openscop(axpy, CLAN_STYLE_AXPY)
+    assert sched.map.is_equal(isl.UnionMap("[N] -> { S0[i] -> [0, -i, 0] : 0 <= i < N }"))
+    assert PARALLEL_MARK in sched.pretty()
+    x, y = np.arange(10.0), np.ones(10)
+    expected = y + 3.0 * x
+    po.compile(axpy, schedule=sched)(3.0, x, y)
+    np.testing.assert_array_equal(y, expected)
+    writes_x = CLAN_STYLE_AXPY.replace("WRITE\n2 6 2 1 0 1\n# e/i| Arr  [1]|  i |  N |  1\n   0   -1    0    0    0    3",
+                                       "WRITE\n2 6 2 1 0 1\n# e/i| Arr  [1]|  i |  N |  1\n   0   -1    0    0    0    5")
+    with pytest.raises(ExchangeError, match=r"statement S0: the file's writes .*x\[i\]"):
+        po.schedule_from_openscop(axpy, writes_x)
+    narrower = CLAN_STYLE_AXPY.replace("CONTEXT\n0 3 0 0 0 1", "CONTEXT\n1 3 0 0 0 1\n 1 1 -5")
+    with pytest.raises(ExchangeError, match="the context .* excludes parameter values"):
+        po.schedule_from_openscop(axpy, narrower)
