@@ -19,9 +19,10 @@ generator next to polyopt's own schedules.
   strided ones need local dimensions (valid OpenSCoP, which Pluto refuses).
 
 On import the file must describe the Scop: the same statements (by name or position), the
-same domains and context, and, where the file gives them, the same accesses -- polyopt imports
-schedules only, so a file that changes anything else is refused with what differs
-(:class:`~polyopt.errors.ExchangeError`). Statements with fewer time dimensions than others are
+same domains, a context that allows every parameter value the Scop's does, and, where the file
+gives them, the same accesses (reads of 0-d arrays named like a scalar argument aside: Clan and
+Polly model scalars so) -- polyopt imports schedules only, so a file that changes anything else
+is refused with what differs (:class:`~polyopt.errors.ExchangeError`). Statements with fewer time dimensions than others are
 padded with trailing zeros, as Pluto does. The schedule becomes one band over the flat map
 (``insert_partial_schedule``), is checked by :func:`~polyopt.verify` (an illegal one raises
 :class:`~polyopt.IllegalScheduleError` with the verifier's witness), and, with
@@ -36,14 +37,15 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 import islpy as isl
 
 from polyopt.deps import dependences
-from polyopt.errors import ExchangeError
+from polyopt.errors import ExchangeError, ScheduleError
 from polyopt.expr import to_source
 from polyopt.islutil import ISL_LOCK, maps_of
+from polyopt.runtime import scop_of
 from polyopt.schedule import Schedule
 from polyopt.scop import Scop, Statement
 from polyopt.verify import check_parallel, verify
@@ -56,7 +58,11 @@ _COLUMNS = (_D.out, _D.in_, _D.div, _D.param, _D.cst)
 LLVM_TYPES = {"f64": "double", "f32": "float", "i8": "i8", "u8": "i8", "i16": "i16", "u16": "i16",
               "i32": "i32", "u32": "i32", "i64": "i64", "u64": "i64"}
 
-Exportable = Union[Schedule, Scop, object]   # a Schedule, a Scop, or a kernel (``.scop``)
+if TYPE_CHECKING:
+    from polyopt.frontends.dsl import Kernel
+
+#: What export takes: a Schedule, or a Scop or kernel (in its original order).
+Exportable = Union[Schedule, Scop, "Kernel"]
 PathLike = Union[str, "os.PathLike[str]"]
 
 
@@ -66,9 +72,7 @@ def _scop_and_tree(source: Exportable) -> tuple[Scop, isl.Schedule]:
     """The Scop and schedule tree of a Schedule, or of a Scop / kernel in its original order."""
     if isinstance(source, Schedule):
         return source.scop, source.tree
-    scop = getattr(source, "scop", source)
-    if not isinstance(scop, Scop):
-        raise TypeError(f"cannot export {source!r}: expected a polyopt Schedule, Scop or kernel")
+    scop = scop_of(source)
     return scop, scop.schedule
 
 
@@ -80,7 +84,7 @@ def _statement_schedules(scop: Scop, tree: isl.Schedule) -> dict[str, isl.Map]:
     result = {}
     for stmt in scop.statements:
         if stmt.name not in by_name:
-            raise ExchangeError(f"the schedule does not run statement {stmt.name}", source_name=scop.name)
+            raise ScheduleError(f"{scop.name}: the schedule does not run statement {stmt.name}")
         result[stmt.name] = by_name[stmt.name].gist_domain(_domain(scop, stmt)).coalesce()
     return result
 
@@ -119,7 +123,7 @@ def write_jscop(source: Exportable, path: PathLike) -> None:
     Path(path).write_text(json.dumps(to_jscop(source), indent=3) + "\n")
 
 
-def schedule_from_jscop(scop, jscop: dict | PathLike, *, parallel: bool = True) -> Schedule:
+def schedule_from_jscop(scop: Scop | Kernel, jscop: dict | PathLike, *, parallel: bool = True) -> Schedule:
     """The schedule of a JSCoP file (a path, or the dict :func:`to_jscop` gives) as a verified
     :class:`~polyopt.Schedule` of ``scop`` (a Scop or kernel).
 
@@ -128,7 +132,7 @@ def schedule_from_jscop(scop, jscop: dict | PathLike, *, parallel: bool = True) 
     schedule raises :class:`~polyopt.IllegalScheduleError` with the verifier's witness.
     ``parallel`` marks the outermost loop the dependences prove parallel (module docstring).
     """
-    scop = _as_scop(scop)
+    scop = scop_of(scop)
     where = "<jscop>" if isinstance(jscop, dict) else str(jscop)
     data = jscop if isinstance(jscop, dict) else _read_json(where)
     with ISL_LOCK:
@@ -148,13 +152,6 @@ def schedule_from_jscop(scop, jscop: dict | PathLike, *, parallel: bool = True) 
             maps[stmt.name] = _statement_map(scop, stmt, schedule, where)
         trace = f"jscop({'<dict>' if isinstance(jscop, dict) else repr(where)})"
         return _imported_schedule(scop, maps, "jscop", trace, parallel, where)
-
-
-def _as_scop(scop) -> Scop:
-    found = getattr(scop, "scop", scop)
-    if not isinstance(found, Scop):
-        raise TypeError(f"cannot import a schedule onto {scop!r}: expected a polyopt Scop or kernel")
-    return found
 
 
 def _read_json(path: str) -> dict:
@@ -548,7 +545,7 @@ def _space(params: list[str], inputs: list[str], outputs: list[str] | int, name:
     return space.set_tuple_name(_D.in_, name) if name else space
 
 
-def schedule_from_openscop(scop, openscop: str | os.PathLike, *, parallel: bool = True) -> Schedule:
+def schedule_from_openscop(scop: Scop | Kernel, openscop: PathLike, *, parallel: bool = True) -> Schedule:
     """The SCATTERING relations of an OpenSCoP file (a path, or the text itself: a string with
     ``<OpenScop>`` in it) as a verified :class:`~polyopt.Schedule` of ``scop``.
 
@@ -557,7 +554,7 @@ def schedule_from_openscop(scop, openscop: str | os.PathLike, *, parallel: bool 
     extension names the arrays, else :class:`~polyopt.errors.ExchangeError` (with the line);
     an illegal schedule raises :class:`~polyopt.IllegalScheduleError` with the witness.
     """
-    scop = _as_scop(scop)
+    scop = scop_of(scop)
     is_text = isinstance(openscop, str) and "<OpenScop>" in openscop
     where = "<openscop>" if is_text else str(openscop)
     lines = _Lines(openscop if is_text else Path(openscop).read_text(), where)
