@@ -309,3 +309,13 @@ def test_a_clan_style_openscop_file_imports_and_compiles():
     narrower = CLAN_STYLE_AXPY.replace("CONTEXT\n0 3 0 0 0 1", "CONTEXT\n1 3 0 0 0 1\n 1 1 -5")
     with pytest.raises(ExchangeError, match="the context .* excludes parameter values"):
         po.schedule_from_openscop(axpy, narrower)
+
+
+def test_shorter_time_vectors_are_padded_with_zeros():
+    gemm = po.suite.get("gemm").kernel
+    data = po.to_jscop(gemm)
+    data["statements"][0]["schedule"] = "[NI, NJ, NK] -> { S0[i, j] -> [i, 0, j] }"
+    data["statements"][1]["schedule"] = "[NI, NJ, NK] -> { S1[i, k, j] -> [i, 1, k, j] }"
+    sched = po.schedule_from_jscop(gemm, data)
+    expected = isl.UnionMap("[NI, NJ, NK] -> { S0[i, j] -> [i, 0, j, 0]; S1[i, k, j] -> [i, 1, k, j] }")
+    assert sched.map.is_equal(expected.intersect_domain(gemm.scop.domain))
