@@ -101,16 +101,26 @@ def tile(tree: isl.Schedule, sizes: int | Sequence[int] | str, *, min_depth: int
     return _rewrite_bands(tree, rewrite)
 
 
+def _strided(domain: isl.UnionSet) -> bool:
+    """Whether some statement's domain needs existential variables (strides, ``%`` guards)."""
+    found = []
+    domain.foreach_set(lambda s: found.append(any(b.dim(isl.dim_type.div) > 0 for b in s.get_basic_sets())))
+    return any(found)
+
+
 def _tile_band(node: isl.ScheduleNode, sizes: list[int]) -> isl.ScheduleNode:
-    """Tile the band at ``node``: a band of tile starts ``size * floor(member / size)`` above it,
-    with the band's flags; returns the point band below, which keeps the members themselves.
+    """Tile the band at ``node``; returns the point band below.
 
     isl's ``band_tile`` (with its default option tile_shift_point_loops) makes the point loops
-    ``member mod size`` instead; over a strided domain (``j`` in ``range(1, N, 3)``) isl's AST
-    generator then takes such a point loop for one value where it has two (``j mod 4`` with
-    ``j = 4, 7``) and drops statement instances (docs/architecture.md, "isl AST bug"). Point
-    loops over the members themselves, as Pluto writes them, leave isl the plain stride."""
+    ``member mod size``; over a strided domain (``j`` in ``range(1, N, 3)``) isl's AST generator
+    then takes such a point loop for one value where it has two (``j mod 4`` with ``j = 4, 7``)
+    and drops statement instances (docs/architecture.md, "isl AST bug"). There the band of tile
+    starts ``size * floor(member / size)`` goes above a point band that keeps the members
+    themselves, as Pluto writes them, which leaves isl the plain stride. Elsewhere ``band_tile``
+    stays: isl isolates whole register tiles inside its aligned point loops (unguarded rows)."""
     multi = _multi_val(node, sizes)
+    if not _strided(node.get_domain()):
+        return node.band_tile(multi).child(0)
     starts = node.band_get_partial_schedule().scale_down_multi_val(multi).floor().scale_multi_val(multi)
     coincident = [node.band_member_get_coincident(k) for k in range(node.band_n_member())]
     permutable = node.band_get_permutable()
