@@ -11,7 +11,7 @@ import textwrap
 import time
 
 import polyopt as po
-from polyopt.runtime import clear_cache
+from polyopt.targets.cache import clear_cache
 
 
 def fresh_compile_seconds(name: str, algorithm: str) -> tuple[float, dict]:

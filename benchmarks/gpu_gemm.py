@@ -23,7 +23,7 @@ import statistics
 import numpy as np
 
 import polyopt as po
-from polyopt.cuda import cupy_module
+from polyopt.targets.cuda import cupy_module
 
 
 def timed(cp, run, warmup: int, repeats: int) -> list[float]:

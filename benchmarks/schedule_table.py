@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import polyopt as po
-from polyopt import farkas
-from polyopt.schedule import tree_statistics
+from polyopt.analysis import farkas
+from polyopt.transform.schedule import tree_statistics
 
 ALGORITHMS = ("pluto", "isl", "feautrier", "isl-feautrier")
 

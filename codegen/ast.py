@@ -1,85 +1,25 @@
 """The loop AST: isl's AST of a schedule, translated once into small immutable nodes.
 
 Both emitters (C and LLVM) walk these nodes, so isl's AST API is touched only here. Loop bounds
-and statement arguments are :mod:`polyopt.expr` trees over loop iterators and parameters.
+and statement arguments are :mod:`polyopt.analysis.expr` trees over loop iterators and parameters.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from typing import Iterator
+from dataclasses import replace
 
 import islpy as isl
 
-from polyopt import expr as E
+from polyopt.analysis import expr as E
+from polyopt.codegen.ast_check import check_loop_ast
 from polyopt.errors import CodegenError
-from polyopt.scop import Argument, Scop, Statement
-from polyopt.transform import PARALLEL_MARK
+from polyopt.analysis.scop import Argument, Scop, Statement
+from polyopt.transform.marks import PARALLEL_MARK
+from polyopt.codegen.loop_nodes import Block, For, If, Node, Run
 from polyopt.types import boolean, i64
 
 
-@dataclass(frozen=True)
-class For:
-    """``for (var = init; cond; var += step) body``; ``parallel`` iterations are independent."""
-
-    var: str
-    init: E.Expr
-    cond: E.Expr
-    step: int
-    body: "Node"
-    parallel: bool = False
-
-
-@dataclass(frozen=True)
-class If:
-    cond: E.Expr
-    then: "Node"
-    otherwise: "Node | None" = None
-
-
-@dataclass(frozen=True)
-class Block:
-    body: tuple["Node", ...]
-
-
-@dataclass(frozen=True)
-class Run:
-    """One statement instance: ``statement`` with its iterators bound to ``args``."""
-
-    statement: str
-    args: tuple[E.Expr, ...]
-
-
-Node = For | If | Block | Run
-
-
-def children(node) -> tuple:
-    """The nodes directly below a For, If or Block (none below anything else)."""
-    if isinstance(node, For):
-        return (node.body,)
-    if isinstance(node, If):
-        return (node.then,) if node.otherwise is None else (node.then, node.otherwise)
-    if isinstance(node, Block):
-        return node.body
-    return ()
-
-
-def nodes(node: Node) -> Iterator[Node]:
-    """``node`` and every node below it, parents first."""
-    yield node
-    for child in children(node):
-        yield from nodes(child)
-
-
-def runs_on_threads(loop: Node) -> bool:
-    """Whether a loop marked parallel runs on a thread team (in both emitters): only when each
-    of its iterations runs a loop. An innermost parallel loop does too little per iteration to
-    pay for starting a team, or for a barrier per iteration of a loop around it; it runs
-    sequentially and is vectorized instead (Polly's rule)."""
-    return isinstance(loop, For) and loop.parallel and any(isinstance(n, For) for n in nodes(loop.body))
-
-
-_MAX_DEPTH = 64  # loop iterator names handed to isl; deeper nests get isl's own names
+MAX_LOOP_DEPTH = 64  # loop iterator names handed to isl; deeper nests get isl's own names
 
 _BINARY = {
     isl.ast_expr_op_type.add: "+", isl.ast_expr_op_type.sub: "-", isl.ast_expr_op_type.mul: "*",
@@ -100,7 +40,7 @@ def abi_arguments(scop: Scop) -> list[Argument]:
     return args + [a for a in scop.arguments if a.kind != "param"]
 
 
-def _iterator_prefix(scop: Scop) -> str:
+def iterator_prefix(scop: Scop) -> str:
     names = set(scop.params) | set(scop.arrays) | {a.name for a in scop.arguments}
     prefix = "c"
     while any(re.fullmatch(rf"{prefix}\d+", n) for n in names):
@@ -108,7 +48,7 @@ def _iterator_prefix(scop: Scop) -> str:
     return prefix
 
 
-class _Translator:
+class IslAstTranslator:
     """isl AST expressions and nodes to ours; ``iterator_names[d]`` names the loop of schedule
     dimension ``d`` (the names handed to the AST build), which places the parallel marks."""
 
@@ -201,17 +141,16 @@ def build_loop_ast(scop: Scop, tree: isl.Schedule) -> Node:
     """Generate the loop AST of schedule ``tree`` over ``scop``'s domain with isl's AST builder,
     checked against the domain and the dependences (:mod:`polyopt.codegen.ast_check`): isl's
     generator has been seen to drop instances, and no emitter may be handed such loops."""
-    from polyopt.codegen.ast_check import check_loop_ast  # it reads this module's nodes
 
     build = isl.AstBuild.from_context(scop.context)
-    prefix = _iterator_prefix(scop)
-    iterator_names = tuple(f"{prefix}{k}" for k in range(_MAX_DEPTH))
-    names = isl.IdList.alloc(isl.DEFAULT_CONTEXT, _MAX_DEPTH)
+    prefix = iterator_prefix(scop)
+    iterator_names = tuple(f"{prefix}{k}" for k in range(MAX_LOOP_DEPTH))
+    names = isl.IdList.alloc(isl.DEFAULT_CONTEXT, MAX_LOOP_DEPTH)
     for name in iterator_names:
         names = names.add(isl.Id(name))
     build = build.set_iterators(names)
     root = build.node_from_schedule(_with_mark_depths(tree).intersect_domain(scop.domain))
-    loops = _Translator(set(scop.params), iterator_names).node(root)
+    loops = IslAstTranslator(set(scop.params), iterator_names).node(root)
     check_loop_ast(scop, loops)
     return loops
 
@@ -226,19 +165,3 @@ def instantiate(stmt: Statement, args: tuple[E.Expr, ...]) -> tuple[E.Access, E.
         return None
 
     return E.substitute(stmt.target, replace), E.substitute(stmt.value, replace)
-
-
-def loop_ast_text(node: Node, indent: int = 0) -> str:
-    """A compact human-readable rendering (for debugging and the CLI)."""
-    pad = "  " * indent
-    if isinstance(node, For):
-        head = f"{pad}for {node.var} = {E.to_source(node.init)}; {E.to_source(node.cond)}; += {node.step}"
-        return head + (" (parallel)" if node.parallel else "") + "\n" + loop_ast_text(node.body, indent + 1)
-    if isinstance(node, If):
-        text = f"{pad}if {E.to_source(node.cond)}\n{loop_ast_text(node.then, indent + 1)}"
-        if node.otherwise is not None:
-            text += f"{pad}else\n{loop_ast_text(node.otherwise, indent + 1)}"
-        return text
-    if isinstance(node, Block):
-        return "".join(loop_ast_text(c, indent) for c in node.body)
-    return f"{pad}{node.statement}({', '.join(E.to_source(a) for a in node.args)})\n"

@@ -1,6 +1,6 @@
 """Translation validation of loop ASTs: the loops that ship must do what the schedule says.
 
-The verifier (:mod:`polyopt.verify`) checks the schedule; isl's AST generator then writes the
+The verifier (:mod:`polyopt.analysis.verify`) checks the schedule; isl's AST generator then writes the
 loops, and it has been seen to leave statement instances out (a tiled band over a strided
 domain). This module checks the loop AST itself, symbolically, for all parameter values of the
 Scop's context:
@@ -29,12 +29,12 @@ import warnings
 
 import islpy as isl
 
-from polyopt import expr as E
-from polyopt.codegen.ast import Block, For, If, Node, Run, children
-from polyopt.deps import Dependences, dependences
+from polyopt.analysis import expr as E
+from polyopt.codegen.loop_nodes import Block, For, If, Node, Run, children
+from polyopt.analysis.deps import Dependences, dependences
 from polyopt.errors import CodegenError, LoopTranslationError, PolyoptWarning
 from polyopt.islutil import isl_options, maps_of
-from polyopt.scop import Scop
+from polyopt.analysis.scop import Scop
 
 
 def _depth(node: Node) -> int:

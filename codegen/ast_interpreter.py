@@ -5,15 +5,16 @@ The schedule verifier checks the schedule tree; this checks what the code genera
 A parallel loop that carries a dependence gives the threaded code a result that is wrong only
 when the threads happen to interleave badly; run backwards here, any carried dependence is
 reversed on every run, so a wrong parallel mark gives a wrong result deterministically. Slow: for
-tests on small sizes, next to :mod:`polyopt.interpreter`.
+tests on small sizes, next to :mod:`polyopt.targets.interpreter`.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from polyopt.codegen.ast import Block, For, If, Node, Run
-from polyopt.interpreter import evaluate, execute, prepare
-from polyopt.scop import Scop
+from polyopt.codegen.loop_nodes import Block, For, If, Node, Run
+from polyopt.analysis.evaluate import evaluate
+from polyopt.targets.interpreter import execute, prepare
+from polyopt.analysis.scop import Scop
 
 
 def run_loop_ast(scop: Scop, loops: Node, params: dict[str, int], scalars: dict,

@@ -10,10 +10,11 @@ same helpers (a GPU does not trap on integer division either).
 """
 from __future__ import annotations
 
-from polyopt import expr as E
-from polyopt.affine import extent_expr
-from polyopt.codegen.ast import Block, For, If, Node, abi_arguments, instantiate, runs_on_threads
-from polyopt.scop import Scop
+from polyopt.analysis import expr as E
+from polyopt.analysis.affine import extent_expr
+from polyopt.codegen.loop_nodes import Block, For, If, Node, runs_on_threads
+from polyopt.codegen.ast import abi_arguments, instantiate
+from polyopt.analysis.scop import Scop
 from polyopt.types import DType
 
 _PRELUDE = """\
@@ -34,7 +35,7 @@ _MATH_F64 = {"sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "c
              "tanh": "tanh", "pow": "pow", "floor": "floor", "abs": "fabs"}
 
 
-def _ctype(dtype: DType) -> str:
+def c_type_name(dtype: DType) -> str:
     if dtype.is_float:
         return {"f32": "float", "f64": "double", "f80": "long double"}[dtype.name]
     return "int" if dtype.name == "bool" else f"{'u' if dtype.unsigned else ''}int{dtype.bits}_t"
@@ -45,14 +46,14 @@ def _math_name(func: str, dtype: DType) -> str:
     return name + "f" if dtype.name == "f32" else name
 
 
-_PRIMARY, _UNARY, _MUL, _ADD, _REL, _EQ, _AND, _OR, _COND = 16, 15, 13, 12, 10, 9, 5, 4, 3
+C_PRIMARY, _UNARY, _MUL, _ADD, _REL, _EQ, C_AND, _OR, C_CONDITIONAL = 16, 15, 13, 12, 10, 9, 5, 4, 3
 _C_PRECEDENCE = {"*": _MUL, "/": _MUL, "tdiv": _MUL, "tmod": _MUL, "+": _ADD, "-": _ADD,
                  "<": _REL, "<=": _REL, ">": _REL, ">=": _REL, "==": _EQ, "!=": _EQ,
-                 "and": _AND, "or": _OR}
+                 "and": C_AND, "or": _OR}
 _C_SPELLING = {"tdiv": "/", "tmod": "%", "and": "&&", "or": "||"}
 
 
-class _CExpr:
+class CExpr:
     """C for an expression tree, parenthesized only where C's precedence needs it."""
 
     def __init__(self, scop: Scop):
@@ -74,23 +75,23 @@ class _CExpr:
                 text = f"{int(e.value) % 2**e.dtype.bits}u" + ("L" if e.dtype.bits == 64 else "")
             else:
                 text = f"{int(e.value)}" if -2**31 <= e.value < 2**31 else f"{int(e.value)}L"
-            return text, (_PRIMARY if e.value >= 0 else _UNARY)
+            return text, (C_PRIMARY if e.value >= 0 else _UNARY)
         if isinstance(e, E.Var):
-            return e.name, _PRIMARY
+            return e.name, C_PRIMARY
         if isinstance(e, E.Access):
-            return e.array + "".join(f"[{self(i)}]" for i in e.indices), _PRIMARY
+            return e.array + "".join(f"[{self(i)}]" for i in e.indices), C_PRIMARY
         if isinstance(e, E.Unary):
             return ("-" if e.op == "neg" else "!") + self.at(e.operand, _UNARY), _UNARY
         if isinstance(e, E.Cast):
-            return f"({_ctype(e.dtype)}){self.at(e.operand, _UNARY)}", _UNARY
+            return f"({c_type_name(e.dtype)}){self.at(e.operand, _UNARY)}", _UNARY
         if isinstance(e, E.Select):
-            return (f"{self.at(e.cond, _OR)} ? {self.at(e.then, _COND + 1)} : "
-                    f"{self.at(e.otherwise, _COND)}"), _COND
+            return (f"{self.at(e.cond, _OR)} ? {self.at(e.then, C_CONDITIONAL + 1)} : "
+                    f"{self.at(e.otherwise, C_CONDITIONAL)}"), C_CONDITIONAL
         if isinstance(e, E.Call):
             if e.func == "abs" and not e.dtype.is_float:
                 x = self.at(e.args[0], _UNARY)
-                return f"{x} < 0 ? -{x} : {x}", _COND
-            return f"{_math_name(e.func, e.dtype)}({', '.join(self(a) for a in e.args)})", _PRIMARY
+                return f"{x} < 0 ? -{x} : {x}", C_CONDITIONAL
+            return f"{_math_name(e.func, e.dtype)}({', '.join(self(a) for a in e.args)})", C_PRIMARY
         if isinstance(e, E.Binary):
             return self.binary(e)
         raise TypeError(f"cannot emit {e!r}")
@@ -99,18 +100,18 @@ class _CExpr:
         op, t = e.op, e.lhs.dtype
         if op in ("min", "max"):  # Python: min(a, b) is b only when b < a
             a, b = self.at(e.lhs, _REL + 1), self.at(e.rhs, _REL + 1)
-            return f"{b} {'<' if op == 'min' else '>'} {a} ? {b} : {a}", _COND
+            return f"{b} {'<' if op == 'min' else '>'} {a} ? {b} : {a}", C_CONDITIONAL
         if op in ("//", "%") and t.unsigned:  # floor is truncation; the helper guards the divisor
             helper = "pl_udiv" if op == "//" else "pl_umod"
-            return f"({_ctype(t)}){helper}({self(e.lhs)}, {self(e.rhs)})", _UNARY
+            return f"({c_type_name(t)}){helper}({self(e.lhs)}, {self(e.rhs)})", _UNARY
         if op == "//":  # Python's float floor division, like its % (1.0 // 0.1 == 9.0)
             helper = ("pl_ffloordivf" if t.name == "f32" else "pl_ffloordiv") if t.is_float else "pl_floordiv"
-            return f"{helper}({self(e.lhs)}, {self(e.rhs)})", _PRIMARY
+            return f"{helper}({self(e.lhs)}, {self(e.rhs)})", C_PRIMARY
         if op == "%":
             helper = ("pl_fmodf" if t.name == "f32" else "pl_fmod") if t.is_float else "pl_mod"
-            return f"{helper}({self(e.lhs)}, {self(e.rhs)})", _PRIMARY
+            return f"{helper}({self(e.lhs)}, {self(e.rhs)})", C_PRIMARY
         if op == "**":
-            return _power(e, self), _PRIMARY
+            return _power(e, self), C_PRIMARY
         prec = _C_PRECEDENCE[op]
         text = f"{self.at(e.lhs, prec)} {_C_SPELLING.get(op, op)} {self.at(e.rhs, prec + 1)}"
         return text, prec
@@ -127,7 +128,7 @@ def _power(e: E.Binary, emit) -> str:
 
 def c_function(scop: Scop, loops: Node, function_name: str, *, openmp: bool = False) -> str:
     """A complete C translation unit defining ``void function_name(...)``."""
-    emit = _CExpr(scop)
+    emit = CExpr(scop)
     params = []
     views = []
     # each array arrives as a flat pointer named after it, with a suffix no user name ends in
@@ -138,13 +139,13 @@ def c_function(scop: Scop, loops: Node, function_name: str, *, openmp: bool = Fa
     for arg in abi_arguments(scop):
         if arg.kind == "array":
             array = scop.arrays[arg.name]
-            params.append(f"{_ctype(arg.dtype)} *restrict {arg.name}{suffix}")
+            params.append(f"{c_type_name(arg.dtype)} *restrict {arg.name}{suffix}")
             inner = "".join(f"[{emit(extent_expr(e, scop.params))}]" for e in array.shape[1:])
             if array.shape:
-                views.append(f"  {_ctype(arg.dtype)} (*restrict {arg.name}){inner} = "
-                             f"({_ctype(arg.dtype)} (*){inner}){arg.name}{suffix};")
+                views.append(f"  {c_type_name(arg.dtype)} (*restrict {arg.name}){inner} = "
+                             f"({c_type_name(arg.dtype)} (*){inner}){arg.name}{suffix};")
         else:
-            params.append(f"{_ctype(arg.dtype)} {arg.name}")
+            params.append(f"{c_type_name(arg.dtype)} {arg.name}")
     locals_ = [a.name for a in scop.arrays.values() if a.local]
     body = c_loop_nest(scop, loops, openmp=openmp, declare=locals_)
     signature = f"void {function_name}({', '.join(params) or 'void'})"
@@ -162,8 +163,8 @@ def c_loop_nest(scop: Scop, loops: Node, *, openmp: bool = False, depth: int = 1
     named in ``declare`` (zero-initialized), then the loops (for a function body, or for
     substitution into existing C code, where the arrays and parameters are already in scope)."""
     pad = "  " * depth
-    out = [f"{pad}{_ctype(scop.arrays[name].dtype)} {name} = 0;" for name in declare]
-    _emit_node(loops, scop, _CExpr(scop), out, depth, openmp)
+    out = [f"{pad}{c_type_name(scop.arrays[name].dtype)} {name} = 0;" for name in declare]
+    _emit_node(loops, scop, CExpr(scop), out, depth, openmp)
     return out
 
 

@@ -15,7 +15,7 @@ runs apart (a warp's loads of one run position cover consecutive words: no bank 
 
 The source compiles with NVRTC (kernels only) and with nvcc, where the host wrapper
 ``void <name>(...)`` (device pointers; launches in host order) is compiled too. The Python
-runtime (:mod:`polyopt.cuda`) runs the same host program through CuPy.
+runtime (:mod:`polyopt.targets.cuda`) runs the same host program through CuPy.
 """
 from __future__ import annotations
 
@@ -23,10 +23,11 @@ from dataclasses import dataclass, field, replace
 from itertools import product
 from math import gcd, prod
 
-from polyopt import expr as E
-from polyopt.affine import extent_expr
-from polyopt.codegen.ast import Block, For, If, abi_arguments
-from polyopt.codegen.c import _AND, _COND, _PRIMARY, _CExpr, _ctype, c_prelude
+from polyopt.analysis import expr as E
+from polyopt.analysis.affine import extent_expr
+from polyopt.codegen.loop_nodes import Block, For, If
+from polyopt.codegen.ast import abi_arguments
+from polyopt.codegen.c import C_AND, C_CONDITIONAL, C_PRIMARY, CExpr, c_type_name, c_prelude
 from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel
 from polyopt.codegen.kernel_body import (Assign, BodyNode, Promote, assignments,
                                          control_expressions, has_loop, jam, offset,
@@ -34,7 +35,7 @@ from polyopt.codegen.kernel_body import (Assign, BodyNode, Promote, assignments,
 from polyopt.codegen.promotion import mentions
 from polyopt.codegen.shared_memory import HALF, Staged, stage_reads
 from polyopt.errors import CodegenError
-from polyopt.scop import Scop
+from polyopt.analysis.scop import Scop
 from polyopt.types import boolean, i64
 
 #: Threads per block for 1, 2 and 3 thread coordinates (outermost first, last is x).
@@ -156,21 +157,21 @@ def _per_coordinate(value, n: int, what: str) -> tuple[int, ...] | None:
 
 # ----- expressions -------------------------------------------------------------------------------
 
-class _CudaExpr(_CExpr):
+class _CudaExpr(CExpr):
     """C expressions with arrays as flat row-major pointers (CUDA has no VLA types)."""
 
     def emit(self, e: E.Expr) -> tuple[str, int]:
         if isinstance(e, E.Access) and e.array not in self.scop.arrays:  # a shared buffer
-            return f"{e.array}[{self(e.indices[0])}]", _PRIMARY
+            return f"{e.array}[{self(e.indices[0])}]", C_PRIMARY
         if isinstance(e, E.Access) and e.indices:
             shape = self.scop.arrays[e.array].shape
             flat = e.indices[0]
             for extent, index in zip(shape[1:], e.indices[1:]):
                 size = extent_expr(extent, self.scop.params)
                 flat = E.Binary("+", E.Binary("*", flat, size, flat.dtype), index, flat.dtype)
-            return f"{e.array}[{self(flat)}]", _PRIMARY
+            return f"{e.array}[{self(flat)}]", C_PRIMARY
         if isinstance(e, E.Access) and not self.scop.arrays[e.array].local:
-            return f"{e.array}[0]", _PRIMARY  # a 0-d array argument points to its one element
+            return f"{e.array}[0]", C_PRIMARY  # a 0-d array argument points to its one element
         return super().emit(e)
 
 
@@ -211,7 +212,7 @@ def cuda_source(scop: Scop, program: GpuProgram, host_function: str, *, block=No
             shapes[wide[k.name]] = shape
     private, on_device = _scalar_homes(scop, program)
     parts = [_prelude()]
-    parts += [f"__device__ {_ctype(scop.arrays[s].dtype)} {s};" for s in on_device]
+    parts += [f"__device__ {c_type_name(scop.arrays[s].dtype)} {s};" for s in on_device]
     for kernel in program.kernels:
         variants = [kernel] + ([replace(kernel, name=wide[kernel.name])] if kernel.name in wide
                                else [])
@@ -251,10 +252,10 @@ def _kernel_parameters(scop: Scop, kernel: Kernel) -> list[str]:
         if arg.kind == "param":
             params.append(f"long {arg.name}")
         elif arg.kind == "scalar":
-            params.append(f"{_ctype(arg.dtype)} {arg.name}")
+            params.append(f"{c_type_name(arg.dtype)} {arg.name}")
         else:
             const = "" if arg.name in written else "const "
-            params.append(f"{const}{_ctype(arg.dtype)} *__restrict__ {arg.name}")
+            params.append(f"{const}{c_type_name(arg.dtype)} *__restrict__ {arg.name}")
     return params + [f"long {v}" for v in kernel.host_vars]
 
 
@@ -263,7 +264,7 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
     head = (f'extern "C" __global__ void __launch_bounds__({threads}) '
             f"{kernel.name}({', '.join(_kernel_parameters(scop, kernel))})")
     out = [head, "{"]
-    out += [f"  {_ctype(scop.arrays[s].dtype)} {s} = 0;" for s in private]
+    out += [f"  {c_type_name(scop.arrays[s].dtype)} {s} = 0;" for s in private]
     body = assignments(scop, kernel.body)
     if not kernel.coords:
         out.append("  if (blockIdx.x != 0 || threadIdx.x != 0) return;")
@@ -274,8 +275,8 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
     for d in range(n):  # every thread of a block walks the same block origins
         axis = "xyz"[n - 1 - d]
         span = shape.block[d] * shape.unroll[d]
-        out.append(f"{'  ' * (d + 1)}for (long _b{d} = {emit.at(kernel.lower[d], _PRIMARY)} + "
-                   f"(long)blockIdx.{axis} * {span}; _b{d} <= {emit.at(kernel.upper[d], _PRIMARY)}; "
+        out.append(f"{'  ' * (d + 1)}for (long _b{d} = {emit.at(kernel.lower[d], C_PRIMARY)} + "
+                   f"(long)blockIdx.{axis} * {span}; _b{d} <= {emit.at(kernel.upper[d], C_PRIMARY)}; "
                    f"_b{d} += (long)gridDim.{axis} * {span}) {{")
     depth = n + 1
     pad = "  " * depth
@@ -298,7 +299,7 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
         if buffers:  # the whole block takes the staged path together: test the tile's corners
             runs = shape.vector
             out[declarations:declarations] = [
-                f"  __shared__ __align__(16) {_ctype(b.dtype)} {b.name}[{2 * b.size}];"
+                f"  __shared__ __align__(16) {c_type_name(b.dtype)} {b.name}[{2 * b.size}];"
                 for b in buffers]
             tile = [b * u for b, u in zip(shape.block, shape.unroll)]
             points = [_placing(kernel.coords, [E.Binary("+", E.Var(f"_b{d}", "iter"), E.Const(c * (t - 1), i64), i64)
@@ -384,7 +385,7 @@ def _emit(node: BodyNode, emit, out: list[str], depth: int) -> None:
         first = E.substitute(loop.cond, _renamer_to(loop.var, loop.init))
         out.append(f"{pad}if ({emit(first)}) {{")
         for name, element in node.registers:
-            out.append(f"{pad}  {_ctype(element.dtype)} {name} = {emit(element)};")
+            out.append(f"{pad}  {c_type_name(element.dtype)} {name} = {emit(element)};")
         _emit(node.loop, emit, out, depth + 1)
         for name, element in node.registers:
             out.append(f"{pad}  {emit(element)} = {name};")
@@ -420,7 +421,7 @@ def _emit_staged(node: Staged, emit, out: list[str], depth: int) -> None:
     out.append(f"{pad}    const bool _more = {emit(E.substitute(loop.cond, at(E.Var('_next', 'iter'))))};")
     counts = [-(-prod(b.extents) // threads) for b in node.buffers]
     for k, (buffer, count) in enumerate(zip(node.buffers, counts)):
-        out.append(f"{pad}    {_ctype(buffer.dtype)} _q{k}[{count}];")
+        out.append(f"{pad}    {c_type_name(buffer.dtype)} _q{k}[{count}];")
     # next chunk -> registers; where the loop runs the whole next chunk and each buffer holds
     # exactly what it reads, every element is one the program reads: no bounds checks
     last_next = E.Binary("+", E.Var("_next", "iter"), E.Const(node.chunk - 1, i64), i64)
@@ -443,7 +444,7 @@ def _emit_staged(node: Staged, emit, out: list[str], depth: int) -> None:
     out.append(f"{pad}      }}")
     out.append(f"{pad}    }} else {{")
     bound = E.Binary("<", E.Var(loop.var, "iter"), E.Binary("+", E.Var(chunk, "iter"), E.Const(node.chunk, i64), i64), boolean)
-    out.append(f"{pad}      for (long {loop.var} = {chunk}; {emit(bound)} && {emit.at(loop.cond, _AND + 1)}; "
+    out.append(f"{pad}      for (long {loop.var} = {chunk}; {emit(bound)} && {emit.at(loop.cond, C_AND + 1)}; "
                f"{loop.var} += 1) {{")
     _emit(loop.body, emit, out, depth + 4)
     out.append(f"{pad}      }}")
@@ -505,14 +506,14 @@ def _copy_element(buffer, emit, out: list[str], depth: int, chunk_value: str,
     checks, local = [], []
     rename = _renamer_to(chunk_var, E.Var(chunk_value, "iter", i64))
     for d, (base, text) in enumerate(zip(buffer.base, offsets)):
-        origin = emit.at(E.substitute(base, rename), _PRIMARY)
+        origin = emit.at(E.substitute(base, rename), C_PRIMARY)
         out.append(f"{pad}const long _d{d} = {text}, _g{d} = {origin} + _d{d};")
-        extent = emit.at(extent_expr(shape[d], emit.scop.params), _PRIMARY)
+        extent = emit.at(extent_expr(shape[d], emit.scop.params), C_PRIMARY)
         checks.append(f"_g{d} >= 0 && _g{d} < {extent}")
         local.append(E.Var(f"_d{d}", "iter"))
-    value = emit.at(buffer.value, _COND)
+    value = emit.at(buffer.value, C_CONDITIONAL)
     if checked:
-        value = f"({' && '.join(checks)}) ? {value} : ({_ctype(buffer.dtype)})0"
+        value = f"({' && '.join(checks)}) ? {value} : ({c_type_name(buffer.dtype)})0"
     return emit(buffer.local_index(local)), value
 
 
@@ -528,9 +529,9 @@ def _host_wrapper(scop: Scop, program: GpuProgram, shapes: dict[str, LaunchShape
     params = []
     for arg in abi_arguments(scop):
         if arg.kind == "array":
-            params.append(f"{_ctype(arg.dtype)} *{arg.name}")
+            params.append(f"{c_type_name(arg.dtype)} *{arg.name}")
         else:
-            params.append(f"{'long' if arg.kind == 'param' else _ctype(arg.dtype)} {arg.name}")
+            params.append(f"{'long' if arg.kind == 'param' else c_type_name(arg.dtype)} {arg.name}")
     out = ["#ifndef __CUDACC_RTC__", "static inline unsigned pl_blocks(long lo, long hi, long span, long limit)",
            "{ long n = (hi - lo + span) / span; return (unsigned)(n < limit ? n : limit); }",
            f'extern "C" void {name}({", ".join(params) or "void"})', "{"]
@@ -545,7 +546,7 @@ def _host_steps(scop, steps, shapes, wide, emit, out, depth) -> None:
     for step in steps:
         if isinstance(step, HostLoop):
             out.append(f"{pad}for (long {step.var} = {emit(step.lower)}; {step.var} <= "
-                       f"{emit.at(step.upper, _PRIMARY)}; {step.var}++) {{")
+                       f"{emit.at(step.upper, C_PRIMARY)}; {step.var}++) {{")
             _host_steps(scop, step.body, shapes, wide, emit, out, depth + 1)
             out.append(f"{pad}}}")
             continue

@@ -19,13 +19,14 @@ from dataclasses import dataclass, replace
 
 import islpy as isl
 
-from polyopt import expr as E
-from polyopt.codegen.ast import Node, _iterator_prefix, _MAX_DEPTH, _Translator
-from polyopt.deps import dependences
+from polyopt.analysis import expr as E
+from polyopt.codegen.loop_nodes import Node
+from polyopt.codegen.ast import iterator_prefix, MAX_LOOP_DEPTH, IslAstTranslator
+from polyopt.analysis.deps import dependences
 from polyopt.errors import CodegenError
-from polyopt.scop import Scop
+from polyopt.analysis.scop import Scop
 from polyopt.types import boolean
-from polyopt.transform import _stride_one_score
+from polyopt.transform.tree import stride_one_score
 
 #: Most thread coordinates one kernel uses (CUDA grids have three dimensions).
 MAX_GRID_DIMS = 3
@@ -112,7 +113,7 @@ class _Mapper:
     def __init__(self, scop: Scop):
         self.scop = scop
         self.deps = dependences(scop).all
-        self.prefix = _iterator_prefix(scop)
+        self.prefix = iterator_prefix(scop)
 
     # ----- the walk over the tree ------------------------------------------------------------
     def steps(self, node: isl.ScheduleNode, host: tuple) -> list[HostStep]:
@@ -214,7 +215,7 @@ class _Mapper:
 
     def coalescing_order(self, members: list[isl.UnionPwAff]) -> list[int]:
         """Member order with the one walking most accesses with stride 1 last (threadIdx.x)."""
-        scores = [_stride_one_score(m, self.scop) for m in members]
+        scores = [stride_one_score(m, self.scop) for m in members]
         best = max(range(len(members)), key=lambda k: (scores[k], k))
         return [k for k in range(len(members)) if k != best] + [best]
 
@@ -225,8 +226,8 @@ class _Mapper:
         return domain
 
     # ----- isl -> expressions ----------------------------------------------------------------
-    def translator(self) -> _Translator:
-        return _Translator(set(self.scop.params))
+    def translator(self) -> IslAstTranslator:
+        return IslAstTranslator(set(self.scop.params))
 
     def build(self, space_of: isl.Set) -> isl.AstBuild:
         """An AST build under the Scop's context, knowing the parameters of ``space_of``."""
@@ -251,8 +252,8 @@ class _Mapper:
         if valid is not None:
             context = context.intersect(valid.align_params(context.get_space()))
         build = isl.AstBuild.from_context(context)
-        names = isl.IdList.alloc(isl.DEFAULT_CONTEXT, _MAX_DEPTH)
-        for k in range(_MAX_DEPTH):
+        names = isl.IdList.alloc(isl.DEFAULT_CONTEXT, MAX_LOOP_DEPTH)
+        for k in range(MAX_LOOP_DEPTH):
             names = names.add(isl.Id(f"{self.prefix}{k}"))
         build = build.set_iterators(names)
         root = build.node_from_schedule_map(schedule.intersect_domain(domain))

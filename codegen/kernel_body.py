@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import product
 
-from polyopt import expr as E
-from polyopt.codegen.ast import Block, For, If, Node, Run, children, instantiate
+from polyopt.analysis import expr as E
+from polyopt.codegen.loop_nodes import Block, For, If, Node, Run, children
+from polyopt.codegen.ast import instantiate
 from polyopt.codegen.promotion import elements_to_promote
-from polyopt.scop import Scop
+from polyopt.analysis.scop import Scop
 from polyopt.types import i64
 
 

@@ -49,13 +49,13 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 
-from polyopt import expr as E
-from polyopt.affine import extent_expr
-from polyopt.codegen.ast import (Block, For, If, Node, Run, abi_arguments, instantiate, nodes,
-                                 runs_on_threads)
+from polyopt.analysis import expr as E
+from polyopt.analysis.affine import extent_expr
+from polyopt.codegen.loop_nodes import Block, For, If, Node, Run, nodes, runs_on_threads
+from polyopt.codegen.ast import abi_arguments, instantiate
 from polyopt.codegen.promotion import elements_to_promote
 from polyopt.errors import CodegenError
-from polyopt.scop import Scop
+from polyopt.analysis.scop import Scop
 from polyopt.types import DType
 
 _I1, _I32, _I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from polyopt import expr as E
+from polyopt.analysis import expr as E
 
 
 def elements_to_promote(targets: Iterable[E.Access], accesses: Iterable[E.Access],

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from math import prod
 
-from polyopt import expr as E
-from polyopt.codegen.ast import Block, For
+from polyopt.analysis import expr as E
+from polyopt.codegen.loop_nodes import Block, For
 from polyopt.codegen.kernel_body import Assign, BodyNode, Promote, rewrite
 from polyopt.codegen.promotion import linear
 from polyopt.types import i64

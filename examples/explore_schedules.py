@@ -8,7 +8,7 @@ import sys
 import time
 
 import polyopt as po
-from polyopt.schedule import tree_statistics
+from polyopt.transform.schedule import tree_statistics
 
 VARIANTS = [("original", {}), ("pluto", {}), ("pluto", {"fuse": "max"}), ("pluto", {"fuse": "no"}),
             ("pluto", {"negative_coeffs": True}), ("feautrier", {}), ("isl", {}), ("isl-feautrier", {})]

@@ -10,7 +10,7 @@ import numpy as np
 
 import polyopt as po
 from polyopt import f64
-from polyopt.schedule import tree_statistics
+from polyopt.transform.schedule import tree_statistics
 
 
 @po.kernel

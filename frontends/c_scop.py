@@ -42,13 +42,13 @@ from pathlib import Path
 
 import islpy as isl
 
-from polyopt import expr as E
-from polyopt.affine import NotAffine, extent_isl, isl_constraint, isl_text
+from polyopt.analysis import expr as E
+from polyopt.analysis.affine import NotAffine, extent_isl, isl_constraint, isl_text
 from polyopt.errors import FrontendError, PolyoptWarning
 from polyopt.frontends.common import assemble_scop, build_statement, domain_set
 from polyopt.frontends.schedule_tree import Leaf, Loop
 from polyopt.islutil import ISL_KEYWORDS, isl_safe_name
-from polyopt.scop import Argument, Array, Scop
+from polyopt.analysis.scop import Argument, Array, Scop
 from polyopt.types import DType, boolean, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 
 try:
@@ -216,7 +216,7 @@ class CKernel:
         self.source = scop.source
 
     def __call__(self, *args, **kwargs):
-        from polyopt.runtime import compile as compile_kernel
+        from polyopt.targets.cpu import compile as compile_kernel
         return compile_kernel(self)(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -960,15 +960,15 @@ def _names_in(shape: tuple[str, ...]) -> set[str]:
 def optimize_c_file(path, *, defines: dict | None = None, include_dirs=(), algorithm: str = "pluto",
                     **options) -> str:
     """The text of C file ``path`` with the body of every scop region (in that file) replaced by
-    its loop nest scheduled with ``algorithm`` (``options`` as for :func:`polyopt.schedule`),
+    its loop nest scheduled with ``algorithm`` (``options`` as for :func:`polyopt.schedulers.registry`),
     checked by the verifier; parallel loops get ``#pragma omp parallel for``. The helpers the
     loops use are prepended, so the result builds with any C99 compiler (``polyopt cc``).
     A file without a region of its own (regions in headers it includes do not count) is a
     :class:`~polyopt.FrontendError`: there is nothing to optimize."""
     from polyopt.codegen.ast import build_loop_ast
     from polyopt.codegen.c import c_loop_nest, c_prelude
-    from polyopt.schedule import schedule
-    from polyopt.verify import verify
+    from polyopt.schedulers.registry import schedule
+    from polyopt.analysis.verify import verify
 
     lines = Path(path).read_text().splitlines(keepends=True)
     here = Path(path).resolve()

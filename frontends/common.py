@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polyopt import expr as E
-from polyopt.affine import extent_isl, isl_text
+from polyopt.analysis import expr as E
+from polyopt.analysis.affine import extent_isl, isl_text
 from polyopt.frontends.schedule_tree import original_schedule
-from polyopt.scop import AccessRef, Argument, Array, Scop, Statement
+from polyopt.analysis.scop import AccessRef, Argument, Array, Scop, Statement
 
 
 def domain_set(name: str, iterators: tuple[str, ...], params, conditions: list[str]) -> isl.Set:

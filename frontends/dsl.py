@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from polyopt import expr as E
-from polyopt.affine import ISL_COMPARE, NotAffine, isl_text
+from polyopt.analysis import expr as E
+from polyopt.analysis.affine import ISL_COMPARE, NotAffine, isl_text
 from polyopt.islutil import ISL_KEYWORDS, isl_safe_name
 from polyopt.errors import FrontendError
-from polyopt.scop import Argument, Array, Scop, Statement
+from polyopt.analysis.scop import Argument, Array, Scop, Statement
 from polyopt.types import ELEMENT_TYPES, DType, as_dtype, boolean, f64, i64
 from polyopt.frontends.common import assemble_scop, build_statement, domain_set
 from polyopt.frontends.schedule_tree import Leaf, Loop
@@ -77,7 +77,7 @@ class Kernel:
         return clone
 
     def __call__(self, *args, **kwargs):
-        from polyopt.runtime import compile as compile_kernel
+        from polyopt.targets.cpu import compile as compile_kernel
         return compile_kernel(self)(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -115,7 +115,7 @@ def _annotation_namespace() -> dict:
 
 # ---------------------------------------------------------------------------------------------
 @dataclass
-class _Scope:
+class NameScope:
     """What a name means at a point of the kernel body."""
 
     params: set[str]
@@ -129,7 +129,7 @@ class _Scope:
     spellings: dict[str, str] = field(default_factory=dict)
 
 
-class _Parser:
+class ExpressionParser:
     """Walks the function's AST once, producing statements, domains and the loop tree."""
 
     def __init__(self, source: str, filename: str, first_line: int, float_dtype: DType | None,
@@ -204,7 +204,7 @@ class _Parser:
         # every free name of an extent is a size parameter
         for array in arrays.values():
             for extent in array.shape:
-                params |= _free_names(extent)
+                params |= free_names(extent)
         reserved = sorted(params & ISL_KEYWORDS)
         if reserved:
             raise self.error(func, f"size parameter '{reserved[0]}' is a word isl reserves; "
@@ -213,7 +213,7 @@ class _Parser:
         if clash:
             raise self.error(func, f"'{sorted(clash)[0]}' is used as an array extent and as a data argument")
         self._check_extents(func, arrays, params)
-        return arguments, _Scope(params, scalars, arrays)
+        return arguments, NameScope(params, scalars, arrays)
 
     def _annotation(self, arg: ast.arg, ann: ast.expr):
         base = ann.value if isinstance(ann, ast.Subscript) else ann
@@ -340,7 +340,7 @@ class _Parser:
         """An integer expression over iterators and parameters (used for bounds and extents)."""
         if params_only is not None:
             saved = self.__dict__.get("scope")
-            self.scope = _Scope(params_only, {}, {})
+            self.scope = NameScope(params_only, {}, {})
             try:
                 return self._int_expr(node)
             finally:
@@ -572,7 +572,7 @@ def _int_literal(node: ast.expr) -> int | None:
     return None
 
 
-def _free_names(text: str) -> set[str]:
+def free_names(text: str) -> set[str]:
     try:
         return {n.id for n in ast.walk(ast.parse(text, mode="eval")) if isinstance(n, ast.Name)} \
             - {"min", "max"}
@@ -586,4 +586,4 @@ def parse(source: str, *, filename: str = "<kernel>", first_line: int = 1, first
 
     ``first_line`` and ``first_column`` place ``source`` in ``filename`` (for error positions).
     """
-    return _Parser(textwrap.dedent(source), filename, first_line, float_dtype, first_column).parse()
+    return ExpressionParser(textwrap.dedent(source), filename, first_line, float_dtype, first_column).parse()

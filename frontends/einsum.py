@@ -28,10 +28,10 @@ from typing import Sequence
 import islpy as isl
 import numpy as np
 
-from polyopt import expr as E
-from polyopt.affine import isl_text
+from polyopt.analysis import expr as E
+from polyopt.analysis.affine import isl_text
 from polyopt.frontends.schedule_tree import Leaf, Loop, original_schedule
-from polyopt.scop import AccessRef, Argument, Array, Scop, Statement
+from polyopt.analysis.scop import AccessRef, Argument, Array, Scop, Statement
 from polyopt.types import DType, i64
 
 #: numpy's sublist integers 0..51 name the labels A..Z, a..z.

@@ -16,11 +16,11 @@ import ast
 
 import islpy as isl
 
-from polyopt.affine import extent_isl
+from polyopt.analysis.affine import extent_isl
 from polyopt.errors import FrontendError
-from polyopt.frontends.dsl import _Parser, _Scope, _free_names
+from polyopt.frontends.dsl import ExpressionParser, NameScope, free_names
 from polyopt.islutil import maps_of
-from polyopt.scop import Argument, Array, Scop
+from polyopt.analysis.scop import Argument, Array, Scop
 from polyopt.types import ELEMENT_TYPES, i64
 
 
@@ -58,12 +58,12 @@ def scop_from_isl(*, name: str, arrays: dict, statements: list[tuple[str, str]],
     all_params = set(params or [])
     for array in array_specs.values():
         for extent in array.shape:
-            all_params |= _free_names(extent)
+            all_params |= free_names(extent)
     for domain in domains:
         space = domain.get_space()
         all_params |= {space.get_dim_name(isl.dim_type.param, k) for k in range(space.dim(isl.dim_type.param))}
-    scope = _Scope(all_params, scalar_types, array_specs)
-    parser = _Parser("", "<isl>", 1, None)
+    scope = NameScope(all_params, scalar_types, array_specs)
+    parser = ExpressionParser("", "<isl>", 1, None)
     parser.scope = scope
     built = []
     for k, ((domain_text, body), domain) in enumerate(zip(statements, domains)):

@@ -23,20 +23,21 @@ _layout.mount(__name__, _Path(__file__).resolve().parent)
 from polyopt.types import DType, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64  # noqa: E402
 from polyopt.errors import (CodegenError, FrontendError, IllegalScheduleError,  # noqa: E402
                             IncompleteScheduleError, PolyoptError, ScheduleError)
-from polyopt.scop import Array, Argument, Scop, Statement  # noqa: E402
-from polyopt.deps import Dependences, dependences  # noqa: E402
-from polyopt.schedule import Schedule, algorithms, schedule  # noqa: E402
-from polyopt.verify import is_legal, verify  # noqa: E402
-from polyopt.interpreter import interpret  # noqa: E402
+from polyopt.analysis.scop import Array, Argument, Scop, Statement  # noqa: E402
+from polyopt.analysis.deps import Dependences, dependences  # noqa: E402
+from polyopt.transform.schedule import Schedule  # noqa: E402
+from polyopt.schedulers.registry import algorithms, schedule  # noqa: E402
+from polyopt.analysis.verify import is_legal, verify  # noqa: E402
+from polyopt.targets.interpreter import interpret  # noqa: E402
 from polyopt.exchange import (schedule_from_jscop, schedule_from_openscop, to_jscop,  # noqa: E402
                               to_openscop, write_jscop, write_openscop)
-from polyopt.runtime import CompiledKernel, compile  # noqa: E402
-from polyopt.autotune import Candidate, TuneResult, autotune  # noqa: E402
+from polyopt.targets.cpu import CompiledKernel, compile  # noqa: E402
+from polyopt.schedulers.autotune import Candidate, TuneResult, autotune  # noqa: E402
 from polyopt.frontends.dsl import Kernel, kernel, kernel_from_source  # noqa: E402
 from polyopt.frontends.isl_text import scop_from_isl  # noqa: E402
 from polyopt.frontends.c_scop import from_c  # noqa: E402
 from polyopt.einsum import TargetUnavailableError, einsum, einsum_kernel  # noqa: E402
-from polyopt.cuda import cuda_source  # noqa: E402
+from polyopt.targets.cuda import cuda_source  # noqa: E402
 
 __version__ = "0.1.0"
 

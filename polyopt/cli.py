@@ -12,6 +12,7 @@ import argparse
 import sys
 
 import polyopt as po
+from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 from polyopt.bench.cli import add_parser as add_bench_parser, run as run_bench
 from polyopt.errors import FrontendError, PolyoptError
 
@@ -84,13 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", parents=[common],
                                help="gemm end to end: scop, dependences, schedule, C, check, speed")
     demo.add_argument("--size", default="LARGE", help="PolyBench preset for the timing (default LARGE)")
-    demo.add_argument("--algorithm", default=po.runtime.DEFAULT_ALGORITHM, choices=po.algorithms())
+    demo.add_argument("--algorithm", default=DEFAULT_ALGORITHM, choices=po.algorithms())
     demo.add_argument("--kernel", default="gemm", help="suite kernel to show (default gemm)")
     demo.add_argument("--repeats", type=int, default=3)
     commands.add_parser("list", parents=[common], help="the suite kernels and the scheduling algorithms")
     show = commands.add_parser("show", parents=[common], help="print what polyopt makes of a suite kernel")
     show.add_argument("kernel")
-    show.add_argument("--algorithm", default=po.runtime.DEFAULT_ALGORITHM, choices=po.algorithms())
+    show.add_argument("--algorithm", default=DEFAULT_ALGORITHM, choices=po.algorithms())
     show.add_argument("--what", default="scop,deps,schedule,c",
                       help="comma-separated: scop, deps, schedule, ast, c, ir, asm-ir")
     _add_cc(commands, common)

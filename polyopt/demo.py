@@ -8,8 +8,9 @@ import textwrap
 import numpy as np
 
 import polyopt as po
-from polyopt.cbuild import CBuiltKernel, find_compiler
-from polyopt.timing import median_seconds
+from polyopt.schedulers.registry import DEFAULT_ALGORITHM
+from polyopt.targets.cbuild import CBuiltKernel, find_compiler
+from polyopt.bench.timing import median_seconds
 
 
 def _section(title: str) -> None:
@@ -25,7 +26,7 @@ def _max_relative_error(a: dict, b: dict) -> float:
     return worst
 
 
-def run_demo(size: str = "LARGE", algorithm: str = po.runtime.DEFAULT_ALGORITHM, kernel_name: str = "gemm",
+def run_demo(size: str = "LARGE", algorithm: str = DEFAULT_ALGORITHM, kernel_name: str = "gemm",
              repeats: int = 3) -> dict[str, float]:
     """Print scop, dependences, schedule, C, a correctness check and timings; return the timings."""
     entry = po.suite.get(kernel_name)

@@ -42,15 +42,17 @@ from typing import Any
 import numpy as np
 
 from polyopt import einsum_calls
-from polyopt import expr as E
-from polyopt.cuda import CudaKernel, cupy_module, is_cupy
+from polyopt.analysis import expr as E
+from polyopt.targets.cuda import CudaKernel, cupy_module, is_cupy
 from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, SUM_BLOCK, contraction_path, einsum_scop, is_partial_sum,
                                       iteration_count, label_sizes, parse_subscripts, size_parameter,
                                       sublists_to_subscripts)
-from polyopt.interpreter import run as interpret_scop
-from polyopt.runtime import DEFAULT_ALGORITHM, CompiledKernel, compile, default_num_threads
-from polyopt.scop import Scop, Statement
+from polyopt.targets.interpreter import run as interpret_scop
+from polyopt.schedulers.registry import DEFAULT_ALGORITHM
+from polyopt.targets.arguments import default_num_threads
+from polyopt.targets.cpu import CompiledKernel, compile
+from polyopt.analysis.scop import Scop, Statement
 from polyopt.types import ELEMENT_TYPES, DType, as_dtype, f80
 
 _ORDERS = ("C", "F", "A", "K")

@@ -24,12 +24,12 @@ gives them, the same accesses (reads of 0-d arrays named like a scalar argument 
 Polly model scalars so) -- polyopt imports schedules only, so a file that changes anything else
 is refused with what differs (:class:`~polyopt.errors.ExchangeError`). Statements with fewer time dimensions than others are
 padded with trailing zeros, as Pluto does. The schedule becomes one band over the flat map
-(``insert_partial_schedule``), is checked by :func:`~polyopt.verify` (an illegal one raises
+(``insert_partial_schedule``), is checked by :func:`~polyopt.analysis.verify` (an illegal one raises
 :class:`~polyopt.IllegalScheduleError` with the verifier's witness), and, with
 ``parallel=True`` (the default), its outermost loop that the dependences prove parallel is
 marked so, as Pluto's output marks its loops: coincidence is computed from the dependences
-(:func:`polyopt.transform.mark_coincident`), dimensions constant per statement are not loops
-and are never marked, and the marks are checked again (:func:`polyopt.verify.check_parallel`).
+(:func:`polyopt.transform.tree.mark_coincident`), dimensions constant per statement are not loops
+and are never marked, and the marks are checked again (:func:`polyopt.analysis.verify.check_parallel`).
 """
 from __future__ import annotations
 
@@ -41,14 +41,14 @@ from typing import TYPE_CHECKING, Union
 
 import islpy as isl
 
-from polyopt.deps import dependences
+from polyopt.analysis.deps import dependences
 from polyopt.errors import ExchangeError, ScheduleError
-from polyopt.expr import to_source
+from polyopt.analysis.expr import to_source
 from polyopt.islutil import ISL_LOCK, maps_of
-from polyopt.runtime import scop_of
-from polyopt.schedule import Schedule
-from polyopt.scop import Scop, Statement
-from polyopt.verify import check_parallel, verify
+from polyopt.targets.cache import scop_of
+from polyopt.transform.schedule import Schedule
+from polyopt.analysis.scop import Scop, Statement
+from polyopt.analysis.verify import check_parallel, verify
 
 _D = isl.dim_type
 #: OpenSCoP's column order after the e/i column, as isl dimension types.
@@ -312,7 +312,7 @@ def _imported_schedule(scop: Scop, maps: dict[str, isl.Map], algorithm: str, tra
     deps = dependences(scop)
     verify(scop, tree, deps)
     if parallel:
-        from polyopt import transform
+        from polyopt.transform import tree as transform
         tree = transform.mark_parallel(_loops_only(transform.mark_coincident(tree, scop, deps)))
         check_parallel(scop, tree, deps)
     return Schedule(scop, tree, algorithm, {"parallel": parallel}, (trace,))

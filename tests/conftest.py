@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import polyopt as po
+from polyopt.targets.cuda import cupy_module
 
 #: The scheduling algorithms the semantic tests run (isl's two schedulers and the textual order).
 ALGORITHMS = ("original", "isl", "isl-feautrier")
@@ -56,7 +57,7 @@ def rng():
 def _gpu_missing() -> str | None:
     """Why the CUDA target cannot run here (no CuPy, no GPU), or None where it can."""
     try:
-        po.cuda.cupy_module()
+        cupy_module()
     except po.TargetUnavailableError as exc:
         return str(exc)
     return None

@@ -23,7 +23,7 @@ from polyopt.bench.runners import abi_prototype
 from polyopt.bench.kernels import summarize_kernels
 from polyopt.bench.measure import check, interleave
 from polyopt.bench.threads import blas_threads, openmp_threads
-from polyopt.cbuild import find_compiler
+from polyopt.targets.cbuild import find_compiler
 from polyopt.errors import BenchmarkError
 from polyopt.cli import main
 

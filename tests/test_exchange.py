@@ -11,7 +11,7 @@ import pytest
 import polyopt as po
 from polyopt import f64
 from polyopt.errors import ExchangeError
-from polyopt.transform import PARALLEL_MARK
+from polyopt.transform.marks import PARALLEL_MARK
 
 
 @po.kernel

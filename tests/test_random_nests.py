@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import polyopt as po
 from polyopt.codegen.ast_interpreter import run_loop_ast
-from polyopt.runtime import bind_arguments
+from polyopt.targets.arguments import bind_arguments
 
 #: Every iterator stays in [0, N); a subscript is a sum of at most 3 iterator terms (i or
 #: N - 1 - i) plus a constant <= 10, so it stays below 3 * N + 8. (Coefficients of 2 make

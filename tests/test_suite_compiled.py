@@ -5,8 +5,8 @@ import pytest
 
 import polyopt as po
 from polyopt.codegen.ast_interpreter import run_loop_ast
-from polyopt.interpreter import instances
-from polyopt.runtime import bind_arguments
+from polyopt.targets.interpreter import instances
+from polyopt.targets.arguments import bind_arguments
 
 ALGORITHMS = ("original", "isl", "isl-feautrier")
 RTOL, ATOL = 1e-9, 1e-12

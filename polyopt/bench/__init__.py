@@ -15,7 +15,8 @@ from polyopt.bench.config import BenchConfig, External
 from polyopt.bench.einsum_cases import bench_einsum
 from polyopt.bench.kernels import bench_kernel, bench_kernels
 from polyopt.bench.report import write_docs, write_json
-from polyopt.bench.runners import TARGET_RUNNERS, Runner
+from polyopt.bench.config import Runner
+from polyopt.bench.runners import TARGET_RUNNERS
 
 __all__ = ["BenchConfig", "External", "Runner", "TARGET_RUNNERS", "bench_einsum", "bench_kernel",
            "bench_kernels", "write_docs", "write_json"]

@@ -24,7 +24,7 @@ from polyopt.bench.report import (console_text, read_json, summary_lines, table,
                                   write_json)
 from polyopt.bench.runners import check_target
 from polyopt.errors import BenchmarkError
-from polyopt.runtime import DEFAULT_ALGORITHM
+from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 
 DEFAULT_DOC = "docs/performance.md"
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from polyopt.frontends.dsl import Kernel
-from polyopt.runtime import DEFAULT_ALGORITHM
+from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 from polyopt.suite import Entry
 
 
@@ -65,3 +65,20 @@ class BenchConfig:
     def describe_polyopt(self) -> str:
         """The scheduler and its options as one label, e.g. ``pluto tile=32``."""
         return " ".join([self.algorithm, *(f"{k}={v}" for k, v in self.options.items())])
+
+
+@dataclass(frozen=True)
+class Runner:
+    """One implementation of one kernel: ``run(args)`` computes in place on the argument dict.
+
+    ``run`` may return its own kernel-only seconds (CUDA events); ``None`` means the harness's
+    wall-clock time is all there is. ``details`` go into the report as they are (e.g. what the
+    autotuner chose). ``prepare(args)``, where given, runs untimed right before each timed run
+    (the GPU runners warm the GPU up there).
+    """
+
+    name: str
+    description: str
+    run: Callable[[dict], float | None]
+    details: Mapping[str, object] = field(default_factory=dict)
+    prepare: Callable[[dict], object] | None = None

@@ -10,7 +10,7 @@ the computation runs on scratch copies of the arrays for :data:`WARMUP_SECONDS`,
 run starts at working clocks, as back-to-back runs do. polyopt's host program (loops and launches)
 is replayed as a CUDA graph, so its kernel time is GPU time, not Python's launch overhead.
 
-CuPy is imported only through :func:`polyopt.cuda.cupy_module` (a clear error without it).
+CuPy is imported only through :func:`polyopt.targets.cuda.cupy_module` (a clear error without it).
 """
 from __future__ import annotations
 
@@ -18,9 +18,8 @@ import time
 from typing import Callable, Mapping
 
 import polyopt as po
-from polyopt.bench.config import BenchConfig
-from polyopt.bench.runners import Runner
-from polyopt.cuda import CudaKernel, cupy_module
+from polyopt.bench.config import BenchConfig, Runner
+from polyopt.targets.cuda import CudaKernel, cupy_module
 from polyopt.suite import Entry
 
 #: Seconds of untimed GPU work right before each timed run (at least one run).

@@ -11,7 +11,7 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 
-from polyopt.cbuild import find_compiler
+from polyopt.targets.cbuild import find_compiler
 
 
 def _cpu_model() -> str:
@@ -68,7 +68,7 @@ def machine_info() -> dict[str, object]:
 
 def gpu_info() -> dict[str, object]:
     """The GPU a ``cuda`` benchmark runs on: name, memory, driver and CUDA runtime, CuPy."""
-    from polyopt.cuda import cupy_module
+    from polyopt.targets.cuda import cupy_module
 
     cp = cupy_module()
     properties = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)

@@ -11,7 +11,7 @@ from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
-from polyopt.timing import median_seconds
+from polyopt.bench.timing import median_seconds
 
 #: Largest accepted error, relative to the largest magnitude of the expected array (f64 data).
 RTOL = 1e-8

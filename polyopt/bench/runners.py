@@ -16,16 +16,15 @@ checked against the same numpy reference and timed on the very same arrays. Runn
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
 
 import polyopt as po
-from polyopt.bench.config import BenchConfig
-from polyopt.cbuild import CBuiltKernel, find_compiler
-from polyopt.cuda import cupy_module
+from polyopt.bench.config import BenchConfig, Runner
+from polyopt.targets.cbuild import CBuiltKernel, find_compiler
+from polyopt.targets.cuda import cupy_module
 from polyopt.errors import BenchmarkError, PolyoptError, TargetUnavailableError
 from polyopt.suite import Entry
 
@@ -40,23 +39,6 @@ NUMPY_FORMS = frozenset({
     "2mm", "3mm", "atax", "bicg", "doitgen", "mvt", "cholesky", "floyd-warshall", "fdtd-2d",
     "heat-3d", "jacobi-1d", "jacobi-2d",
 })
-
-
-@dataclass(frozen=True)
-class Runner:
-    """One implementation of one kernel: ``run(args)`` computes in place on the argument dict.
-
-    ``run`` may return its own kernel-only seconds (CUDA events); ``None`` means the harness's
-    wall-clock time is all there is. ``details`` go into the report as they are (e.g. what the
-    autotuner chose). ``prepare(args)``, where given, runs untimed right before each timed run
-    (the GPU runners warm the GPU up there).
-    """
-
-    name: str
-    description: str
-    run: Callable[[dict], float | None]
-    details: Mapping[str, object] = field(default_factory=dict)
-    prepare: Callable[[dict], object] | None = None
 
 
 def polyopt_runner(entry: Entry, config: BenchConfig, args: Mapping[str, object]) -> Runner:

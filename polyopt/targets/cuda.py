@@ -1,0 +1,268 @@
+"""The CUDA target: ``po.cuda_source`` and ``po.compile(kernel, target="cuda")``.
+
+The kernel is scheduled (``algorithm`` as on the CPU), checked by the verifier, mapped onto the
+GPU (:mod:`polyopt.codegen.gpu_mapping`) and emitted as CUDA C (:mod:`polyopt.codegen.cuda`).
+Where the requested schedule leaves less parallelism to the GPU than the original loop order
+does (Pluto's time-tiled stencils have no parallel outer loop without tiling), the original
+order is used; ``.schedule`` tells which. Calling the compiled kernel needs CuPy and a GPU: the
+source is built with NVRTC (``cupy.RawModule``, cached by source hash), CuPy arrays are used in
+place and numpy arrays are copied in and back, and the host program (loops and launches) runs
+in Python with grid sizes from the parameter values of the call.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from polyopt.codegen.ast import abi_arguments
+from polyopt.codegen.cuda import CudaSource, cuda_source as emit_cuda
+from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel, map_to_gpu
+from polyopt.errors import ArgumentError, TargetUnavailableError
+from polyopt.analysis.evaluate import evaluate
+from polyopt.schedulers.registry import DEFAULT_ALGORITHM
+from polyopt.targets.arguments import bind_arguments, check_params
+from polyopt.targets.cache import COMPILED, cache_key, check_given_schedule, scop_of
+from polyopt.schedulers.registry import schedule as run_scheduler
+from polyopt.transform.schedule import Schedule
+from polyopt.analysis.scop import Scop
+from polyopt.analysis.verify import verify
+
+#: Options of the GPU mapping (the others go to the scheduler): threads per block and the
+#: coordinates one block covers, per thread coordinate (outermost first) or one int for all;
+#: vector: adjacent coordinates per run of a thread's coordinates in shared-memory kernels;
+#: shared=False turns shared-memory staging off.
+GPU_OPTIONS = ("block", "tile", "vector", "shared")
+#: Scheduler options the CUDA target sets unless given: no CPU tiling, parallel marks or
+#: stride-1 reordering (the mapping finds the parallel loops and picks threadIdx.x itself).
+_SCHEDULER_DEFAULTS = {"pluto": {"parallel": False, "vectorize": False},
+                       "feautrier": {"parallel": False}}
+
+
+def _parallelism(program: GpuProgram) -> int:
+    """How much of the program runs in parallel: thread coordinates summed over statements."""
+    return sum(len(k.coords) * len(k.statements) for k in program.kernels)
+
+
+@dataclass(frozen=True)
+class CudaPlan:
+    """What the CUDA target makes of a kernel: the schedule used and the CUDA source."""
+
+    scop: Scop
+    schedule: Schedule
+    source: CudaSource
+
+
+def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | None = None,
+         **options) -> CudaPlan:
+    """Schedule (unless ``schedule`` is given), verify, map and emit ``kernel`` for CUDA (no
+    CuPy or GPU needed)."""
+    scop = scop_of(kernel)
+    gpu = {k: options.pop(k) for k in GPU_OPTIONS if k in options}
+    name = "polyopt_" + re.sub(r"\W", "_", scop.name)
+    if schedule is not None:
+        check_given_schedule(scop, schedule, algorithm, options)
+        verify(scop, schedule)
+        return CudaPlan(scop, schedule, emit_cuda(scop, map_to_gpu(scop, schedule.tree, name), name, **gpu))
+    chosen = None
+    for candidate in dict.fromkeys((algorithm, "original")):
+        opts = {**_SCHEDULER_DEFAULTS.get(candidate, {}), **(options if candidate == algorithm else {})}
+        sched = run_scheduler(scop, candidate, **opts)
+        program = map_to_gpu(scop, sched.tree, name)
+        if chosen is None or _parallelism(program) > _parallelism(chosen[1]):
+            chosen = (sched, program)
+    sched, program = chosen
+    verify(scop, sched)
+    return CudaPlan(scop, sched, emit_cuda(scop, program, name, **gpu))
+
+
+def cuda_source(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | None = None,
+                **options) -> str:
+    """The CUDA C source (kernels and a host launch wrapper) that ``compile(kernel,
+    target="cuda", algorithm=..., **options)`` (or ``schedule=...``) runs; needs neither CuPy
+    nor a GPU."""
+    return plan(kernel, algorithm=algorithm, schedule=schedule, **options).source.source
+
+
+# ----- CuPy ------------------------------------------------------------------------------------
+
+def cupy_module():
+    """CuPy, or :class:`TargetUnavailableError` when it or a GPU is missing."""
+    try:
+        import cupy
+    except ImportError:
+        raise TargetUnavailableError("target 'cuda' needs CuPy (pip install polyopt[cuda]) and "
+                                     "an NVIDIA GPU; CuPy is not installed") from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDA driver or runtime missing: CuPy raises its own types
+        raise TargetUnavailableError(f"target 'cuda': no usable CUDA device ({exc})") from None
+    if count == 0:
+        raise TargetUnavailableError("target 'cuda': no CUDA device found")
+    return cupy
+
+
+_MODULES: dict[str, object] = {}
+#: Captured host programs one compiled kernel keeps (one per argument set).
+_MAX_GRAPHS = 16
+
+
+def _raw_module(source: str):
+    """The NVRTC build of ``source`` (cached by its SHA-256)."""
+    key = hashlib.sha256(source.encode()).hexdigest()
+    if key not in _MODULES:
+        cupy = cupy_module()
+        _MODULES[key] = cupy.RawModule(code=source, options=("--std=c++14",))
+    return _MODULES[key]
+
+
+def is_cupy(value) -> bool:
+    """Whether ``value`` is a CuPy object (without importing CuPy)."""
+    return type(value).__module__.split(".")[0] == "cupy"
+
+
+@dataclass(eq=False)
+class CudaKernel:
+    """A kernel compiled for CUDA: call it with CuPy arrays (updated in place, no copies) or
+    numpy arrays (copied to the GPU and back). Inspect ``.cuda_source``, ``.schedule`` and
+    ``.program`` (the host loops and kernels)."""
+
+    scop: Scop
+    schedule: Schedule
+    compiled: CudaSource
+    compile_times: dict[str, float] = field(default_factory=dict)
+    checked_params: dict = field(default_factory=dict, repr=False)
+    _graphs: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def cuda_source(self) -> str:
+        return self.compiled.source
+
+    @property
+    def program(self) -> GpuProgram:
+        return self.compiled.program
+
+    def __call__(self, *args, **kwargs) -> None:
+        cupy = cupy_module()
+        bound, device, copy_back = self.bind(args, kwargs)
+        self.launch(bound.params, bound.scalars, device)
+        for name, host in copy_back.items():
+            device[name].get(out=host)
+        cupy.cuda.get_current_stream().synchronize()
+
+    def bind(self, args: tuple, kwargs: dict):
+        """Check the arguments (as the CPU target does) and put every array on the GPU:
+        (bound arguments, device arrays by name, written numpy arrays to copy back)."""
+        cupy = cupy_module()
+        on_device = {}
+
+        def stand_in(name, value):  # CuPy arrays are checked through a numpy stand-in
+            if not is_cupy(value):
+                return value
+            if not value.flags.c_contiguous:
+                raise ArgumentError(f"{self.scop.name}(): array '{name}' must be C-contiguous")
+            on_device[name] = value
+            return np.empty(value.shape, value.dtype)  # untouched pages: no real allocation
+
+        names = [a.name for a in self.scop.arguments]
+        args = tuple(stand_in(n, v) for n, v in zip(names, args))
+        kwargs = {k: stand_in(k, v) for k, v in kwargs.items()}
+        bound = bind_arguments(self.scop, args, kwargs)
+        check_params(self.scop, bound.params, self.checked_params)
+        written = {w.array for s in self.scop.statements for w in s.writes}
+        _check_device_aliasing(self.scop.name, on_device, written)
+        device, copy_back = {}, {}
+        for name, value in bound.arrays.items():
+            if name in on_device:
+                device[name] = on_device[name]
+            else:
+                device[name] = cupy.asarray(value)
+                if name in written:
+                    copy_back[name] = value
+        return bound, device, copy_back
+
+    def launch(self, params: dict[str, int], scalars: dict, arrays: dict, *,
+               graph: bool = False) -> None:
+        """Run the host program on the current stream (no checks, no synchronization).
+
+        With ``graph``, the launches are captured once per argument set (parameters, scalars,
+        array addresses) into a CUDA graph and replayed: no Python work per launch, which
+        matters for host loops of many short kernels (stencil time steps)."""
+        values = []
+        for arg in abi_arguments(self.scop):
+            if arg.kind == "param":
+                values.append(np.int64(params[arg.name]))
+            elif arg.kind == "scalar":
+                values.append(arg.dtype.numpy.type(scalars[arg.name]))
+            else:
+                values.append(arrays[arg.name])
+        module = _raw_module(self.compiled.source)
+        if not graph:
+            _run_steps(self.program.host, dict(params), values, module, self.compiled)
+            return
+        cupy = cupy_module()
+        key = tuple(v.data.ptr if is_cupy(v) else v.item() for v in values)
+        if key not in self._graphs:
+            if len(self._graphs) >= _MAX_GRAPHS:
+                self._graphs.clear()
+            for name in self.compiled.shapes:  # build and load outside the capture
+                module.get_function(name)
+            stream = cupy.cuda.Stream(non_blocking=True)
+            with stream:
+                stream.begin_capture()
+                _run_steps(self.program.host, dict(params), values, module, self.compiled)
+                self._graphs[key] = (stream, stream.end_capture())
+        stream, captured = self._graphs[key]
+        current = cupy.cuda.get_current_stream()
+        stream.wait_event(current.record())
+        captured.launch(stream)
+        current.wait_event(stream.record())
+
+
+def _run_steps(steps, env: dict, values: list, module, compiled: CudaSource) -> None:
+    for step in steps:
+        if isinstance(step, HostLoop):
+            low, high = evaluate(step.lower, env, {}), evaluate(step.upper, env, {})
+            for value in range(low, high + 1):
+                env[step.var] = value
+                _run_steps(step.body, env, values, module, compiled)
+            continue
+        _launch(step, env, values, module, compiled)
+
+
+def _launch(kernel: Kernel, env: dict, values: list, module, compiled: CudaSource) -> None:
+    args = tuple(values) + tuple(np.int64(env[v]) for v in kernel.host_vars)
+    if not kernel.coords:
+        module.get_function(kernel.name)((1,), (1,), args)
+        return
+    name, shape, grid = compiled.choose(kernel.name, [evaluate(e, env, {}) for e in kernel.lower],
+                                        [evaluate(e, env, {}) for e in kernel.upper])
+    if grid is not None:
+        module.get_function(name)(grid, shape.cuda_block(), args)
+
+
+def _check_device_aliasing(kernel: str, arrays: dict, written: set[str]) -> None:
+    names = list(arrays)
+    for k, a in enumerate(names):
+        for b in names[k + 1:]:
+            x, y = arrays[a], arrays[b]
+            if (a in written or b in written) and x.size and y.size and \
+                    x.data.ptr < y.data.ptr + y.nbytes and y.data.ptr < x.data.ptr + x.nbytes:
+                raise ArgumentError(f"{kernel}(): arrays '{a}' and '{b}' overlap in memory; "
+                                    "the kernel assumes distinct arrays")
+
+
+def compile_cuda(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | None = None,
+                 **options) -> CudaKernel:
+    """``po.compile(kernel, target="cuda", ...)``: cached like the CPU target; the NVRTC build
+    happens at the first call (CuPy and a GPU are needed only then)."""
+    key = cache_key(kernel, "cuda", algorithm, options, schedule)
+    if key not in COMPILED:
+        start = time.perf_counter()
+        result = plan(kernel, algorithm=algorithm, schedule=schedule, **options)
+        times = {"schedule+codegen": time.perf_counter() - start}
+        COMPILED[key] = CudaKernel(result.scop, result.schedule, result.source, times)
+    return COMPILED[key]

@@ -1,0 +1,247 @@
+"""The CUDA target: source for every suite kernel, nvcc builds it (where nvcc exists), the GPU
+mapping's structure, option and availability errors; on a GPU, every suite kernel matches its
+numpy reference (skipped with the reason where CuPy or a GPU is missing)."""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import polyopt as po
+from polyopt.codegen.gpu_mapping import HostLoop
+from polyopt.codegen.cuda import launch_shape
+from polyopt.targets.cuda import plan
+
+from conftest import needs_gpu, needs_no_gpu
+
+SUITE = po.suite.names()
+
+
+@pytest.fixture(scope="module")
+def sources():
+    """CUDA source of every suite kernel (default options)."""
+    return {name: po.cuda_source(po.suite.get(name).kernel) for name in SUITE}
+
+
+def test_source_for_every_suite_kernel(sources):
+    for name, source in sources.items():
+        assert '__global__ void' in source, name
+        assert f'extern "C" void polyopt_{po.suite.get(name).kernel.scop.name}(' in source, name
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_nvcc_builds_every_suite_kernel(sources, tmp_path):
+    files = []
+    for name, source in sources.items():
+        path = tmp_path / f"{name}.cu"
+        path.write_text(source)
+        files.append(path.name)
+    result = subprocess.run(["nvcc", "-arch=sm_90", "-c", *files], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert sorted(p.stem for p in tmp_path.glob("*.o")) == sorted(SUITE)
+
+
+def test_stencil_time_loop_stays_on_the_host():
+    program = plan(po.suite.get("jacobi-2d").kernel).source.program
+    (loop,) = program.host
+    assert isinstance(loop, HostLoop)
+    assert [len(k.coords) for k in loop.body] == [2, 2]
+    assert all(k.host_vars == (loop.var,) for k in loop.body)
+
+
+def test_gemm_is_register_tiled_with_promoted_accumulators():
+    result = plan(po.suite.get("gemm").kernel)
+    program, shapes = result.source.program, result.source.shapes
+    assert result.schedule.algorithm == "pluto"
+    assert [len(k.coords) for k in program.kernels] == [2, 2]
+    update = program.kernels[1]
+    shape = shapes[update.name]
+    assert shape.block == (8, 32) and shape.unroll == (4, 4) and shape.vector == (1, 1)
+    text = result.source.source
+    assert "double _r15 = C[" in text and "_r15 = _r15 + _s0[" in text
+    # threadIdx.x walks j, the stride-1 subscript of C and B
+    assert "B[c0 * NJ + _p1_]" in text and "_p1 = _b1 + threadIdx.x" in text
+    # A's and B's tiles (32x16 and 16x128) are staged in shared memory, double-buffered; A's
+    # transposed rows are padded by 16 bytes
+    assert "__shared__ __align__(16) double _s0[1088];" in text  # 2 * 16 * (32 + 2)
+    assert "__shared__ __align__(16) double _s1[4096];" in text
+    # a 64x128 tile of 8x4 per thread would not fit with chunks of 16: chunks of 8
+    wide = po.cuda_source(po.suite.get("gemm").kernel, block=(8, 32), tile=(64, 128))
+    assert "__shared__ __align__(16) double _s0[1056];" in wide and "c0_chunk += 8" in wide
+    # copied in A's own order (coalesced), stored k-major: a thread's rows are adjacent words;
+    # alpha * A[i][k] is staged as a whole: one multiplication per element, not per use
+    assert ("_s0[(0 * 16 + _d1) * 34 + _d0] = (_g0 >= 0 && _g0 < NI && _g1 >= 0 && _g1 < NK) "
+            "? alpha * A[_g0 * NK + _g1] : (double)0;") in text
+    assert "_r0 = _r0 + _s0[_half * 544 + " in text
+    # a chunk the loop runs whole is copied without bounds checks (all of it is read)
+    assert "if (_next + 15 < NK) {" in text and "_q0[_n] = alpha * A[_g0 * NK + _g1];" in text
+    # the next chunk goes through registers into the other half, one barrier per chunk
+    assert "_s0[(1 - _half) * 544 + (0 * 16 + _d1) * 34 + _d0] = _q0[_n];" in text
+    # f64: a thread's coordinates are a block apart
+    assert "_p0 = _b0 + threadIdx.y, _p1 = _b1 + threadIdx.x;" in text
+    assert "_p0_ = _p0 + _u0 * 8, _p1_ = _p1 + _u1 * 32;" in text
+    # f32: a thread's rows adjacent, its columns in runs of 4 (one 16-byte load), 32 runs apart
+    f32 = po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32"))
+    assert "_p0 = _b0 + threadIdx.y * 8, _p1 = _b1 + threadIdx.x * 4;" in f32
+    assert "(_p1 + 3 - (_b1 + 0))" in f32
+    assert "__shared__" not in po.cuda_source(po.suite.get("gemm").kernel, shared=False)
+    # vector=(4, 2): runs of 2 columns, 32 runs apart
+    runs = po.cuda_source(po.suite.get("gemm").kernel, vector=(4, 2))
+    assert "_p1 = _b1 + threadIdx.x * 2;" in runs and "_p1_ = _p1 + _u1 / 2 * 64 + _u1 % 2;" in runs
+
+
+def test_f64_register_tiles_widen_on_large_grids():
+    source = plan(po.suite.get("gemm").kernel).source
+    update = source.program.kernels[1].name
+    assert source.wide == {update: update + "_w"}
+    assert source.shapes[update + "_w"].unroll == (8, 4)
+    # 4096^2: 32x64 blocks of 64x128 -> the wide tile; PolyBench LARGE: 144 blocks -> 32x128
+    assert source.choose(update, [0, 0], [4095, 4095])[0] == update + "_w"
+    name, shape, grid = source.choose(update, [0, 0], [999, 1099])
+    assert name == update and grid == (9, 32, 1)
+    assert "if ((long)pl_blocks(0, NJ - 1, 128, 2147483647) * (long)pl_blocks(0, NI - 1, 64, 65535) * (long)1 >= 1024)" in source.source
+    # a shape the user gives is the only one; f32 has no wider variant
+    assert plan(po.suite.get("gemm").kernel, block=(8, 32), tile=(32, 128)).source.wide == {}
+    assert plan(po.suite.get("gemm").kernel.with_dtype("f32")).source.wide == {}
+
+
+def test_bounds_are_parenthesized():
+    source = po.cuda_source(po.suite.get("covariance").kernel)
+    assert "_b0 <= (M >= N ? M - 1 : N - 1);" in source
+
+
+def test_no_register_tiling_with_local_scalars_or_varying_control_flow():
+    update = plan(po.suite.get("gemm").kernel).source.program.kernels[1]
+    assert launch_shape(update, 8).unroll == (4, 4)
+    assert launch_shape(update, 8, uses_scalars=True).unroll == (1, 1)
+
+    @po.kernel
+    def lower_product(A: po.f64["N", "N"], B: po.f64["N", "N"], C: po.f64["N", "N"]):
+        for i in range(N):
+            for j in range(N):
+                for k in range(i):
+                    C[i, j] += A[i, k] * B[k, j]
+
+    # the k loop's bound depends on the coordinate i: no lockstep
+    (kernel,) = plan(lower_product).source.program.kernels
+    assert len(kernel.coords) == 2 and launch_shape(kernel, 8).unroll == (1, 1)
+
+
+def test_promotion_needs_every_access_to_be_promoted():
+    @po.kernel
+    def shifted(A: po.f64["N", "N"]):
+        for i in range(N):
+            for k in range(1, N):
+                A[i, 0] = A[i, 0] + A[i, k]
+
+    # A[i, 0] is updated in the k loop but A[i, k] reads the same array: no register
+    source = po.cuda_source(shifted, algorithm="original")
+    assert "_r0" not in source
+
+
+@pytest.mark.parametrize("algorithm", ["feautrier", "isl"])
+def test_other_schedulers_map_to_the_gpu(algorithm):
+    result = plan(po.suite.get("gemm").kernel, algorithm=algorithm)
+    assert result.schedule.algorithm == algorithm
+    assert [len(k.coords) for k in result.source.program.kernels] == [2]
+
+
+def test_block_and_tile_options():
+    source = po.cuda_source(po.suite.get("gemm").kernel, block=(16, 16), tile=(32, 64))
+    assert "dim3(16, 16, 1)" in source and "blockIdx.x * 64" in source
+    with pytest.raises(po.CodegenError, match="multiple of the block"):
+        po.cuda_source(po.suite.get("gemm").kernel, block=(16, 16), tile=(20, 64))
+    with pytest.raises(po.CodegenError, match="more than 1024 threads"):
+        po.cuda_source(po.suite.get("gemm").kernel, block=(64, 64))
+
+
+@needs_no_gpu
+def test_call_without_gpu_is_a_clear_error():
+    entry = po.suite.get("gemm")
+    compiled = po.compile(entry.kernel, target="cuda")
+    with pytest.raises(po.TargetUnavailableError, match="cuda"):
+        compiled(**entry.inputs(entry.sizes("MINI")))
+    # the CPU target is unaffected
+    po.compile(entry.kernel)(**entry.inputs(entry.sizes("MINI")))
+
+
+
+def _check(name: str, sizes: dict, dtype=np.float64, **options):
+    entry = po.suite.get(name)
+    kernel = entry.kernel if dtype == np.float64 else entry.kernel.with_dtype("f32")
+    args = entry.inputs(sizes, dtype)
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    entry.reference(**expected)
+    po.compile(kernel, target="cuda", **options)(**args)
+    tolerance = 1e-9 if dtype == np.float64 else 2e-4
+    for key, value in expected.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_allclose(args[key], value, rtol=tolerance, atol=tolerance, err_msg=key)
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", SUITE)
+def test_gpu_matches_reference(name):
+    _check(name, po.suite.get(name).sizes("SMALL"))
+
+
+@needs_gpu
+@pytest.mark.parametrize("algorithm", ["feautrier", "isl", "original"])
+@pytest.mark.parametrize("name", ["gemm", "lu", "jacobi-2d", "covariance"])
+def test_gpu_other_schedulers(name, algorithm):
+    _check(name, po.suite.get(name).sizes("MINI"), algorithm=algorithm)
+
+
+@needs_gpu
+def test_gpu_register_tiles_at_ragged_sizes():
+    _check("gemm", {"NI": 37, "NJ": 45, "NK": 13})
+    _check("syrk", {"M": 29, "N": 70}, tile=(16, 64))
+    _check("gemm", {"NI": 70, "NJ": 130, "NK": 9}, np.float32)
+
+
+@needs_gpu
+def test_gpu_cupy_arrays_in_place():
+    import cupy
+
+    entry = po.suite.get("gemm")
+    args = entry.inputs(entry.sizes("MINI"))
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    entry.reference(**expected)
+    device = {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    po.compile(entry.kernel, target="cuda")(**device)
+    np.testing.assert_allclose(device["C"].get(), expected["C"], rtol=1e-9)
+    ni, nj, nk = device["C"].shape + device["A"].shape[1:]
+    buffer = cupy.zeros(ni * nj + ni * nk)  # A overlaps the end of C
+    overlapping = {"C": buffer[:ni * nj].reshape(ni, nj), "A": buffer[ni * nj - 1:][:ni * nk].reshape(ni, nk)}
+    with pytest.raises(ValueError, match="overlap"):
+        po.compile(entry.kernel, target="cuda")(**{**device, **overlapping})
+
+
+@needs_gpu
+def test_gpu_graph_replay_of_a_host_loop():
+    entry = po.suite.get("jacobi-2d")
+    args = entry.inputs(entry.sizes("MINI"))
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    entry.reference(**expected)
+    compiled = po.compile(entry.kernel, target="cuda")
+    bound, device, _ = compiled.bind((), args)
+    compiled.launch(bound.params, bound.scalars, device, graph=True)
+    np.testing.assert_allclose(device["A"].get(), expected["A"], rtol=1e-12)
+    np.testing.assert_allclose(device["B"].get(), expected["B"], rtol=1e-12)
+
+
+@needs_gpu
+def test_gpu_benchmark_rows():
+    from polyopt.bench import BenchConfig, bench_kernels
+
+    report = bench_kernels(["gemm", "jacobi-1d"], BenchConfig(size="MINI", repeats=2, threads=1,
+                                                               target="cuda"))
+    assert report["correct"] and report["machine"]["gpu"]["name"]
+    gemm, jacobi = (k["runners"] for k in report["kernels"])
+    assert set(gemm) == {"polyopt", "cublas", "gcc"} and set(jacobi) == {"polyopt", "gcc"}
+    ours = gemm["polyopt"]
+    assert ours["gpu_kernels"] == 2 and ours["max_rel_error"] < 1e-9
+    assert 0 < ours["kernel_min_s"] <= ours["kernel_median_s"] < ours["median_s"]
+    assert ours["kernel_speedup_vs_cublas"] > 0 and ours["kernel_gflops"] > 0
+    assert gemm["cublas"]["correct"] and "kernel_median_s" not in gemm["gcc"]
