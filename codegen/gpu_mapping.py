@@ -12,10 +12,26 @@ Kernel bounds, host loop bounds and the per-thread guard are isl expressions of 
 and of the enclosing host loop variables, so grid sizes follow the parameter values at launch.
 The per-thread body is isl's AST of the subtree's schedule with the thread coordinates as
 parameters, built under the context "this thread's coordinates are in the kernel's domain".
+
+The mapping's choice is data too: ``GpuProgram.tree`` is the schedule tree it maps (print it with
+``GpuProgram.pretty()``), the input tree with
+  - each host loop a band of one member (the loop), outside every kernel;
+  - each kernel's subtree under a mark ``gpu_kernel <kernel name>``
+    (:data:`~polyopt.transform.marks.GPU_KERNEL_MARK`), directly above its coordinates: one
+    band of one member per thread coordinate, outermost first (the last is ``x``), each under
+    the two marks ``gpu_block`` and ``gpu_thread`` (a coordinate's values are spread over the
+    blocks *and* over the threads of a block, ``blockIdx`` and ``threadIdx`` of one grid axis,
+    and a thread's unrolled copies and grid-stride steps: any two of them may run at the same
+    time), then the rest of the subtree, which each thread runs sequentially (reduction loops
+    included; shared-memory staging only copies arrays the kernel does not write).
+The kernels are read back from that tree (coordinates from the marked bands, bodies from what
+is below them), and :func:`polyopt.analysis.verify.verify` checks every marked coordinate like a
+loop marked parallel: it carries no dependence given the loops outside it (host loops and outer
+coordinates).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import islpy as isl
 
@@ -26,6 +42,7 @@ from polyopt.analysis.deps import dependences
 from polyopt.errors import CodegenError
 from polyopt.analysis.scop import Scop
 from polyopt.types import boolean
+from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_THREAD_MARK
 from polyopt.transform.tree import stride_one_score
 
 #: Most thread coordinates one kernel uses (CUDA grids have three dimensions).
@@ -69,11 +86,19 @@ HostStep = Kernel | HostLoop
 
 @dataclass(frozen=True)
 class GpuProgram:
-    """The host program (loops and launches in order) and its kernels."""
+    """The host program (loops and launches in order) and its kernels; ``tree``: the schedule
+    tree mapped, with the kernels and their block and thread coordinates as marks (see the
+    module docstring), which :func:`~polyopt.analysis.verify.verify` checks."""
 
     scop: Scop
     host: tuple[HostStep, ...]
     kernels: tuple[Kernel, ...]
+    tree: isl.Schedule
+
+    def pretty(self) -> str:
+        """The mapped schedule tree, one node per line (marks included)."""
+        from polyopt.transform.schedule import format_tree
+        return format_tree(self.tree)
 
 
 def kernels_in(steps) -> list[Kernel]:
@@ -97,52 +122,72 @@ def check_user_names(scop: Scop) -> None:
 
 
 def map_to_gpu(scop: Scop, tree: isl.Schedule, name: str) -> GpuProgram:
-    """The host program of schedule ``tree``; kernels are named ``{name}_k0``, ``_k1``, ..."""
+    """The host program of schedule ``tree``; kernels are named ``{name}_k0``, ``_k1``, ...
+    (launch-site order); its ``tree`` is ``tree`` as mapped (see the module docstring)."""
     check_user_names(scop)
-    host = _numbered(_Mapper(scop).steps(tree.get_root(), ()), name, iter(range(1 << 30)))
-    return GpuProgram(scop, host, tuple(kernels_in(host)))
+    host, root = _Mapper(scop, name).steps(tree.get_root(), ())
+    return GpuProgram(scop, tuple(host), tuple(kernels_in(host)), root.get_schedule())
 
 
-def _numbered(steps, name: str, numbers) -> tuple[HostStep, ...]:
-    """``steps`` with the kernels named ``{name}_k0``, ``_k1``, ... in launch-site order."""
-    return tuple(replace(s, body=_numbered(s.body, name, numbers)) if isinstance(s, HostLoop)
-                 else replace(s, name=f"{name}_k{next(numbers)}") for s in steps)
+def kernel_mark(name: str) -> isl.Id:
+    """The id of the mark above kernel ``name``'s subtree in a mapped tree."""
+    return isl.Id(f"{GPU_KERNEL_MARK} {name}")
+
+
+def _is_coordinate_mark(node: isl.ScheduleNode) -> bool:
+    return (node.get_type() == isl.schedule_node_type.mark
+            and node.mark_get_id().get_name() in (GPU_BLOCK_MARK, GPU_THREAD_MARK))
 
 
 class _Mapper:
-    def __init__(self, scop: Scop):
+    """The walk over the tree. Each step takes a node of the tree being mapped and returns, with
+    its host steps, the node at the same position of the tree as rewritten so far (kernel marks
+    and coordinate bands inserted, host bands split), so the walk goes on in the rewritten tree;
+    kernels are numbered in walk order, which is launch-site order."""
+
+    def __init__(self, scop: Scop, name: str):
         self.scop = scop
+        self.name = name
+        self.numbered = 0
         self.deps = dependences(scop).all
         self.prefix = iterator_prefix(scop)
 
     # ----- the walk over the tree ------------------------------------------------------------
-    def steps(self, node: isl.ScheduleNode, host: tuple) -> list[HostStep]:
+    def steps(self, node: isl.ScheduleNode, host: tuple) -> tuple[list[HostStep], isl.ScheduleNode]:
         kind = node.get_type()
         if kind != isl.schedule_node_type.domain and node.get_domain().is_empty():
-            return []
+            return [], node
         if kind in (isl.schedule_node_type.domain, isl.schedule_node_type.filter,
                     isl.schedule_node_type.mark):
-            return self.steps(node.child(0), host)
+            found, child = self.steps(node.child(0), host)
+            return found, child.parent()
         if kind in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
-            return [s for k in range(node.n_children()) for s in self.steps(node.child(k), host)]
+            found = []
+            for k in range(node.n_children()):
+                more, child = self.steps(node.child(k), host)
+                found += more
+                node = child.parent()
+            return found, node
         if kind == isl.schedule_node_type.leaf:
-            return [self.kernel(node, 0, host)]
+            return self.kernel(node, 0, host)
         if kind != isl.schedule_node_type.band:
             raise CodegenError(f"CUDA mapping: unsupported schedule tree node {kind}")
         parallel = self.parallel_members(node)
         if parallel:
-            return [self.kernel(node, parallel, host)]
+            return self.kernel(node, parallel, host)
         # the outer member is sequential: a host loop, if there is parallelism below it
         n = node.band_n_member()
         member = node.band_get_partial_schedule().get_at(0)
         inner = node.band_split(1).child(0) if n > 1 else node.child(0)
         var = f"_h{len(host)}"
-        body = self.steps(inner, host + ((member, var),))
+        numbered = self.numbered
+        body, inner = self.steps(inner, host + ((member, var),))
         if not any(k.coords for k in kernels_in(body)):  # one sequential kernel instead
-            return [self.kernel(node, 0, host)]
+            self.numbered = numbered  # (of the tree before the walk below it)
+            return self.kernel(node, 0, host)
         values = _image(self.restrict(node.get_domain(), host), member)
         lower, upper = self.bounds(values, 0)
-        return [HostLoop(var, lower, upper, tuple(body))]
+        return [HostLoop(var, lower, upper, tuple(body))], inner.parent()
 
     def parallel_members(self, node: isl.ScheduleNode) -> int:
         """How many leading members of the band carry no dependence (given all outer
@@ -168,19 +213,44 @@ class _Mapper:
         return min(node.band_n_member(), MAX_GRID_DIMS)
 
     # ----- kernels ---------------------------------------------------------------------------
-    def kernel(self, node: isl.ScheduleNode, n_coords: int, host: tuple) -> Kernel:
-        domain = self.restrict(node.get_domain(), host)
+    def kernel(self, node: isl.ScheduleNode, n_coords: int, host: tuple
+               ) -> tuple[list[HostStep], isl.ScheduleNode]:
+        """The kernel of ``node`` with ``n_coords`` (leading parallel members) or no thread
+        coordinates, and the kernel's mark (at the position of ``node``) in the rewritten tree:
+        the kernel is read back from what that mark holds."""
+        name = f"{self.name}_k{self.numbered}"
+        self.numbered += 1
+        top = node
+        if n_coords:
+            members, rest, bands = self.coordinate_members(node, n_coords)
+            order = self.coalescing_order(members)
+            top = rest
+            for _ in range(bands):  # the bands holding the coordinates, the rest split off
+                top = top.parent().delete()
+            for k in reversed(order):  # one band per coordinate, outermost first
+                top = top.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(members[k]))
+                top = top.band_member_set_coincident(0, 1)
+                top = top.insert_mark(isl.Id(GPU_THREAD_MARK)).insert_mark(isl.Id(GPU_BLOCK_MARK))
+        top = top.insert_mark(kernel_mark(name))
+        return [self.kernel_of(top, name, host)], top
+
+    def kernel_of(self, mark: isl.ScheduleNode, name: str, host: tuple) -> Kernel:
+        """Kernel ``name`` of the subtree under its ``mark``: one thread coordinate per band
+        under a ``gpu_block``/``gpu_thread`` mark, each thread running the rest."""
+        domain = self.restrict(mark.get_domain(), host)
         host_vars = tuple(var for _, var in host)
         statements = frozenset(s.get_tuple_name() for s in _sets(domain))
-        name = ""  # numbered once the whole program is known
-        if n_coords == 0:
-            body = self.loop_ast(node.get_subtree_schedule_union_map(), domain, None)
+        members, rest = [], mark.child(0)
+        while _is_coordinate_mark(rest):
+            while _is_coordinate_mark(rest):
+                rest = rest.child(0)
+            members.append(rest.band_get_partial_schedule().get_at(0))
+            rest = rest.child(0)
+        if not members:
+            body = self.loop_ast(rest.get_subtree_schedule_union_map(), domain, None)
             true = E.Const(1, boolean)
             return Kernel(name, (), (), (), true, body, host_vars, statements)
-        members, rest = self.coordinate_members(node, n_coords)
         n_coords = len(members)
-        order = self.coalescing_order(members)
-        members = [members[k] for k in order]
         coords = tuple(f"_p{k}" for k in range(n_coords))
         values = _image(domain, *members)
         lower, upper = zip(*(self.bounds(values, d) for d in range(n_coords)))
@@ -194,24 +264,27 @@ class _Mapper:
                       valid.n_basic_set() == 1)
 
     def coordinate_members(self, node: isl.ScheduleNode, n_parallel: int
-                           ) -> tuple[list[isl.UnionPwAff], isl.ScheduleNode]:
+                           ) -> tuple[list[isl.UnionPwAff], isl.ScheduleNode, int]:
         """The parallel members of band ``node`` (``n_parallel`` leading ones) and, while the
         band is wholly parallel and directly holds another band, that band's leading parallel
-        members too (up to :data:`MAX_GRID_DIMS`); and the node below them."""
+        members too (up to :data:`MAX_GRID_DIMS`); the node below them (the bands split so that
+        it holds the other members), and how many bands above it hold the members."""
         members: list[isl.UnionPwAff] = []
+        bands = 1
         while True:
             partial = node.band_get_partial_schedule()
             members += [partial.get_at(k) for k in range(n_parallel)]
             if n_parallel < node.band_n_member():
-                return members, node.band_split(n_parallel).child(0)
+                return members, node.band_split(n_parallel).child(0), bands
             child = node.child(0)
             room = MAX_GRID_DIMS - len(members)
             if room == 0 or child.get_type() != isl.schedule_node_type.band:
-                return members, child
+                return members, child, bands
             n_parallel = min(self.parallel_members(child), room)
             if n_parallel == 0:
-                return members, child
+                return members, child, bands
             node = child
+            bands += 1
 
     def coalescing_order(self, members: list[isl.UnionPwAff]) -> list[int]:
         """Member order with the one walking most accesses with stride 1 last (threadIdx.x)."""

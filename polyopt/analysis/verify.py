@@ -9,7 +9,7 @@ from polyopt.analysis.deps import Dependences, dependences
 from polyopt.errors import IllegalScheduleError, IncompleteScheduleError, RacyParallelLoopError
 from polyopt.islutil import maps_of
 from polyopt.analysis.scop import Scop
-from polyopt.transform.marks import PARALLEL_MARK
+from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_THREAD_MARK, PARALLEL_MARK
 
 
 def _point_values(point: isl.Point, kind, count: int) -> list[int]:
@@ -53,7 +53,9 @@ def verify(scop: Scop, schedule, deps: Dependences | None = None) -> None:
     """Raise :class:`~polyopt.IllegalScheduleError` unless ``schedule`` respects every dependence.
 
     ``schedule`` is a :class:`~polyopt.Schedule`, an ``isl.Schedule`` or a flat ``isl.UnionMap``.
-    The check is done on relations: violations = D - { (s, t) : time(s) <lex time(t) }.
+    The check is done on relations: violations = D - { (s, t) : time(s) <lex time(t) }. In a
+    tree, the loops marked parallel and a GPU mapping's block and thread coordinates must carry
+    no dependence (:class:`~polyopt.RacyParallelLoopError`).
     """
     deps = deps or dependences(scop)
     tree = getattr(schedule, "tree", schedule)
@@ -75,19 +77,36 @@ def verify(scop: Scop, schedule, deps: Dependences | None = None) -> None:
             raise IllegalScheduleError(kind, str(original), src, sink, params, t_src, t_sink)
     if isinstance(tree, isl.Schedule):
         check_parallel(scop, tree, deps)
+        check_gpu_mapping(scop, tree, deps)
+
+
+def _marked_bands(tree: isl.Schedule, names: tuple[str, ...]
+                  ) -> list[tuple[isl.ScheduleNode, list[str], str | None]]:
+    """The band nodes below a chain of marks that holds one of ``names``: (band, the marks of
+    the chain among ``names``, the kernel of the nearest ``gpu_kernel`` mark above, if any)."""
+    found: list[tuple[isl.ScheduleNode, list[str], str | None]] = []
+
+    def visit(node: isl.ScheduleNode, chain: list[str], kernel: str | None) -> None:
+        kind = node.get_type()
+        if kind == isl.schedule_node_type.mark:
+            name = node.mark_get_id().get_name()
+            word, _, rest = name.partition(" ")
+            if word == GPU_KERNEL_MARK:
+                kernel = rest or "?"
+            visit(node.child(0), chain + [name] if name in names else chain, kernel)
+            return
+        if kind == isl.schedule_node_type.band and chain:
+            found.append((node, chain, kernel))
+        for k in range(node.n_children()):
+            visit(node.child(k), [], kernel)
+
+    visit(tree.get_root(), [], None)
+    return found
 
 
 def _parallel_bands(tree: isl.Schedule) -> list[isl.ScheduleNode]:
-    """The band nodes directly below a "parallel" mark."""
-    found: list[isl.ScheduleNode] = []
-
-    def look(node: isl.ScheduleNode) -> bool:
-        if node.get_type() == isl.schedule_node_type.mark and node.mark_get_id().get_name() == PARALLEL_MARK:
-            found.append(node.child(0))
-        return True
-
-    tree.get_root().foreach_descendant_top_down(look)
-    return found
+    """The band nodes below a "parallel" mark (other marks may sit between)."""
+    return [band for band, _, _ in _marked_bands(tree, (PARALLEL_MARK,))]
 
 
 def carried_dependences(scop: Scop, deps: Dependences, domain: isl.UnionSet, outer: isl.UnionMap,
@@ -101,17 +120,41 @@ def carried_dependences(scop: Scop, deps: Dependences, domain: isl.UnionSet, out
     return carried.intersect_params(scop.context)
 
 
+def _check_band(scop: Scop, tree: isl.Schedule, deps: Dependences, band: isl.ScheduleNode,
+                describe: str = ""):
+    """Raise :class:`~polyopt.RacyParallelLoopError` (with ``describe`` after the loop) if the
+    outermost member of ``band`` carries a dependence given the loops around it; else return."""
+    member = band.band_get_partial_schedule().get_at(0)
+    carried = carried_dependences(scop, deps, band.get_domain(), band.get_prefix_schedule_union_map(),
+                                  member)
+    if carried.is_empty():
+        return
+    piece = maps_of(carried)[0]
+    params, src, sink, _, _ = _witness(piece, tree.get_map().intersect_domain(scop.domain))
+    raise RacyParallelLoopError(f"{member}{describe}", str(piece), src, sink, params)
+
+
 def check_parallel(scop: Scop, tree: isl.Schedule, deps: Dependences) -> None:
     """Every loop marked parallel carries no dependence: instances with the same outer schedule
     that depend on each other must have the same value of the parallel loop."""
     for band in _parallel_bands(tree):
-        carried = carried_dependences(scop, deps, band.get_domain(), band.get_prefix_schedule_union_map(),
-                                      band.band_get_partial_schedule().get_at(0))
-        if not carried.is_empty():
-            piece = maps_of(carried)[0]
-            params, src, sink, _, _ = _witness(piece, tree.get_map().intersect_domain(scop.domain))
-            raise RacyParallelLoopError(str(band.band_get_partial_schedule().get_at(0)), str(piece),
-                                        src, sink, params)
+        _check_band(scop, tree, deps, band)
+
+
+#: What a GPU mark says of the loop below it, for messages.
+_GPU_ROLES = {GPU_BLOCK_MARK: "block", GPU_THREAD_MARK: "thread"}
+
+
+def check_gpu_mapping(scop: Scop, tree: isl.Schedule, deps: Dependences) -> None:
+    """Every loop a GPU mapping's tree marks as a block or thread coordinate
+    (:mod:`polyopt.codegen.gpu_mapping`) carries no dependence given the loops outside it (host
+    loops and outer coordinates): its iterations run at the same time, in different blocks or
+    threads, as loops marked parallel do. The error names the kernel, the marks and the loop."""
+    for band, marks, kernel in _marked_bands(tree, tuple(_GPU_ROLES)):
+        roles = " and ".join(_GPU_ROLES[m] for m in dict.fromkeys(marks))
+        where = f" of kernel {kernel}" if kernel else " (outside any gpu_kernel mark)"
+        _check_band(scop, tree, deps, band,
+                    f" ({'/'.join(dict.fromkeys(marks))}: a GPU {roles} coordinate{where})")
 
 
 def is_legal(scop: Scop, schedule, deps: Dependences | None = None) -> bool:

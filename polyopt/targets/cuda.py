@@ -1,7 +1,9 @@
 """The CUDA target: ``po.cuda_source`` and ``po.compile(kernel, target="cuda")``.
 
 The kernel is scheduled (``algorithm`` as on the CPU), checked by the verifier, mapped onto the
-GPU (:mod:`polyopt.codegen.gpu_mapping`) and emitted as CUDA C (:mod:`polyopt.codegen.cuda`).
+GPU (:mod:`polyopt.codegen.gpu_mapping`), the mapped tree checked by the verifier again (its
+block and thread coordinates carry no dependence, like loops marked parallel) and emitted as
+CUDA C (:mod:`polyopt.codegen.cuda`).
 Where the requested schedule leaves less parallelism to the GPU than the original loop order
 does (Pluto's time-tiled stencils have no parallel outer loop without tiling), the original
 order is used; ``.schedule`` tells which. Calling the compiled kernel needs CuPy and a GPU: the
@@ -49,11 +51,29 @@ def _parallelism(program: GpuProgram) -> int:
 
 @dataclass(frozen=True)
 class CudaPlan:
-    """What the CUDA target makes of a kernel: the schedule used and the CUDA source."""
+    """What the CUDA target makes of a kernel: the schedule used and the CUDA source;
+    ``mapped_tree`` is the schedule tree as mapped onto the GPU (``program.pretty()`` prints it)."""
 
     scop: Scop
     schedule: Schedule
     source: CudaSource
+
+    @property
+    def program(self) -> GpuProgram:
+        return self.source.program
+
+    @property
+    def mapped_tree(self):
+        """The isl schedule tree the GPU program runs, kernels and coordinates as marks."""
+        return self.source.program.tree
+
+
+def _verified(scop: Scop, program: GpuProgram) -> GpuProgram:
+    """``program`` once its mapped tree passes the verifier: every instance once, in an order
+    that respects the dependences, with no dependence carried by a block or thread coordinate
+    (:class:`~polyopt.RacyParallelLoopError` names the kernel and the loop)."""
+    verify(scop, program.tree)
+    return program
 
 
 def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | None = None,
@@ -66,7 +86,8 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     if schedule is not None:
         check_given_schedule(scop, schedule, algorithm, options)
         verify(scop, schedule)
-        return CudaPlan(scop, schedule, emit_cuda(scop, map_to_gpu(scop, schedule.tree, name), name, **gpu))
+        program = _verified(scop, map_to_gpu(scop, schedule.tree, name))
+        return CudaPlan(scop, schedule, emit_cuda(scop, program, name, **gpu))
     chosen = None
     for candidate in dict.fromkeys((algorithm, "original")):
         opts = {**_SCHEDULER_DEFAULTS.get(candidate, {}), **(options if candidate == algorithm else {})}
@@ -76,6 +97,7 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
             chosen = (sched, program)
     sched, program = chosen
     verify(scop, sched)
+    _verified(scop, program)
     return CudaPlan(scop, sched, emit_cuda(scop, program, name, **gpu))
 
 
@@ -128,7 +150,7 @@ def is_cupy(value) -> bool:
 class CudaKernel:
     """A kernel compiled for CUDA: call it with CuPy arrays (updated in place, no copies) or
     numpy arrays (copied to the GPU and back). Inspect ``.cuda_source``, ``.schedule`` and
-    ``.program`` (the host loops and kernels)."""
+    ``.program`` (the host loops and kernels; ``.program.pretty()``: the mapped schedule tree)."""
 
     scop: Scop
     schedule: Schedule

@@ -1,16 +1,21 @@
 """The CUDA target: source for every suite kernel, nvcc builds it (where nvcc exists), the GPU
-mapping's structure, option and availability errors; on a GPU, every suite kernel matches its
-numpy reference (skipped with the reason where CuPy or a GPU is missing)."""
+mapping's structure, its mapped tree (block and thread coordinates as marks the verifier
+checks), option and availability errors; on a GPU, every suite kernel matches its numpy
+reference (skipped with the reason where CuPy or a GPU is missing)."""
 import shutil
 import subprocess
 
+import islpy as isl
 import numpy as np
 import pytest
 
 import polyopt as po
-from polyopt.codegen.gpu_mapping import HostLoop
+import polyopt.codegen.gpu_mapping as gpu_mapping
+from polyopt.codegen.gpu_mapping import HostLoop, kernel_mark
 from polyopt.codegen.cuda import launch_shape
+from polyopt.errors import RacyParallelLoopError
 from polyopt.targets.cuda import plan
+from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_THREAD_MARK
 
 from conftest import needs_gpu, needs_no_gpu
 
@@ -18,9 +23,15 @@ SUITE = po.suite.names()
 
 
 @pytest.fixture(scope="module")
-def sources():
+def plans():
+    """What the CUDA target makes of every suite kernel (default options)."""
+    return {name: plan(po.suite.get(name).kernel) for name in SUITE}
+
+
+@pytest.fixture(scope="module")
+def sources(plans):
     """CUDA source of every suite kernel (default options)."""
-    return {name: po.cuda_source(po.suite.get(name).kernel) for name in SUITE}
+    return {name: result.source.source for name, result in plans.items()}
 
 
 def test_source_for_every_suite_kernel(sources):
@@ -40,6 +51,105 @@ def test_nvcc_builds_every_suite_kernel(sources, tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     assert sorted(p.stem for p in tmp_path.glob("*.o")) == sorted(SUITE)
+
+
+def _mapped_kernels(tree: isl.Schedule) -> dict[str, int]:
+    """Kernel name -> number of coordinate bands (each under gpu_block and gpu_thread) under its
+    mark, in tree order; asserts that no coordinate mark is outside a kernel."""
+    found: dict[str, int] = {}
+
+    def visit(node, kernel):
+        if node.get_type() == isl.schedule_node_type.mark:
+            name = node.mark_get_id().get_name()
+            if name.startswith(GPU_KERNEL_MARK + " "):
+                kernel = name.split(" ", 1)[1]
+                found[kernel] = 0
+            elif name == GPU_BLOCK_MARK:
+                assert kernel is not None
+                thread = node.child(0)
+                assert thread.mark_get_id().get_name() == GPU_THREAD_MARK
+                band = thread.child(0)
+                assert band.get_type() == isl.schedule_node_type.band and band.band_n_member() == 1
+                found[kernel] += 1
+        for k in range(node.n_children()):
+            visit(node.child(k), kernel)
+
+    visit(tree.get_root(), None)
+    return found
+
+
+def test_every_suite_kernels_mapped_tree_passes_verification(plans):
+    for name, result in plans.items():
+        program = result.program
+        # plan() verified it already; the verifier on its own accepts it too
+        po.verify(result.scop, result.mapped_tree)
+        # the tree holds every kernel (launch-site order) and one marked band per coordinate
+        assert _mapped_kernels(result.mapped_tree) == {k.name: len(k.coords) for k in program.kernels}, name
+        assert list(_mapped_kernels(result.mapped_tree)) == [k.name for k in program.kernels], name
+
+
+def test_mapped_tree_is_printable():
+    result = plan(po.suite.get("gemm").kernel)
+    text = result.program.pretty()
+    update = result.program.kernels[1].name
+    # i and j are the update's coordinates (j is x: the last); the k loop, a reduction each
+    # thread runs on its own (shared-memory staging only reads A and B), is not marked
+    expected = f"""\
+      mark gpu_kernel {update}
+        mark gpu_block
+          mark gpu_thread
+            band [NI, NJ, NK] -> [{{ S1[i, k, j] -> [(i)] }}]  [coincident=1]
+              mark gpu_block
+                mark gpu_thread
+                  band [NI, NJ, NK] -> [{{ S1[i, k, j] -> [(j)] }}]  [coincident=1]
+                    band [NI, NJ, NK] -> [{{ S1[i, k, j] -> [(k)] }}]"""
+    assert expected in text, text
+    assert f'mark: "{GPU_KERNEL_MARK} {update}"' in str(result.mapped_tree)
+    assert str(isl.Schedule(str(result.mapped_tree))) == str(result.mapped_tree)
+    # a stencil: the time loop is a host band outside the kernels' marks
+    jacobi = plan(po.suite.get("jacobi-1d").kernel).program.pretty().splitlines()
+    assert jacobi[1].strip().startswith("band") and "-> [(t)]" in jacobi[1]
+    assert sum(line.strip() == f"mark {GPU_BLOCK_MARK}" for line in jacobi) == 2
+
+
+def _claim_every_member_parallel(self, node):
+    return min(node.band_n_member(), gpu_mapping.MAX_GRID_DIMS)
+
+
+def test_a_mapping_of_a_loop_carrying_a_dependence_is_refused(monkeypatch):
+    kernel = po.suite.get("jacobi-1d").kernel
+    monkeypatch.setattr(gpu_mapping._Mapper, "parallel_members", _claim_every_member_parallel)
+    time_loop = r"\{ S0\[t, i\] -> \[\(t\)\]; S1\[t, i\] -> \[\(t\)\] \}"
+    message = (rf"loop \[N, TSTEPS\] -> {time_loop} \(gpu_block/gpu_thread: a GPU block and "
+               r"thread coordinate of kernel polyopt_jacobi_1d_k0\) is marked parallel but carries"
+               r"(.|\n)*witness \(N=\d+, TSTEPS=\d+\): S\d\(\d+, \d+\) and S\d\(\d+, \d+\)")
+    # the scheduler's path and a given schedule's path both verify the mapped tree
+    with pytest.raises(RacyParallelLoopError, match=message):
+        plan(kernel, algorithm="original")
+    with pytest.raises(RacyParallelLoopError, match=message):
+        po.cuda_source(kernel, schedule=po.schedule(kernel.scop, "original"))
+
+
+def test_verify_checks_gpu_marks_in_a_hand_built_tree():
+    scop = po.suite.get("jacobi-1d").kernel.scop
+    tree = po.schedule(scop, "original").tree
+    time_band = tree.get_root().child(0)
+    assert time_band.get_type() == isl.schedule_node_type.band
+    # a thread coordinate over the time loop: racy, named with the loop and the kernel
+    racy = time_band.insert_mark(isl.Id(GPU_THREAD_MARK)).insert_mark(kernel_mark("stencil")).get_schedule()
+    with pytest.raises(RacyParallelLoopError, match=r"-> \[\(t\)\]; .* \(gpu_thread: a GPU "
+                                                    r"thread coordinate of kernel stencil\)"):
+        po.verify(scop, racy)
+    assert not po.is_legal(scop, racy)
+    # a block coordinate outside any kernel mark is checked as well
+    block = time_band.insert_mark(isl.Id(GPU_BLOCK_MARK)).get_schedule()
+    with pytest.raises(RacyParallelLoopError, match=r"\(gpu_block: a GPU block coordinate "
+                                                    r"\(outside any gpu_kernel mark\)\)"):
+        po.verify(scop, block)
+    # the space loop i inside one time step carries nothing: fine
+    space = time_band.child(0).child(0).child(0)
+    assert space.get_type() == isl.schedule_node_type.band
+    po.verify(scop, space.insert_mark(isl.Id(GPU_THREAD_MARK)).get_schedule())
 
 
 def test_stencil_time_loop_stays_on_the_host():
