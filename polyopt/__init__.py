@@ -25,9 +25,13 @@ from polyopt.errors import (CodegenError, FrontendError, IllegalScheduleError,  
                             IncompleteScheduleError, PolyoptError, ScheduleError)
 from polyopt.analysis.scop import Array, Argument, Scop, Statement  # noqa: E402
 from polyopt.analysis.deps import Dependences, dependences  # noqa: E402
-from polyopt.transform.schedule import Schedule  # noqa: E402
+from polyopt.transform.schedule import Loop, Schedule  # noqa: E402
+from polyopt.transform.trace import Step, Trace  # noqa: E402
 from polyopt.schedulers.registry import algorithms, schedule  # noqa: E402
-from polyopt.analysis.verify import is_legal, verify  # noqa: E402
+from polyopt.analysis.verify import carried_dependences, is_legal, verify  # noqa: E402
+from polyopt.analysis.loops import (Dependence, DependenceAtLoop, LoopAnalysis, LoopInfo,  # noqa: E402
+                                    dependence_list, loop_analysis, tilable_depth)
+from polyopt.transform.schedule import tree_statistics  # noqa: E402
 from polyopt.targets.interpreter import interpret  # noqa: E402
 from polyopt.exchange import (schedule_from_jscop, schedule_from_openscop, to_jscop,  # noqa: E402
                               to_openscop, write_jscop, write_openscop)
@@ -53,7 +57,9 @@ __all__ = [
     "DType", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
     "PolyoptError", "FrontendError", "IllegalScheduleError", "IncompleteScheduleError", "ScheduleError", "CodegenError",
     "Array", "Argument", "Scop", "Statement", "Dependences", "dependences",
-    "Schedule", "algorithms", "schedule", "verify", "is_legal", "interpret",
+    "Schedule", "Loop", "Trace", "Step", "algorithms", "schedule", "verify", "is_legal", "interpret",
+    "carried_dependences", "tree_statistics", "Dependence", "DependenceAtLoop", "LoopAnalysis", "LoopInfo",
+    "dependence_list", "loop_analysis", "tilable_depth",
     "CompiledKernel", "compile", "autotune", "Candidate", "TuneResult", "Kernel", "kernel", "kernel_from_source", "scop_from_isl", "from_c", "suite",
     "einsum", "einsum_kernel", "TargetUnavailableError", "cuda_source",
     "to_jscop", "write_jscop", "schedule_from_jscop", "to_openscop", "write_openscop", "schedule_from_openscop",

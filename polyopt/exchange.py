@@ -46,7 +46,9 @@ from polyopt.errors import ExchangeError, ScheduleError
 from polyopt.analysis.expr import to_source
 from polyopt.islutil import ISL_LOCK, maps_of
 from polyopt.targets.cache import scop_of
+from polyopt.schedulers.postpass import mark_parallel
 from polyopt.transform.schedule import Schedule
+from polyopt.transform.tree import mark_coincident
 from polyopt.analysis.scop import Scop, Statement
 from polyopt.analysis.verify import check_parallel, verify
 
@@ -311,11 +313,13 @@ def _imported_schedule(scop: Scop, maps: dict[str, isl.Map], algorithm: str, tra
         isl.MultiUnionPwAff.from_union_map(flat))
     deps = dependences(scop)
     verify(scop, tree, deps)
-    if parallel:
-        from polyopt.transform import tree as transform
-        tree = transform.mark_parallel(_loops_only(transform.mark_coincident(tree, scop, deps)))
-        check_parallel(scop, tree, deps)
-    return Schedule(scop, tree, algorithm, {"parallel": parallel}, (trace,))
+    if not parallel:
+        return Schedule.from_tree(scop, tree, algorithm=algorithm, options={"parallel": False}, note=trace)
+    imported = Schedule.from_tree(scop, _loops_only(mark_coincident(tree, scop, deps)), algorithm=algorithm,
+                                  options={"parallel": True}, note=trace)
+    marked = mark_parallel(imported)
+    check_parallel(scop, marked.tree, deps)
+    return marked
 
 
 def _loops_only(tree: isl.Schedule) -> isl.Schedule:

@@ -85,7 +85,7 @@ def test_files_round_trip_and_the_trace_names_them(tmp_path):
     from_openscop = po.schedule_from_openscop(sched.scop, str(tmp_path / "2mm.scop"))
     for back, fmt in ((from_jscop, "jscop"), (from_openscop, "openscop")):
         assert back.map.is_equal(sched.map)
-        assert back.algorithm == fmt and back.trace[0].startswith(fmt + "(") and "2mm." in back.trace[0]
+        assert back.algorithm == fmt and back.trace[0].note.startswith(fmt + "(") and "2mm." in back.trace[0].note
 
 
 def test_a_hand_written_illegal_jscop_is_refused_with_the_witness():

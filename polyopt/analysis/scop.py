@@ -5,8 +5,9 @@ relations) and the original schedule tree. It is immutable; passes return new va
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import islpy as isl
 
@@ -157,3 +158,17 @@ class Scop:
                 lines.append(f"      {'write' if ref.is_write else 'read '}: {ref.relation}")
         lines.append(f"  schedule: {self.schedule}")
         return "\n".join(lines)
+
+
+@lru_cache(maxsize=1024)
+def scop_fingerprint(scop: Scop) -> str:
+    """A SHA-256 of everything in ``scop`` that the generated code depends on: name,
+    parameters and context, arrays (element types, extents), statements (domains, typed
+    expression trees of targets and values, access relations), the original schedule and the
+    arguments. Source positions are left out. Cached per Scop object (Scops are immutable)."""
+    parts = [scop.name, repr(scop.params), str(scop.context), repr(scop.arguments), str(scop.schedule)]
+    parts += [repr(array) for array in scop.arrays.values()]
+    for stmt in scop.statements:
+        parts += [stmt.name, repr(stmt.iterators), str(stmt.domain), repr(stmt.target), repr(stmt.value)]
+        parts += [f"{ref.ref_id} {ref.array} {ref.is_write} {ref.relation}" for ref in stmt.accesses]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()

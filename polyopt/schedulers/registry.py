@@ -1,41 +1,43 @@
-"""Schedules: the :class:`Schedule` value and the registry of scheduling algorithms.
+"""The registry of scheduling algorithms behind ``po.schedule(kernel, algorithm, **options)``.
 
-``schedule(scop, algorithm)`` runs one registered algorithm and returns a :class:`Schedule`
-wrapping an isl schedule tree. "original" is the textual order, "isl" and "isl-feautrier" are
-islpy's own scheduler (a baseline to compare our schedulers against, never a fallback).
+Each algorithm returns a :class:`~polyopt.transform.schedule.Schedule` made from the original
+one by primitive steps, so its trace says what it did: pluto and feautrier set their hyperplanes
+(one ``affine_schedule`` step) and then vectorize, tile and parallelize by the decisions of
+:mod:`polyopt.schedulers.postpass`. "original" is the textual order, "isl" and "isl-feautrier"
+are islpy's own scheduler (a baseline to compare our schedulers against, never a fallback).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, NamedTuple
 
 import islpy as isl
 
 from polyopt.analysis.deps import Dependences, dependences
-from polyopt.errors import ScheduleError
-from polyopt.islutil import ISL_LOCK, isl_options
 from polyopt.analysis.scop import Scop
+from polyopt.errors import ArgumentTypeError, ScheduleError
+from polyopt.islutil import ISL_LOCK, isl_options
+from polyopt.schedulers import postpass
 from polyopt.transform.schedule import Schedule
-
 
 #: The algorithm used when none is named.
 DEFAULT_ALGORITHM = "pluto"
 
 
 class Scheduled(NamedTuple):
-    """What an algorithm may return instead of a bare tree: the tree and the fallbacks it took
-    (one line each), which :func:`schedule` appends to the trace."""
+    """What an algorithm returns: the schedule and the fallbacks it took (one line each), which
+    :func:`schedule` keeps as the schedule's notes."""
 
-    tree: isl.Schedule
-    notes: tuple[str, ...]
+    schedule: Schedule
+    notes: tuple[str, ...] = ()
 
 
-Algorithm = Callable[[Scop, Dependences, dict], "isl.Schedule | Scheduled"]
+Algorithm = Callable[[Scop, Dependences, dict], Scheduled]
 _ALGORITHMS: dict[str, Algorithm] = {}
 
 
 def register(name: str):
-    """Decorator adding a scheduling algorithm ``f(scop, deps, options) -> isl.Schedule`` (or
-    :class:`Scheduled`, a tree with notes)."""
+    """Decorator adding a scheduling algorithm ``f(scop, deps, options) -> Scheduled``."""
     def add(function: Algorithm) -> Algorithm:
         _ALGORITHMS[name] = function
         return function
@@ -43,41 +45,43 @@ def register(name: str):
 
 
 def algorithms() -> list[str]:
-    """Names accepted by ``schedule(scop, algorithm=...)``."""
+    """Names accepted by ``schedule(kernel, algorithm=...)``."""
     return sorted(_ALGORITHMS)
 
 
-def schedule(scop: Scop, algorithm: str = "original", **options) -> Schedule:
-    """Schedule ``scop`` with the named algorithm (see :func:`algorithms`)."""
+def schedule(kernel, algorithm: str = "original", **options) -> Schedule:
+    """Schedule a kernel (or a Scop) with the named algorithm (see :func:`algorithms`)."""
+    scop = getattr(kernel, "scop", kernel)
+    if not isinstance(scop, Scop):
+        raise ArgumentTypeError(f"cannot schedule {kernel!r}: expected a polyopt kernel or Scop")
     if algorithm not in _ALGORITHMS:
         raise ScheduleError(f"unknown scheduling algorithm {algorithm!r}; "
                             f"available: {', '.join(algorithms())}")
     with ISL_LOCK:  # isl's context is the process's: one thread in it at a time
         deps = dependences(scop)
-        result = _ALGORITHMS[algorithm](scop, deps, options)
-    tree, notes = result if isinstance(result, Scheduled) else (result, ())
-    described = ", ".join(f"{k}={v!r}" for k, v in options.items())
+        made, notes = _ALGORITHMS[algorithm](scop, deps, options)
     notes = tuple(notes) + tuple(f"dependences: {line}" for line in deps.approximated)
-    return Schedule(scop, tree, algorithm, dict(options), (f"{algorithm}({described})",) + notes)
+    return replace(made, algorithm=algorithm, options=dict(options), notes=notes)
+
+
+def _check_options(name: str, options: dict, allowed: set[str]) -> None:
+    unknown = set(options) - allowed
+    if unknown:
+        raise ScheduleError(f"{name}: unknown option(s) {', '.join(sorted(unknown))}; "
+                            f"allowed: {', '.join(sorted(allowed)) or 'none'}")
 
 
 @register("original")
-def _original(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
+def _original(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     """The loops as written; option ``parallel`` (default False) marks the outermost loop of each
     nest that carries no dependence parallel, below sequential loops too (a time loop)."""
-    from polyopt.transform import tree as transform
-
-    unknown = set(options) - {"parallel"}
-    if unknown:
-        raise ScheduleError(f"original: unknown option(s) {', '.join(sorted(unknown))}; allowed: parallel")
+    _check_options("original", options, {"parallel"})
     if not options.get("parallel", False):
-        return scop.schedule
-    return transform.mark_parallel(transform.mark_coincident(scop.schedule, scop, deps), nested=True)
-
-
-def _no_options(name: str, options: dict) -> None:
-    if options:
-        raise ScheduleError(f"algorithm {name!r} takes no options, got {', '.join(options)}")
+        return Scheduled(Schedule.original(scop))
+    from polyopt.transform.tree import mark_coincident
+    flagged = Schedule.from_tree(scop, mark_coincident(scop.schedule, scop, deps), algorithm="original",
+                                 note="the loops as written, loops that carry no dependence flagged")
+    return Scheduled(postpass.mark_parallel(flagged, nested=True))
 
 
 def _isl_scheduler(algorithm_code: int, name: str):
@@ -85,8 +89,8 @@ def _isl_scheduler(algorithm_code: int, name: str):
     flow (RAW) dependences for proximity. (With all dependences as proximity, isl 0.27 as
     shipped in islpy 2026.2 drops statements from deriche's schedule; the verifier's coverage
     check catches that.)"""
-    def run(scop: Scop, deps: Dependences, options: dict) -> isl.Schedule:
-        _no_options(name, options)
+    def run(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
+        _check_options(name, options, set())
         with isl_options(schedule_algorithm=algorithm_code):
             try:
                 constraints = (isl.ScheduleConstraints.on_domain(scop.domain)
@@ -94,9 +98,10 @@ def _isl_scheduler(algorithm_code: int, name: str):
                                .set_validity(deps.all)
                                .set_coincidence(deps.all)
                                .set_proximity(deps.raw))  # PPCG's choice: bring flows close
-                return constraints.compute_schedule()
+                tree = constraints.compute_schedule()
             except isl.Error as exc:  # e.g. "unable to carry dependences": a typed refusal
                 raise ScheduleError(f"{name}: isl's scheduler found no schedule for {scop.name}: {exc}") from None
+        return Scheduled(Schedule.from_tree(scop, tree, algorithm=name, note=f"{name}: isl's schedule tree"))
     return run
 
 
@@ -106,7 +111,8 @@ register("isl-feautrier")(_isl_scheduler(1, "isl-feautrier"))  # ISL_SCHEDULE_AL
 
 @register("pluto")
 def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
-    """Our Pluto-style scheduler (:mod:`polyopt.schedulers.pluto`) followed by the tree transformations.
+    """Our Pluto-style scheduler (:mod:`polyopt.schedulers.pluto`) followed by the decisions of
+    :mod:`polyopt.schedulers.postpass`, each a step of the trace.
 
     Options: ``fuse`` ("smart" | "max" | "no"), ``negative_coeffs`` (None = only where needed,
     True = Pluto+, False = Pluto), ``param_shifts`` (False; True lets a statement's hyperplane be
@@ -120,51 +126,45 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     band without one: gramschmidt, adi 1.5-2x faster on 2 threads), ``vectorize`` (reorder the
     innermost band so its innermost loop is parallel and stride-1), ``register_tile`` (None,
     (rows, columns), "auto" or "row": unroll-and-jam of the innermost band, see
-    :func:`polyopt.transform.tree.register_tile`).
+    :func:`polyopt.transform.tree.register_tile_band`).
     """
-    from polyopt.transform import tree as transform
     from polyopt.schedulers.levels import tree_from_levels
     from polyopt.schedulers.pluto import pluto_levels
+    from polyopt.transform.tree import register_tile_sizes
 
-    allowed = {"fuse", "negative_coeffs", "param_shifts", "tile", "conflict_free_tiles", "tile2", "parallel",
-               "vectorize", "register_tile"}
-    unknown = set(options) - allowed
-    if unknown:
-        raise ScheduleError(f"pluto: unknown option(s) {', '.join(sorted(unknown))}; "
-                            f"allowed: {', '.join(sorted(allowed))}")
+    _check_options("pluto", options, {"fuse", "negative_coeffs", "param_shifts", "tile", "conflict_free_tiles",
+                                      "tile2", "parallel", "vectorize", "register_tile"})
     registers = options.get("register_tile")
-    registers = None if registers is None else transform.register_tile_sizes(scop, registers)
+    registers = None if registers is None else register_tile_sizes(scop, registers)
     found = pluto_levels(scop, deps, fuse=options.get("fuse", "smart"),
                          negative_coeffs=options.get("negative_coeffs"),
                          param_shifts=options.get("param_shifts", False))
-    tree = tree_from_levels(scop, found.levels)
+    made = Schedule.from_tree(scop, tree_from_levels(scop, found.levels), algorithm="pluto",
+                              note="pluto: the hyperplanes found, statements cut between fused nests")
     if options.get("vectorize", True):  # before tiling: the tile loops take the same order
-        tree = transform.vectorizable_innermost(tree, scop)
+        made = postpass.vectorize_order(made)
     sizes = options.get("tile")
     if sizes is not None and sizes is not False:
-        tree = transform.tile(tree, sizes, second_level=options.get("tile2"), scop=scop,
-                              register_tile=registers,
-                              conflict_free=bool(options.get("conflict_free_tiles", False)))
+        made = postpass.tile_bands(made, sizes, second_level=options.get("tile2"), register_tile=registers,
+                                   conflict_free=bool(options.get("conflict_free_tiles", False)))
     if options.get("parallel", True):
-        tree = transform.mark_parallel(tree, nested=True)
+        made = postpass.mark_parallel(made, nested=True)
     if registers is not None:
-        tree = transform.register_tile(tree, scop, registers)
-    return Scheduled(tree, found.notes)
+        made = postpass.register_tiles(made, registers)
+    return Scheduled(made, found.notes)
 
 
 @register("feautrier")
 def _feautrier(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
-    """Our Feautrier scheduler (:mod:`polyopt.schedulers.feautrier`); option ``parallel`` (default True)
-    marks the outermost parallel loop of each band nest."""
-    from polyopt.transform import tree as transform
+    """Our Feautrier scheduler (:mod:`polyopt.schedulers.feautrier`); option ``parallel`` (default
+    True) marks the outermost parallel loop of each band nest."""
     from polyopt.schedulers.feautrier import feautrier_levels
     from polyopt.schedulers.levels import tree_from_levels
 
-    unknown = set(options) - {"parallel"}
-    if unknown:
-        raise ScheduleError(f"feautrier: unknown option(s) {', '.join(sorted(unknown))}; allowed: parallel")
+    _check_options("feautrier", options, {"parallel"})
     found = feautrier_levels(scop, deps)
-    tree = tree_from_levels(scop, found.levels)
+    made = Schedule.from_tree(scop, tree_from_levels(scop, found.levels), algorithm="feautrier",
+                              note="feautrier: the one-dimensional schedules found, level by level")
     if options.get("parallel", True):
-        tree = transform.mark_parallel(tree, wavefront=False)
-    return Scheduled(tree, found.notes)
+        made = postpass.mark_parallel(made, wavefront=False)
+    return Scheduled(made, found.notes)

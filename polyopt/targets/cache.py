@@ -3,10 +3,7 @@ parses to (:func:`scop_of`), a fingerprint of a Scop, the cache key of a request
 that a given schedule belongs to the kernel being compiled."""
 from __future__ import annotations
 
-import hashlib
-from functools import lru_cache
-
-from polyopt.analysis.scop import Scop
+from polyopt.analysis.scop import Scop, scop_fingerprint
 from polyopt.errors import ArgumentError, ArgumentTypeError
 from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 from polyopt.transform.schedule import Schedule
@@ -35,20 +32,6 @@ def cache_key(kernel, target: str, algorithm: str, options: dict, schedule: Sche
     choice = (algorithm, tuple(sorted((k, repr(v)) for k, v in options.items()))) if schedule is None \
         else ("schedule", str(schedule.tree))
     return ("scop", scop_fingerprint(scop_of(kernel)), target) + choice
-
-
-@lru_cache(maxsize=1024)
-def scop_fingerprint(scop: Scop) -> str:
-    """A SHA-256 of everything in ``scop`` that the generated code depends on: name,
-    parameters and context, arrays (element types, extents), statements (domains, typed
-    expression trees of targets and values, access relations), the original schedule and the
-    arguments. Source positions are left out. Cached per Scop object (Scops are immutable)."""
-    parts = [scop.name, repr(scop.params), str(scop.context), repr(scop.arguments), str(scop.schedule)]
-    parts += [repr(array) for array in scop.arrays.values()]
-    for stmt in scop.statements:
-        parts += [stmt.name, repr(stmt.iterators), str(stmt.domain), repr(stmt.target), repr(stmt.value)]
-        parts += [f"{ref.ref_id} {ref.array} {ref.is_write} {ref.relation}" for ref in stmt.accesses]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def check_given_schedule(scop: Scop, schedule: Schedule, algorithm: str, options: dict) -> None:

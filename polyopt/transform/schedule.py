@@ -1,30 +1,91 @@
-"""The :class:`Schedule` value: an isl schedule tree for a Scop with the trace of how it was made,
-and read-only views of it (indented text, shape statistics)."""
+"""The :class:`Schedule` value a user steers, its :class:`Loop` handles, and read-only views of
+schedule trees (indented text, shape statistics).
+
+A Schedule is immutable: every primitive (``tile``, ``interchange``, ``skew``, ``fuse``,
+``parallel``, ...) returns a new one with one more :class:`~polyopt.transform.trace.Step` in its
+trace, after the independent verifier has checked it (:mod:`polyopt.transform.primitives`).
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Sequence as Seq
 
 import islpy as isl
 
-from polyopt.analysis.scop import Scop
+from polyopt.analysis.scop import Scop, scop_fingerprint
+from polyopt.transform import nodes as N
+from polyopt.transform import primitives as P
+from polyopt.transform.trace import Step, Trace
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A handle on one loop of a schedule: its name, stable across the steps that keep the loop
+    (``tile`` replaces loop ``i`` by ``i_0`` and ``i_1``), and the kernel it belongs to."""
+
+    name: str
+    kernel: str = field(compare=False, repr=False, default="")
+    statements: tuple[str, ...] = field(compare=False, default=())
+
+    def __str__(self) -> str:
+        return self.name
 
 
 @dataclass(frozen=True, eq=False)
 class Schedule:
-    """An isl schedule tree for a Scop, with the algorithm and options that produced it.
+    """A schedule of a Scop: a tree of loops (bands), sequences and marks over its statement
+    instances, the :class:`~polyopt.transform.trace.Trace` of steps that made it, the algorithm
+    and options it started from, and the scheduler's ``notes`` (fallbacks it took: ``"pluto: no
+    legal hyperplane for S0, S1; ... dimension 0 of the original schedule"``; dependences that are
+    memory-based approximations: ``"dependences: RAW on A: memory-based ..."``).
 
-    ``trace`` lists the steps applied (algorithm, then transformations) so that a schedule can
-    be explained and replayed; after the algorithm come the fallbacks it took, one line each
-    (``"pluto: no legal hyperplane for S0, S1; ... dimension 0 of the original schedule"``), and
-    the dependences it was given that are memory-based approximations (``"dependences: RAW on
-    A: memory-based ..."``, see :mod:`polyopt.analysis.deps`).
+    ``s.loops("S1")`` gives the loops around a statement; each primitive takes loop handles (or
+    their names) and keyword options and returns a new Schedule::
+
+        s = po.schedule(gemm, "original")
+        i, j, k = s.loops("S1")
+        s = s.tile(i, j, k, sizes=(32, 32, 32)).parallel("i_0")
+        print(s.trace.as_python())
     """
 
     scop: Scop
-    tree: isl.Schedule
-    algorithm: str
+    domain: isl.UnionSet
+    root: N.Node
+    algorithm: str = "original"
     options: dict = field(default_factory=dict)
-    trace: tuple[str, ...] = ()
+    trace: Trace = field(default_factory=Trace)
+    notes: tuple[str, ...] = ()
+
+    # ----- construction --------------------------------------------------------------------------
+    @staticmethod
+    def original(scop: Scop) -> "Schedule":
+        """The loops as written (the Scop's original schedule), with an empty trace."""
+        domain, root = N.from_isl(scop.schedule, scop)
+        return Schedule(scop, domain, root)
+
+    @staticmethod
+    def from_tree(scop: Scop, tree: isl.Schedule, *, algorithm: str, options: dict | None = None,
+                  notes: tuple[str, ...] = (), note: str = "") -> "Schedule":
+        """A schedule made elsewhere (isl's scheduler, an imported file): the original schedule
+        with one ``affine_schedule`` step that sets ``tree`` (replayable, like any step)."""
+        start = Schedule.original(scop)
+        made = P.run(start, "affine_schedule", (), check=False, note=note, tree=P.tree_spec(N.from_isl(tree, scop)[1]))
+        return replace(made, algorithm=algorithm, options=dict(options or {}), notes=tuple(notes))
+
+    def derive(self, root: N.Node, step: Step) -> "Schedule":
+        """A new schedule with ``root`` as its tree and ``step`` appended to the trace."""
+        return replace(self, root=root, trace=self.trace.appended(step))
+
+    def apply_step(self, step: Step, *, check: bool = True) -> "Schedule":
+        """This schedule with ``step`` applied (what :meth:`Trace.apply` does for each step)."""
+        return P.run(self, step.primitive, step.loops, check=check, note=step.note, **step.kwargs)
+
+    # ----- views ---------------------------------------------------------------------------------
+    @cached_property
+    def tree(self) -> isl.Schedule:
+        """The isl schedule tree (what code generation and the verifier read)."""
+        return N.to_isl(self.domain, self.root)
 
     @property
     def map(self) -> isl.UnionMap:
@@ -41,8 +102,113 @@ class Schedule:
         return str(self.tree)
 
     def pretty(self) -> str:
-        """The schedule tree, one node per line, indented by depth."""
-        return format_tree(self.tree)
+        """The schedule tree, one node per line, indented by depth, loops with their names."""
+        return P.pretty(self)
+
+    # ----- loop handles --------------------------------------------------------------------------
+    def loops(self, statement: str | None = None) -> tuple[Loop, ...]:
+        """The loops around ``statement`` (outermost first); without it, every loop of the tree
+        in order (outer first, nests in textual order)."""
+        return tuple(self._handle(name) for name in P.loop_names_of(self, statement))
+
+    def loop(self, name: str) -> Loop:
+        """The handle of the loop called ``name``."""
+        P.find(self, name)
+        return self._handle(name)
+
+    def _handle(self, name: str) -> Loop:
+        return Loop(name, scop_fingerprint(self.scop), P.loop_statements(self, name))
+
+    # ----- primitives (each checked by the verifier; see polyopt.transform.primitives) ------------
+    def tile(self, *loops: Loop | str, sizes: int | Seq[int] | Seq[Seq[int]],
+             within: Seq[str] | None = None) -> "Schedule":
+        """Rectangular tiling of consecutive loops of one band; ``sizes``: one int, one per loop,
+        or a list of such lists for several levels (outer first). Loop ``x`` becomes ``x_0`` (the
+        tiles) and ``x_1`` (inside a tile), with more levels ``x_0, x_1, x_2``::
+
+            for i: for j: S(i, j)   --tile(i, j, sizes=32)-->   for i_0: for j_0: for i_1: for j_1: S
+        """
+        return P.run(self, "tile", loops, sizes=sizes, within=within)
+
+    def split(self, loop: Loop | str, *, factor: int) -> "Schedule":
+        """Strip-mine one loop: ``x`` -> ``x_0`` (steps of ``factor``) and ``x_1`` (inside one)."""
+        return P.run(self, "split", (loop,), factor=factor)
+
+    def interchange(self, a: Loop | str, b: Loop | str, *, within: Seq[str] | None = None) -> "Schedule":
+        """Swap two loops of one band (or of directly nested bands)::
+
+            for i: for j: S   --interchange(i, j)-->   for j: for i: S
+        """
+        return P.run(self, "interchange", (a, b), within=within)
+
+    def permute(self, *loops: Loop | str, within: Seq[str] | None = None) -> "Schedule":
+        """Reorder loops of one band: the positions of ``loops`` take them in the given order
+        (``permute(k, i)`` on (i, j, k) gives (k, j, i))."""
+        return P.run(self, "permute", loops, within=within)
+
+    def skew(self, outer: Loop | str, inner: Loop | str, *, factor: int = 1,
+             within: Seq[str] | None = None) -> "Schedule":
+        """``inner`` becomes ``inner + factor * outer``::
+
+            for t: for i: S(t, i)   --skew(t, i)-->   for t: for i' in t+..: S(t, i' - t)
+        """
+        return P.run(self, "skew", (outer, inner), factor=factor, within=within)
+
+    def shift(self, loop: Loop | str, *, offset: int, within: Seq[str] | None = None) -> "Schedule":
+        """Add ``offset`` to the loop's value (of the statements ``within``, default all)."""
+        return P.run(self, "shift", (loop,), offset=offset, within=within)
+
+    def reverse(self, loop: Loop | str, *, within: Seq[str] | None = None) -> "Schedule":
+        """Run the loop backwards (its value negated)."""
+        return P.run(self, "reverse", (loop,), within=within)
+
+    def fuse(self, *loops: Loop | str, depth: int = 1) -> "Schedule":
+        """Fuse the loops heading consecutive nests of one sequence into one loop (``depth``:
+        how many levels, the fusion point)::
+
+            for i: S1(i)               for i:
+            for i@S2: S2(i)   -->        S1(i); S2(i)
+        """
+        return P.run(self, "fuse", loops, depth=depth)
+
+    def distribute(self, loop: Loop | str, *, groups: Seq[Seq[str]] | None = None) -> "Schedule":
+        """Split a loop (and the loops inside it in its band) into one copy per group of
+        statements, in order (default: one per statement or per nest below)::
+
+            for i: S1(i); S2(i)   -->   for i: S1(i)
+                                        for i@S2: S2(i)
+        """
+        return P.run(self, "distribute", (loop,), groups=groups)
+
+    def wavefront(self, outer: Loop | str, inner: Loop | str) -> "Schedule":
+        """``outer`` becomes ``outer + inner`` (a wavefront: with both loops' dependences
+        non-negative, ``inner`` is then parallel)."""
+        return P.run(self, "wavefront", (outer, inner))
+
+    def parallel(self, loop: Loop | str) -> "Schedule":
+        """Run the loop's iterations on a thread team (refused if it carries a dependence)."""
+        return P.run(self, "parallel", (loop,))
+
+    def vectorize(self, loop: Loop | str) -> "Schedule":
+        """Make the loop the innermost of its (innermost) band, for LLVM's vectorizer; refused
+        if it carries a dependence."""
+        return P.run(self, "vectorize", (loop,))
+
+    def unroll(self, loop: Loop | str, *, factor: int | None = None) -> "Schedule":
+        """Unroll the loop completely (at most 64 iterations), or by ``factor`` (strip-mined:
+        ``x_0`` steps by ``factor``, ``x_1`` is unrolled)."""
+        return P.run(self, "unroll", (loop,), factor=factor)
+
+    def register_tile(self, *loops: Loop | str, sizes: Seq[int]) -> "Schedule":
+        """Unroll-and-jam: tile ``loops`` of an innermost band by ``sizes`` and unroll the
+        points of whole tiles (accumulators in registers); the last loop is the vector loop."""
+        return P.run(self, "register_tile", loops, sizes=sizes)
+
+    def affine_schedule(self, *, tree: dict) -> "Schedule":
+        """Replace the whole tree by ``tree`` (the JSON form of :func:`~polyopt.transform.
+        primitives.tree_spec`: bands of per-statement affine functions, sequences, marks): how a
+        scheduler's hyperplanes enter a trace."""
+        return P.run(self, "affine_schedule", (), tree=tree)
 
 
 def format_tree(tree: isl.Schedule) -> str:

@@ -1,9 +1,11 @@
-"""Transformations on schedule trees: tiling (sizes given or derived from the caches), register
-tiling (unroll-and-jam of point loops), parallel marks (outer or wavefront), and intra-band
-reordering for stride-1 innermost loops.
+"""Band-level building blocks on isl schedule-tree nodes, and the facts the decisions read.
 
-Each function takes an ``isl.Schedule`` and returns a new one; :func:`polyopt.analysis.verify` re-checks
-the result (legality, and that every loop marked parallel carries no dependence).
+The primitives (:mod:`polyopt.transform.primitives`) call these for what isl does best on its own
+nodes: tiling a band (:func:`tile_band`), unroll-and-jam with whole register tiles isolated
+(:func:`register_tile_band`), coincidence flags (:func:`mark_coincident`). The decisions of the
+schedulers (:mod:`polyopt.schedulers.postpass`) read the access facts here: unit strides along
+a member (:func:`vector_score`, :func:`stride_one_score`) and the register tile plan of a band
+(:func:`register_plan`).
 """
 from __future__ import annotations
 
@@ -14,14 +16,8 @@ import islpy as isl
 from polyopt.analysis.deps import Dependences
 from polyopt.errors import ScheduleError
 from polyopt.analysis.scop import Scop
-from polyopt.schedulers.tilesize import band_tile_sizes, vector_bytes
+from polyopt.schedulers.tilesize import vector_bytes
 from polyopt.analysis.verify import carried_dependences
-from polyopt.transform.marks import PARALLEL_MARK
-
-#: Largest "auto" tile size of a band without parallel members (it gets a wavefront): isl's AST
-#: generation time grows steeply with the tile size of such skewed bands (jacobi-1d: 0.5 s at
-#: 32, 6.6 s at 64, over 30 s at 192).
-WAVEFRONT_TILE_CAP = 32
 
 NodeRewrite = Callable[[isl.ScheduleNode], isl.ScheduleNode]
 
@@ -48,9 +44,9 @@ def _rewrite_bands(tree: isl.Schedule, rewrite: NodeRewrite, *,
 
 # ----- tiling ------------------------------------------------------------------------------------
 
-def _values(node: isl.ScheduleNode, sizes) -> list[int]:
-    """Per-member sizes for a band: an int for all, or a list (its last entry repeats)."""
-    n = node.band_n_member()
+def per_member(sizes, n: int) -> list[int]:
+    """Per-member sizes for a band of ``n`` members: an int for all, or a list (its last entry
+    repeats)."""
     values = [sizes] if isinstance(sizes, int) else list(sizes) if isinstance(sizes, (list, tuple)) else []
     if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         raise ScheduleError(f'tile sizes must be an int, a list of ints or "auto", got {sizes!r}')
@@ -67,40 +63,6 @@ def _multi_val(node: isl.ScheduleNode, values: list[int]) -> isl.MultiVal:
     return multi
 
 
-def tile(tree: isl.Schedule, sizes: int | Sequence[int] | str, *, min_depth: int = 2,
-         second_level: int | Sequence[int] | None = None, scop: Scop | None = None,
-         register_tile: Sequence[int] | None = None, conflict_free: bool = False) -> isl.Schedule:
-    """Rectangular tiling of every permutable band with at least ``min_depth`` members.
-
-    ``sizes`` is one size for every member, per-member sizes (the last repeats), or "auto": per
-    band, from the caches (:func:`polyopt.schedulers.tilesize.band_tile_sizes`, needs ``scop``), in whole
-    register tiles when ``register_tile`` (the sizes :func:`register_tile` will use) is given,
-    and with ``conflict_free`` no taller than the L1 cache's ways (see :mod:`polyopt.schedulers.tilesize`).
-    With ``second_level`` (tiles per outer tile, per dimension), each band is first tiled by
-    ``sizes * second_level`` and its point band again by ``sizes``: two levels of tiles."""
-    if sizes == "auto" and scop is None:
-        raise ScheduleError('tile sizes "auto" need the scop (its accesses give the footprints)')
-
-    def rewrite(node: isl.ScheduleNode) -> isl.ScheduleNode:
-        if not (node.band_get_permutable() and node.band_n_member() >= min_depth):
-            return node
-        if sizes == "auto":
-            found = _register_plan(node, scop, register_tile) if register_tile is not None else None
-            plan = found[0] if found is not None else None
-            wavefront = not any(node.band_member_get_coincident(k) for k in range(node.band_n_member()))
-            inner = band_tile_sizes(node.band_get_partial_schedule(), scop, multiple_of=plan, uniform=wavefront,
-                                    largest=WAVEFRONT_TILE_CAP if wavefront else None,
-                                    conflict_free=conflict_free)
-        else:
-            inner = _values(node, sizes)
-        if second_level is not None:
-            outer = [a * b for a, b in zip(inner, _values(node, second_level))]
-            node = _tile_band(node, outer)
-        return _tile_band(node, inner)
-
-    return _rewrite_bands(tree, rewrite)
-
-
 def _strided(domain: isl.UnionSet) -> bool:
     """Whether some statement's domain needs existential variables (strides, ``%`` guards)."""
     found = []
@@ -108,7 +70,7 @@ def _strided(domain: isl.UnionSet) -> bool:
     return any(found)
 
 
-def _tile_band(node: isl.ScheduleNode, sizes: list[int]) -> isl.ScheduleNode:
+def tile_band(node: isl.ScheduleNode, sizes: list[int]) -> isl.ScheduleNode:
     """Tile the band at ``node``; returns the point band below.
 
     isl's ``band_tile`` (with its default option tile_shift_point_loops) makes the point loops
@@ -132,24 +94,6 @@ def _tile_band(node: isl.ScheduleNode, sizes: list[int]) -> isl.ScheduleNode:
 
 # ----- parallelism -------------------------------------------------------------------------------
 
-def _mark(node: isl.ScheduleNode) -> isl.ScheduleNode:
-    return node.insert_mark(isl.Id(PARALLEL_MARK)).child(0)
-
-
-def _wavefront(node: isl.ScheduleNode) -> isl.ScheduleNode:
-    """Replace members (t0, t1, ...) of a permutable band by (t0 + t1, t1, ...): with every
-    dependence non-negative on t0 and t1, the second member is then parallel."""
-    partial = node.band_get_partial_schedule()
-    n = node.band_n_member()
-    coincident = [False, True] + [node.band_member_get_coincident(k) for k in range(2, n)]
-    partial = partial.set_at(0, partial.get_at(0).add(partial.get_at(1)))
-    node = node.delete().insert_partial_schedule(partial)
-    node = node.band_set_permutable(1)
-    for k, flag in enumerate(coincident):
-        node = node.band_member_set_coincident(k, int(flag))
-    return node
-
-
 def mark_coincident(tree: isl.Schedule, scop: Scop, deps: Dependences) -> isl.Schedule:
     """Flag every band member that carries no dependence as coincident: instances that depend on
     each other and share the values of the loops around the member share its value too. (The
@@ -166,45 +110,6 @@ def mark_coincident(tree: isl.Schedule, scop: Scop, deps: Dependences) -> isl.Sc
         return node
 
     return _rewrite_bands(tree, rewrite)
-
-
-def _under_parallel_mark(node: isl.ScheduleNode) -> bool:
-    parent = node.parent() if node.has_parent() else None
-    return (parent is not None and parent.get_type() == isl.schedule_node_type.mark
-            and parent.mark_get_id().get_name() == PARALLEL_MARK)
-
-
-def mark_parallel(tree: isl.Schedule, *, wavefront: bool = True, nested: bool = False) -> isl.Schedule:
-    """Mark the outermost coincident loop of every outermost band as parallel; with ``nested``,
-    of the bands below one without coincident members too (the loop nests of the original
-    schedule inside a time loop: each runs on the thread team inside the sequential loop).
-
-    On a tiled band (a band with the point band below it) the coincident tile loops move
-    outermost first -- legal in a permutable band, and it gives one thread team for the whole
-    band instead of one per outer tile iteration; where no tile loop is coincident, the tile
-    loops are skewed into a wavefront. An untiled band keeps its loop order (the innermost
-    loop was chosen for vectorization) and gets no wavefront: a wavefront of single iterations
-    has neither locality nor enough work per front to pay for its barriers."""
-
-    def rewrite(node: isl.ScheduleNode) -> isl.ScheduleNode:
-        n = node.band_n_member()
-        coincident = [node.band_member_get_coincident(k) for k in range(n)]
-        tiled = n >= 2 and node.band_get_permutable() and _has_band_below(node)
-        if tiled and any(coincident) and not coincident[0]:
-            node = _permute(node, [k for k in range(n) if coincident[k]] + [k for k in range(n) if not coincident[k]])
-            coincident = [node.band_member_get_coincident(k) for k in range(n)]
-        if not any(coincident) and wavefront and tiled:
-            node = _wavefront(node)
-            coincident = [node.band_member_get_coincident(k) for k in range(n)]
-        if not any(coincident):
-            return node
-        first = coincident.index(True)
-        if first > 0:
-            node = node.band_split(first).child(0)
-        return _mark(node)
-
-    return _rewrite_bands(tree, rewrite,
-                          descend=(lambda node: not _under_parallel_mark(node)) if nested else (lambda node: False))
 
 
 # ----- intra-band reordering ----------------------------------------------------------------------
@@ -252,7 +157,7 @@ def stride_one_score(member: isl.UnionPwAff, scop: Scop) -> int:
     return -1 if counts is None else counts[0]
 
 
-def _vector_score(member: isl.UnionPwAff, scop: Scop) -> int:
+def vector_score(member: isl.UnionPwAff, scop: Scop) -> int:
     """Unit-stride accesses along this member, or -1 where some access would be strided (a loop
     over gesummv's i walks A[i, j] by rows: innermost, it gathers and loses the cache lines)."""
     counts = _stride_counts(member, scop)
@@ -300,47 +205,6 @@ def _replace_band(node: isl.ScheduleNode, members: list[isl.UnionPwAff], coincid
     return node
 
 
-def _permute(node: isl.ScheduleNode, order: list[int]) -> isl.ScheduleNode:
-    partial = node.band_get_partial_schedule()
-    coincident = [node.band_member_get_coincident(k) for k in range(node.band_n_member())]
-    return _replace_band(node, [partial.get_at(k) for k in order], [coincident[k] for k in order],
-                         node.band_get_permutable())
-
-
-def vectorizable_innermost(tree: isl.Schedule, scop: Scop) -> isl.Schedule:
-    """In every innermost permutable band, move the coincident member with the most stride-1
-    accesses to the innermost position (the loop LLVM then vectorizes). Works on untiled bands
-    and on the point bands of tiled ones (the tile loops keep their order)."""
-
-    def rewrite(node: isl.ScheduleNode) -> isl.ScheduleNode:
-        n = node.band_n_member()
-        if n < 2 or not node.band_get_permutable() or _has_band_below(node):
-            return node
-        partial = node.band_get_partial_schedule()
-        scores = [(_vector_score(partial.get_at(k), scop) if node.band_member_get_coincident(k) else -1, k)
-                  for k in range(n)]
-        best_score, best = max(scores, key=lambda item: (item[0], item[1]))
-        if best_score <= 0 or best == n - 1:
-            return node
-        return _permute(node, [k for k in range(n) if k != best] + [best])
-
-    return _rewrite_bands(tree, rewrite)
-
-
-def _has_band_below(node: isl.ScheduleNode) -> bool:
-    found = False
-
-    def look(n: isl.ScheduleNode) -> bool:
-        nonlocal found
-        if n.get_type() == isl.schedule_node_type.band:
-            found = True
-        return not found
-
-    for k in range(node.n_children()):
-        node.child(k).foreach_descendant_top_down(look)
-    return found
-
-
 # ----- register tiling ----------------------------------------------------------------------------
 
 def register_tile_sizes(scop: Scop, sizes: Sequence[int] | str = "auto") -> tuple[int, int]:
@@ -365,7 +229,8 @@ def register_tile_sizes(scop: Scop, sizes: Sequence[int] | str = "auto") -> tupl
     return int(sizes[0]), int(sizes[1])
 
 
-def _register_plan(node: isl.ScheduleNode, scop: Scop, sizes: Sequence[int]) -> tuple[list[int], int] | None:
+def register_plan(partial: isl.MultiUnionPwAff, coincident: list[bool], permutable: bool, scop: Scop,
+                  sizes: Sequence[int]) -> tuple[list[int], int] | None:
     """Register tile size per member of a band and its vector member; None when the band does
     not qualify.
 
@@ -375,11 +240,9 @@ def _register_plan(node: isl.ScheduleNode, scop: Scop, sizes: Sequence[int]) -> 
     parallel member whose rows share the most vector loads (:func:`_shared_vector_reads`; the
     outermost among equals), and to none where no member's rows share one ('ijk->kj': each row
     j reads its own input row; one row of four vectors there is 1.5x faster than four rows)."""
-    n = node.band_n_member()
-    coincident = [bool(node.band_member_get_coincident(k)) for k in range(n)]
-    if n < 2 or not node.band_get_permutable() or all(coincident):
+    n = len(coincident)
+    if n < 2 or not permutable or all(coincident):
         return None
-    partial = node.band_get_partial_schedule()
     vector = _vector_member(partial, coincident, scop)
     if vector is None:
         return None
@@ -454,10 +317,13 @@ def _subscript_steps(relation: isl.Map, positions: list[int]) -> list[list[int]]
              for d in range(multi.dim(isl.dim_type.out))] for position in positions]
 
 
-def register_tile(tree: isl.Schedule, scop: Scop, sizes: Sequence[int]) -> isl.Schedule:
-    """Unroll-and-jam every innermost band that qualifies (see :func:`_register_plan`) by ``sizes``.
+def register_tile_band(node: isl.ScheduleNode, scop: Scop, plan: list[int],
+                       vector: int) -> tuple[isl.ScheduleNode, list[tuple[int, str]]]:
+    """Unroll-and-jam the band at ``node`` by ``plan`` (a size per member, 1: untouched),
+    ``vector`` being the vector member; returns the new band and, per new member, (old member,
+    "tile" | "whole" | "point").
 
-    gemm's point band (i, k, j) with sizes (1, 32) becomes (j - j mod 32, i, k, j mod 32)::
+    gemm's point band (i, k, j) with plan (1, 1, 32) becomes (j - j mod 32, i, k, j mod 32)::
 
         for j0 (step 32): for i: for k:            for j0 (step 32): for i: for k:
                                                        C[i, j0+0] += ...   (unrolled, the
@@ -465,33 +331,25 @@ def register_tile(tree: isl.Schedule, scop: Scop, sizes: Sequence[int]) -> isl.S
                                                        C[i, j0+31] += ...  registers over k)
 
     The parallel members go outside the sequential ones, the register tile's members innermost.
-    Tiles that are whole (every member takes all its ``sizes`` values) are generated apart by
-    isl's isolate option and fully unrolled; partial ones at the edges stay loops."""
-
-    def rewrite(node: isl.ScheduleNode) -> isl.ScheduleNode:
-        found = _register_plan(node, scop, sizes)
-        if found is None or _has_band_below(node):
-            return node
-        plan, vector = found
-        partial = node.band_get_partial_schedule()
-        n = len(plan)
-        coincident = [bool(node.band_member_get_coincident(k)) for k in range(n)]
-        tiled = sorted((k for k in range(n) if plan[k] > 1), key=lambda k: k != vector)  # vector tiles outermost
-        rest = sorted((k for k in range(n) if plan[k] == 1), key=lambda k: not coincident[k])
-        points = sorted(tiled, key=lambda k: k == vector)  # the vector loop innermost
-        order = [(k, "tile") for k in tiled] + [(k, "whole") for k in rest] + [(k, "point") for k in points]
-        members, flags = [], []
-        for k, part in order:
-            member = partial.get_at(k)
-            if part != "whole":
-                offset = member.mod_val(isl.Val(plan[k]))
-                member = offset if part == "point" else member.sub(offset)
-            members.append(member)
-            flags.append(coincident[k])
-        node = _replace_band(node, members, flags, permutable=False)
-        return _isolate_whole_tiles(node, [plan[k] for k in points])
-
-    return _rewrite_bands(tree, rewrite)
+    Tiles that are whole (every member takes all its sizes) are generated apart by isl's isolate
+    option and fully unrolled; partial ones at the edges stay loops."""
+    partial = node.band_get_partial_schedule()
+    n = len(plan)
+    coincident = [bool(node.band_member_get_coincident(k)) for k in range(n)]
+    tiled = sorted((k for k in range(n) if plan[k] > 1), key=lambda k: k != vector)  # vector tiles outermost
+    rest = sorted((k for k in range(n) if plan[k] == 1), key=lambda k: not coincident[k])
+    points = sorted(tiled, key=lambda k: k == vector)  # the vector loop innermost
+    order = [(k, "tile") for k in tiled] + [(k, "whole") for k in rest] + [(k, "point") for k in points]
+    members, flags = [], []
+    for k, part in order:
+        member = partial.get_at(k)
+        if part != "whole":
+            offset = member.mod_val(isl.Val(plan[k]))
+            member = offset if part == "point" else member.sub(offset)
+        members.append(member)
+        flags.append(coincident[k])
+    node = _replace_band(node, members, flags, permutable=False)
+    return _isolate_whole_tiles(node, [plan[k] for k in points]), order
 
 
 def _isolate_whole_tiles(node: isl.ScheduleNode, sizes: list[int]) -> isl.ScheduleNode:

@@ -221,7 +221,7 @@ def test_analysis_past_its_budget_is_memory_based_and_says_so(monkeypatch):
     po.interpret(kernel, *expected)
     for algorithm in ("pluto", "feautrier"):
         sched = po.schedule(scop, algorithm)
-        assert "dependences: RAW on A: memory-based" in " ".join(sched.trace)
+        assert "dependences: RAW on A: memory-based" in " ".join(sched.notes)
         po.verify(scop, sched)
         got = [x.copy() for x in (a, b, c)]
         po.compile(kernel, algorithm=algorithm)(*got)

@@ -72,13 +72,13 @@ def test_scheduler_output_is_legal(kernel, algorithm):
 
 def test_original_schedule_is_the_scop_schedule():
     sched = po.schedule(jacobi_1d.scop, "original")
-    assert sched.tree is jacobi_1d.scop.schedule and sched.trace == ("original()",)
+    assert sched.tree.plain_is_equal(jacobi_1d.scop.schedule) and len(sched.trace) == 0
 
 
 def test_unknown_algorithm_and_options():
     with pytest.raises(po.ScheduleError, match="unknown scheduling algorithm 'nope'"):
         po.schedule(gemm.scop, "nope")
-    with pytest.raises(po.ScheduleError, match="takes no options"):
+    with pytest.raises(po.ScheduleError, match="unknown option.*allowed: none"):
         po.schedule(gemm.scop, "isl", tile=32)
     with pytest.raises(po.ScheduleError, match=r"original: unknown option\(s\) tile; allowed: parallel"):
         po.schedule(gemm.scop, "original", tile=32)
@@ -146,7 +146,7 @@ def test_reversed_recurrence_is_caught():
     with pytest.raises(po.IllegalScheduleError):
         po.verify(scop, flat)
     with pytest.raises(po.IllegalScheduleError):
-        po.verify(scop, po.Schedule(scop, tree, "hand"))
+        po.verify(scop, po.Schedule.from_tree(scop, tree, algorithm="hand"))
 
 
 def test_interchange_of_a_minus_one_plus_one_dependence_is_caught():
@@ -158,7 +158,7 @@ def test_interchange_of_a_minus_one_plus_one_dependence_is_caught():
     swapped = isl.Schedule('{ domain: "[N] -> { S0[i, j] : 1 <= i < N and 0 <= j < N - 1 }", '
                            'child: { schedule: "[N] -> [{ S0[i, j] -> [(j)] }, { S0[i, j] -> [(i)] }]" } }')
     with pytest.raises(po.IllegalScheduleError) as info:
-        po.verify(scop, po.Schedule(scop, swapped, "hand"))
+        po.verify(scop, po.Schedule.from_tree(scop, swapped, algorithm="hand"))
     _, (i, j), _, (i2, j2) = check_witness(scop, swapped.get_map(), info.value, "RAW")
     assert (i2 - i, j2 - j) == (1, -1)
     # skewing makes the interchange legal: (i + j, i) keeps every dependence forward

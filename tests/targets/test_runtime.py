@@ -336,7 +336,7 @@ def test_cache_key_includes_file_scope_defines():
 
 def test_cache_key_is_structural():
     """Equal Scops share compiled code; the fingerprint sees element types and options."""
-    from polyopt.targets.cache import scop_fingerprint
+    from polyopt.analysis.scop import scop_fingerprint
     source = "def k(A: f64['N']):\n    for i in range(N):\n        A[i] = A[i] * 2.0\n"
     one, two = po.kernel_from_source(source), po.kernel_from_source(source)
     assert po.compile(one) is po.compile(two)
@@ -372,7 +372,7 @@ def test_compile_takes_a_schedule_and_verifies_it():
     backwards = isl.Schedule.from_domain(domain).insert_partial_schedule(
         isl.MultiUnionPwAff.from_union_map(isl.UnionMap("[N] -> { S0[i] -> [-i] }").intersect_domain(domain)))
     with pytest.raises(po.IllegalScheduleError, match="witness"):
-        po.compile(kernel, schedule=po.Schedule(scop, backwards, "by hand"))
+        po.compile(kernel, schedule=po.Schedule.from_tree(scop, backwards, algorithm="by hand"))
 
 
 def test_compile_with_a_schedule_refuses_what_it_would_ignore():

@@ -1,0 +1,136 @@
+"""What the schedulers do after choosing hyperplanes, as primitives recorded in the trace.
+
+Each function looks at a :class:`~polyopt.transform.schedule.Schedule`, decides per band (the
+stride-1 loop innermost for vectorization, tile sizes, which loop runs on threads, register
+tiles) and applies its decisions as primitive steps with a note saying why, so that
+``schedule.trace`` shows what pluto did and replays it. The steps are not verified one by one
+(the compiled schedule is verified once, as a whole).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from polyopt.schedulers.tilesize import band_tile_sizes
+from polyopt.transform import nodes as N
+from polyopt.transform import tree as tree_ops
+from polyopt.transform.marks import PARALLEL_MARK
+from polyopt.transform.primitives import run
+from polyopt.transform.schedule import Schedule
+
+#: Largest "auto" tile size of a band without parallel members (it gets a wavefront): isl's AST
+#: generation time grows steeply with the tile size of such skewed bands (jacobi-1d: 0.5 s at
+#: 32, 6.6 s at 64, over 30 s at 192).
+WAVEFRONT_TILE_CAP = 32
+
+
+def _step(schedule: Schedule, primitive: str, loops, note: str, **options) -> Schedule:
+    return run(schedule, primitive, loops, check=False, note=note, **options)
+
+
+def _innermost(band: N.Band) -> bool:
+    return not N.has_band_below(band)
+
+
+def vectorize_order(schedule: Schedule) -> Schedule:
+    """In every innermost permutable band, the parallel loop with the most stride-1 accesses
+    (and no strided one) moves innermost: the loop LLVM then vectorizes."""
+    for _, band in N.bands(schedule.root):
+        n = len(band.members)
+        if n < 2 or not band.permutable or not _innermost(band):
+            continue
+        scores = [(tree_ops.vector_score(band.members[k], schedule.scop) if band.flag(k) else -1, k)
+                  for k in range(n)]
+        best_score, best = max(scores, key=lambda item: (item[0], item[1]))
+        if best_score <= 0 or best == n - 1:
+            continue
+        order = [band.names[k] for k in range(n) if k != best] + [band.names[best]]
+        schedule = _step(schedule, "permute", order, f"stride-1 loop {band.names[best]} innermost (vectorized)")
+    return schedule
+
+
+def tile_bands(schedule: Schedule, sizes, *, second_level=None, register_tile: Sequence[int] | None = None,
+               conflict_free: bool = False, min_depth: int = 2) -> Schedule:
+    """Rectangular tiles on every permutable band of ``min_depth`` members or more: ``sizes`` one
+    int, per-member sizes (the last repeats) or "auto" (per band, from the caches:
+    :func:`polyopt.schedulers.tilesize.band_tile_sizes`, in whole register tiles when
+    ``register_tile`` gives their sizes, no taller than the L1 cache's ways with
+    ``conflict_free``); ``second_level``: tiles per outer tile (two levels)."""
+    for _, band in N.bands(schedule.root):
+        n = len(band.members)
+        if not band.permutable or n < min_depth:
+            continue
+        coincident = [band.flag(k) for k in range(n)]
+        if sizes == "auto":
+            found = (tree_ops.register_plan(band.partial(), coincident, band.permutable, schedule.scop, register_tile)
+                     if register_tile is not None else None)
+            wavefront = not any(coincident)
+            inner = band_tile_sizes(band.partial(), schedule.scop, multiple_of=found[0] if found else None,
+                                    uniform=wavefront, largest=WAVEFRONT_TILE_CAP if wavefront else None,
+                                    conflict_free=conflict_free)
+            why = "tile sizes from the cache model"
+        else:
+            inner = tree_ops.per_member(sizes, n)
+            why = "tile sizes as asked"
+        levels = [list(inner)]
+        if second_level is not None:
+            levels = [[a * b for a, b in zip(inner, tree_ops.per_member(second_level, n))], list(inner)]
+        schedule = _step(schedule, "tile", band.names, why, sizes=levels if len(levels) > 1 else levels[0])
+    return schedule
+
+
+def mark_parallel(schedule: Schedule, *, wavefront: bool = True, nested: bool = False) -> Schedule:
+    """Mark the outermost coincident loop of every outermost band parallel; with ``nested``,
+    of the bands below one without coincident loops too (the loop nests inside a time loop).
+
+    On a tiled band (a permutable band with bands below it) the coincident tile loops move
+    outermost first -- legal in a permutable band, and one thread team for the whole band
+    instead of one per outer tile; where no tile loop is coincident, the tile loops are skewed
+    into a wavefront. An untiled band keeps its loop order (its innermost loop was chosen for
+    vectorization) and gets no wavefront: a wavefront of single iterations has neither locality
+    nor enough work per front to pay for its barriers."""
+    decisions: list[tuple[str, tuple[str, ...], str]] = []
+
+    def visit(node: N.Node) -> None:
+        if isinstance(node, N.Mark) and node.name == PARALLEL_MARK:
+            return
+        if isinstance(node, N.Band):
+            names = list(node.names)
+            coincident = [node.flag(k) for k in range(len(names))]
+            tiled = len(names) >= 2 and node.permutable and N.has_band_below(node)
+            if tiled and any(coincident) and not coincident[0]:
+                order = [k for k in range(len(names)) if coincident[k]] + [k for k in range(len(names)) if not coincident[k]]
+                names, coincident = [names[k] for k in order], [coincident[k] for k in order]
+                decisions.append(("permute", tuple(names), "parallel tile loops outermost"))
+            if not any(coincident) and wavefront and tiled:
+                decisions.append(("wavefront", (names[0], names[1]), "no parallel tile loop: a wavefront of tiles"))
+                coincident = [False, True] + coincident[2:]
+            if any(coincident):
+                decisions.append(("parallel", (names[coincident.index(True)],), "outermost parallel loop"))
+                return
+            if not nested:
+                return
+        for child in N.children(node):
+            visit(child)
+
+    visit(schedule.root)
+    for primitive, loops, note in decisions:
+        schedule = _step(schedule, primitive, loops, note)
+    return schedule
+
+
+def register_tiles(schedule: Schedule, sizes: Sequence[int]) -> Schedule:
+    """Unroll-and-jam every innermost band that qualifies (:func:`polyopt.transform.tree.
+    register_plan`) by ``sizes`` (rows, columns)."""
+    for _, band in N.bands(schedule.root):
+        if not _innermost(band):
+            continue
+        found = tree_ops.register_plan(band.partial(), [band.flag(k) for k in range(len(band.members))],
+                                       band.permutable, schedule.scop, sizes)
+        if found is None:
+            continue
+        plan, vector = found
+        loops = [k for k in range(len(plan)) if plan[k] > 1 and k != vector] + [vector]
+        schedule = _step(schedule, "register_tile", [band.names[k] for k in loops],
+                         f"register tile of {sizes[0]} x {sizes[1]}: accumulators in registers",
+                         sizes=[plan[k] for k in loops])
+    return schedule
