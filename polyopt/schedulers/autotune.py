@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from polyopt.errors import PolyoptError
+from polyopt.schedulers.registry import schedule
 from polyopt.targets.arguments import bind_arguments
 from polyopt.targets.cache import cache_key
 from polyopt.targets.cpu import CompiledKernel, compile
+from polyopt.transform.schedule import Schedule
+from polyopt.transform.trace import Trace
 
 
 class TuningError(PolyoptError):
@@ -33,15 +36,22 @@ class TuningError(PolyoptError):
 
 @dataclass(frozen=True)
 class Candidate:
-    """One configuration: a scheduling algorithm and its options (as for :func:`polyopt.compile`)."""
+    """One configuration: a scheduling algorithm and its options (as for :func:`polyopt.compile`),
+    or a :class:`~polyopt.transform.trace.Trace` of primitives replayed onto the ``algorithm``'s
+    schedule (a hand-steered schedule as a candidate: ``Candidate("mine", "original",
+    trace=s.trace)``)."""
 
     label: str
     algorithm: str
     options: tuple[tuple[str, object], ...] = ()
+    trace: Trace | None = None
 
     def compile(self, kernel, num_threads: int | None) -> CompiledKernel:
         threads = {} if num_threads is None else {"num_threads": num_threads}
-        return compile(kernel, algorithm=self.algorithm, **threads, **dict(self.options))
+        if self.trace is None:
+            return compile(kernel, algorithm=self.algorithm, **threads, **dict(self.options))
+        start = schedule(kernel, self.algorithm, **dict(self.options))
+        return compile(kernel, schedule=self.trace.apply(start, check=False), **threads)  # compile verifies
 
 
 #: Tried by default: the original order, sequential and with its parallel loops marked (fdtd-2d,
@@ -78,6 +88,11 @@ class TuneResult:
     seconds: dict[str, float]
     skipped: dict[str, str] = field(default_factory=dict)
     params: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def schedule(self) -> Schedule:
+        """The winner's schedule: print it, read its trace, edit it, compile it again."""
+        return self.compiled.schedule
 
 
 _DECISIONS: dict[tuple, TuneResult] = {}

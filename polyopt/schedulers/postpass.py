@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from polyopt.errors import ScheduleError
 from polyopt.schedulers.tilesize import band_tile_sizes
 from polyopt.transform import nodes as N
 from polyopt.transform import tree as tree_ops
@@ -55,10 +56,13 @@ def tile_bands(schedule: Schedule, sizes, *, second_level=None, register_tile: S
     :func:`polyopt.schedulers.tilesize.band_tile_sizes`, in whole register tiles when
     ``register_tile`` gives their sizes, no taller than the L1 cache's ways with
     ``conflict_free``); ``second_level``: tiles per outer tile (two levels)."""
-    for _, band in N.bands(schedule.root):
+    tiled = [band for _, band in N.bands(schedule.root) if band.permutable and len(band.members) >= min_depth]
+    deepest = max((len(band.members) for band in tiled), default=0)
+    if isinstance(sizes, (list, tuple)) and len(sizes) > max(deepest, 1):
+        raise ScheduleError(f"tile sizes {list(sizes)} are more than the loops of any tilable band of "
+                            f"{schedule.scop.name} (at most {deepest})")
+    for band in tiled:
         n = len(band.members)
-        if not band.permutable or n < min_depth:
-            continue
         coincident = [band.flag(k) for k in range(n)]
         if sizes == "auto":
             found = (tree_ops.register_plan(band.partial(), coincident, band.permutable, schedule.scop, register_tile)

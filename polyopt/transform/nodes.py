@@ -19,6 +19,7 @@ import islpy as isl
 
 from polyopt.analysis.scop import Scop
 from polyopt.errors import ScheduleError
+from polyopt.transform.tree import unit_iterator
 
 
 @dataclass(frozen=True, eq=False)
@@ -250,28 +251,9 @@ def isl_node(tree: isl.Schedule, path: tuple[int, ...]) -> isl.ScheduleNode:
 
 def suggested_name(member: isl.UnionPwAff, scop: Scop, depth: int) -> str:
     """The original iterator a member walks (the same name for every statement), else ``c<depth>``."""
-    names: set[str] = set()
-    ok = True
-
-    def piece(pa: isl.PwAff) -> None:
-        nonlocal ok
-        stmt = pa.get_space().get_tuple_name(isl.dim_type.in_)
-        affs: list[isl.Aff] = []
-        pa.foreach_piece(lambda _, aff: affs.append(aff))
-        if len(affs) != 1 or affs[0].dim(isl.dim_type.div) > 0:
-            ok = False
-            return
-        coeffs = [affs[0].get_coefficient_val(isl.dim_type.in_, k).to_python()
-                  for k in range(affs[0].dim(isl.dim_type.in_))]
-        nonzero = [k for k, c in enumerate(coeffs) if c]
-        if len(nonzero) != 1 or coeffs[nonzero[0]] != 1:
-            ok = False
-            return
-        iterators = _iterators(scop, stmt)
-        names.add(iterators[nonzero[0]] if nonzero[0] < len(iterators) else f"c{depth}")
-
-    member.foreach_pw_aff(piece)
-    return names.pop() if ok and len(names) == 1 else f"c{depth}"
+    positions = unit_iterator(member, scop)
+    names = {(_iterators(scop, stmt) + (None,) * (k + 1))[k] for stmt, k in (positions or {}).items()}
+    return names.pop() if len(names) == 1 and None not in names else f"c{depth}"
 
 
 def _iterators(scop: Scop, stmt: str) -> tuple[str, ...]:

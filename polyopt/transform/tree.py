@@ -114,7 +114,7 @@ def mark_coincident(tree: isl.Schedule, scop: Scop, deps: Dependences) -> isl.Sc
 
 # ----- intra-band reordering ----------------------------------------------------------------------
 
-def _unit_iterator(member: isl.UnionPwAff, scop: Scop) -> dict[str, int] | None:
+def unit_iterator(member: isl.UnionPwAff, scop: Scop) -> dict[str, int] | None:
     """For a member that is one original iterator (plus a constant) per statement, that iterator's
     position per statement; None for skewed/combined members. A point loop of a tiled band, like
     ``i mod 32``, counts as ``i``: within a tile it steps ``i`` by one."""
@@ -167,7 +167,7 @@ def vector_score(member: isl.UnionPwAff, scop: Scop) -> int:
 def _stride_counts(member: isl.UnionPwAff, scop: Scop) -> tuple[int, int] | None:
     """(accesses walked with unit stride, accesses walked with a larger stride) along this
     member; None when the member is not one iterator per statement."""
-    positions = _unit_iterator(member, scop)
+    positions = unit_iterator(member, scop)
     if not positions:
         return None
     unit = strided = 0
@@ -261,11 +261,11 @@ def _vector_member(partial: isl.MultiUnionPwAff, coincident: list[bool], scop: S
     column) where that array stays put along every sequential member: the emitter keeps such
     elements in registers across the sum, so only the unit-stride accesses are vectors. None
     where no member does (syrk's j walks A[j, k] down a column inside the sum: gathers)."""
-    sequential = [_unit_iterator(partial.get_at(k), scop) for k in range(len(coincident)) if not coincident[k]]
+    sequential = [unit_iterator(partial.get_at(k), scop) for k in range(len(coincident)) if not coincident[k]]
     for member in reversed(range(len(coincident))):
         if not coincident[member]:
             continue
-        positions = _unit_iterator(partial.get_at(member), scop)
+        positions = unit_iterator(partial.get_at(member), scop)
         if not positions:
             continue
         unit, gathers = 0, False
@@ -289,7 +289,7 @@ def _shared_vector_reads(row: isl.UnionPwAff, vector: isl.UnionPwAff, scop: Scop
     vector loads that all rows of a register tile share. gemm's B[k, j] for rows of i; a
     batch member moves every operand, so batched matmul's rows must come from i instead (its
     rows over batches loaded 16 vectors for 16 FMAs)."""
-    rows, vectors = _unit_iterator(row, scop), _unit_iterator(vector, scop)
+    rows, vectors = unit_iterator(row, scop), unit_iterator(vector, scop)
     if not rows or not vectors:
         return 0
     shared = 0

@@ -195,3 +195,16 @@ def test_earlier_candidate_wins_within_the_noise(monkeypatch):
     A, B = np.ones((64, 64)), np.ones((64, 64))
     tuned = po.autotune(column_sweep, A, B, candidates=(ORIGINAL, PLUTO), repeats=3, num_threads=1, prune=1e9)
     assert TUNING.SIMPLER_WITHIN > 1.02 and tuned.best == ORIGINAL
+
+
+def test_a_steered_schedule_is_a_candidate_and_the_result_is_a_schedule():
+    # a hand-made trace competes like any configuration; the winner comes back as a Schedule
+    start = po.schedule(column_sweep, "original")
+    steered = start.interchange(*start.loops("S0"))
+    mine = Candidate("interchanged", "original", trace=steered.trace)
+    A, B = np.random.rand(64, 64), np.random.rand(64, 64)
+    tuned = po.autotune(column_sweep, A, B, candidates=(ORIGINAL, mine), repeats=1, num_threads=1, prune=1e9)
+    assert set(tuned.seconds) == {"original", "interchanged"}
+    assert isinstance(tuned.schedule, po.Schedule) and tuned.schedule is tuned.compiled.schedule
+    if tuned.best.label == "interchanged":
+        assert tuned.schedule.map.is_equal(steered.map)

@@ -233,3 +233,10 @@ def test_original_dimension_fallback_is_recorded_in_the_trace():
     a = np.linspace(1, 2, 17)
     sched = check_schedule_and_code(reversed_recurrence, [a], negative_coeffs=False)
     assert len(sched.notes) == 1 and "dimension 0 of the original schedule" in sched.notes[0]
+
+
+def test_tile_sizes_longer_than_every_band_are_refused():
+    gemm = po.suite.get("gemm").kernel
+    with pytest.raises(po.ScheduleError, match="at most 3"):
+        po.schedule(gemm, "pluto", tile=(8, 8, 8, 8, 8))
+    assert "sizes=[8, 8, 8]" in po.schedule(gemm, "pluto", tile=(8, 8, 8)).trace.as_python()
