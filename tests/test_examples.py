@@ -8,7 +8,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 @pytest.mark.parametrize("script, argv", [("gemm.py", ["60"]), ("stencil.py", ["24", "4"]),
-                                          ("einsum.py", []), ("explore_schedules.py", ["gemm", "jacobi-1d"])])
+                                          ("einsum.py", []), ("explore_schedules.py", ["gemm", "jacobi-1d"]),
+                                          ("steer_gemm.py", ["60", "--no-autotune"])])
 def test_example_runs(script, argv, monkeypatch, capsys):
     monkeypatch.setattr("sys.argv", [script, *argv])
     runpy.run_path(str(EXAMPLES / script), run_name="__main__")

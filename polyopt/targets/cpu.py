@@ -84,7 +84,8 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
             reassociate: bool = False, **schedule_options) -> CompiledKernel:
     """Compile a kernel (or a Scop) to native code; cached, so a second call is free.
 
-    ``algorithm`` names a scheduler (``polyopt.algorithms()``), or ``schedule`` gives the
+    ``algorithm`` names a scheduler (``polyopt.algorithms()``), or ``schedule`` (or a Schedule
+    passed as ``kernel``: ``po.compile(s)``) gives the
     schedule itself (a :class:`~polyopt.schedulers.registry.Schedule` of this kernel, e.g. from
     ``po.schedule`` or an imported file); either way the schedule is checked by the
     independent verifier before code is generated. ``num_threads`` is the default team
@@ -93,6 +94,8 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
     from the program's order by rounding (po.einsum does this, as numpy.einsum does); the other
     options go to the scheduler.
     """
+    if isinstance(kernel, Schedule) and schedule is None:  # po.compile(s): the schedule names its kernel
+        kernel, schedule = kernel.scop, kernel
     if target not in TARGETS:
         raise ArgumentError(f"unknown target {target!r}; available: {', '.join(TARGETS)}")
     num_threads = check_num_threads(num_threads)

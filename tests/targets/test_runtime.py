@@ -387,3 +387,10 @@ def test_compile_with_a_schedule_refuses_what_it_would_ignore():
         po.compile(other, schedule=given)
     with pytest.raises(TypeError, match="takes a polyopt Schedule"):
         po.compile(kernel, schedule="{ S0[i] -> [i] }")
+
+
+def test_a_schedule_compiles_by_itself():
+    gemm = po.suite.get("gemm").kernel
+    steered = po.schedule(gemm, "original").parallel("i")
+    assert po.compile(steered).schedule is steered
+    assert po.compile(steered).c_source == po.compile(gemm, schedule=steered).c_source
