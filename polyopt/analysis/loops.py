@@ -250,7 +250,8 @@ class LoopInfo:
 
     ``dependences``: every dependence that reaches this loop (see :class:`DependenceAtLoop`), with
     its distance at this loop; ``carried``: those the loop carries, as :class:`Dependence` values
-    of :func:`dependence_list`.
+    of :func:`dependence_list`. ``name``: the loop's name in the Schedule (what ``s.loop(name)``
+    and the primitives take).
     """
 
     statements: tuple[str, ...]
@@ -263,6 +264,7 @@ class LoopInfo:
     coincident: bool
     permutable: bool
     dependences: tuple[DependenceAtLoop, ...]
+    name: str = ""
 
     @property
     def carried(self) -> tuple[Dependence, ...]:
@@ -353,6 +355,7 @@ def loop_analysis(schedule: Schedule, deps: Dependences | None = None) -> LoopAn
         deps = deps or dependences(scop)
         pieces = dependence_list(scop, deps)
         loops = LoopAnalysis()
+        names = iter(loop.name for loop in schedule.loops()) if hasattr(schedule, "loops") else None
         band_count = [0]
 
         def visit(node: isl.ScheduleNode, depth: int, marked: bool) -> None:
@@ -378,7 +381,7 @@ def loop_analysis(schedule: Schedule, deps: Dependences | None = None) -> LoopAn
                         expressions={s: _expression_text(by_stmt[s]) for s in stmts if s in by_stmt},
                         parallel=parallel, marked_parallel=marked and k == 0,
                         coincident=bool(node.band_member_get_coincident(k)), permutable=permutable,
-                        dependences=at_loop))
+                        dependences=at_loop, name=next(names) if names is not None else f"c{depth + k}"))
                     outer = outer.flat_range_product(isl.UnionMap.from_union_pw_aff(member))
                 depth += node.band_n_member()
             if kind == isl.schedule_node_type.mark:   # a chain of marks: the band below has them all
@@ -436,14 +439,14 @@ def loop_table(loops) -> str:
     its flags (``par``: parallel, ``mark``: marked parallel, ``coin``: coincident, ``perm``:
     permutable band), what it carries (counts per kind) and the distances at it of the
     dependences it carries."""
-    header = ("loop", "band", "statements", "par", "mark", "coin", "perm", "carries", "distances")
+    header = ("loop", "band", "statements", "par", "mark", "coin", "perm", "carries", "distances", "expression")
     rows = [header]
     for loop in loops:
         carried = [d for d in loop.dependences if d.carried]
-        rows.append(("  " * loop.depth + loop.expression, f"{loop.band}.{loop.member}",
+        rows.append(("  " * loop.depth + (loop.name or loop.expression), f"{loop.band}.{loop.member}",
                      ",".join(loop.statements), "yes" if loop.parallel else "no",
                      "yes" if loop.marked_parallel else "", "yes" if loop.coincident else "",
                      "yes" if loop.permutable else "", _kinds(d.dependence for d in carried),
-                     _distance_text([d.distance for d in carried])))
+                     _distance_text([d.distance for d in carried]), loop.expression))
     widths = [max(len(r[k]) for r in rows) for k in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -16,9 +16,11 @@ def _point_values(point: isl.Point, kind, count: int) -> list[int]:
     return [point.get_coordinate_val(kind, k).to_python() for k in range(count)]
 
 
-def _witness(violation: isl.Map, schedule_map: isl.UnionMap):
-    """A concrete (params, source, sink, source time, sink time) in ``violation``."""
-    point = violation.wrap().sample_point()
+def _witness(violation: isl.Map, schedule_map: isl.UnionMap, scop: Scop):
+    """A concrete (params, source, sink, source time, sink time) in ``violation``, at parameter
+    values a real call can have (every access inside its array) where the violation has some."""
+    realistic = violation.intersect_params(scop.in_bounds_params)
+    point = (violation if realistic.is_empty() else realistic).wrap().sample_point()
     space = violation.get_space()
     n_params = space.dim(isl.dim_type.param)
     params = {space.get_dim_name(isl.dim_type.param, k): v
@@ -73,7 +75,7 @@ def verify(scop: Scop, schedule, deps: Dependences | None = None) -> None:
             if piece.is_empty():
                 continue
             original = relation.extract_map(piece.get_space()).coalesce()
-            params, src, sink, t_src, t_sink = _witness(piece, schedule_map)
+            params, src, sink, t_src, t_sink = _witness(piece, schedule_map, scop)
             raise IllegalScheduleError(kind, str(original), src, sink, params, t_src, t_sink)
     if isinstance(tree, isl.Schedule):
         check_parallel(scop, tree, deps)
@@ -130,7 +132,7 @@ def _check_band(scop: Scop, tree: isl.Schedule, deps: Dependences, band: isl.Sch
     if carried.is_empty():
         return
     piece = maps_of(carried)[0]
-    params, src, sink, _, _ = _witness(piece, tree.get_map().intersect_domain(scop.domain))
+    params, src, sink, _, _ = _witness(piece, tree.get_map().intersect_domain(scop.domain), scop)
     raise RacyParallelLoopError(f"{member}{describe}", str(piece), src, sink, params)
 
 

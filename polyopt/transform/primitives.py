@@ -259,7 +259,7 @@ def _isl_tile(domain: isl.UnionSet, band: N.Band, sizes: list[int]) -> tuple[N.B
 def _tile(schedule, names, sizes, within=None) -> N.Node:
     if not names or len(set(names)) != len(names):
         raise ScheduleError(f"tile: name each loop once, got {', '.join(names) or 'none'}")
-    path, band, _ = _merged(schedule, names, "tile")  # loops of directly nested bands: one band
+    path, band, counts = _merged(schedule, names, "tile")  # loops of directly nested bands: one band
     positions = [band.names.index(n) for n in names]
     if positions != list(range(positions[0], positions[0] + len(positions))):
         raise ScheduleError(f"tile: loops {', '.join(names)} are not consecutive loops of one band "
@@ -282,7 +282,11 @@ def _tile(schedule, names, sizes, within=None) -> N.Node:
         node = replace(part, child=node)
     if first > 0:
         node = _slice(band, 0, first, node)
-    return N.replace_at(schedule.root, path, node)
+    root = N.replace_at(schedule.root, path, node)
+    if len(counts) > 1 or not band.permutable:  # flags of merged or unflagged bands: recomputed
+        for depth in range(len(built) + (first > 0)):
+            root = refresh_flags(schedule, root, path + (0,) * depth)
+    return root
 
 
 def _split(schedule, names, factor) -> N.Node:
@@ -498,6 +502,13 @@ def _restrict(node: N.Node, keep: isl.UnionSet, statements: set[str]) -> N.Node:
     return node
 
 
+def _renamed(node: N.Node, taken: set[str]) -> N.Node:
+    """``node``'s subtree with a fresh name for every loop (a copy made by distribution)."""
+    if isinstance(node, N.Band):
+        node = replace(node, names=tuple(N.unique_name(n, m, taken) for n, m in zip(node.names, node.members)))
+    return N.with_children(node, tuple(_renamed(child, taken) for child in N.children(node)))
+
+
 def _distribute(schedule, names, groups=None) -> N.Node:
     path, k = find(schedule, names[0]) if len(names) == 1 else (None, None)
     if path is None:
@@ -530,7 +541,7 @@ def _distribute(schedule, names, groups=None) -> N.Node:
         keep = _universe(scop, group)
         part = _restrict(inner_band, keep, set(group))
         if index:
-            part = replace(part, names=tuple(N.unique_name(n, m, taken) for n, m in zip(part.names, part.members)))
+            part = _renamed(part, taken)
         copies.append(N.Filter(keep, part))
     node: N.Node = N.Sequence(tuple(copies))
     if k > 0:
@@ -600,9 +611,9 @@ def _vectorize(schedule, names) -> N.Node:
     return root
 
 
-def _max_trip_count(schedule, path: tuple[int, ...], k: int) -> int | None:
-    """Most iterations loop ``k`` of the band at ``path`` runs for fixed outer loops (None:
-    not bounded by a constant)."""
+def _runs_at_most(schedule, path: tuple[int, ...], k: int, limit: int) -> bool:
+    """Whether loop ``k`` of the band at ``path`` runs at most ``limit`` iterations for any
+    fixed values of the loops outside it, for every parameter value."""
     node = N.isl_node(schedule.tree, path)
     partial = node.band_get_partial_schedule()
     outer = node.get_prefix_schedule_union_map()
@@ -613,20 +624,9 @@ def _max_trip_count(schedule, path: tuple[int, ...], k: int) -> int | None:
     value = isl.UnionMap.from_union_pw_aff(partial.get_at(k))
     spread = same.apply_domain(value).apply_range(value).deltas().intersect_params(schedule.scop.context)
     if spread.is_empty():
-        return 1
-    width = isl.Set.from_union_set(spread).dim_max(0)
-    pieces: list[int] = []
-    ok = True
-
-    def piece(_, aff: isl.Aff) -> None:
-        nonlocal ok
-        if aff.is_cst():
-            pieces.append(aff.get_constant_val().to_python())
-        else:
-            ok = False
-
-    width.foreach_piece(piece)
-    return max(pieces) + 1 if ok and pieces else None
+        return True
+    bound = isl.UnionSet(f"{{ [x] : x <= {limit - 1} }}").align_params(spread.get_space())
+    return spread.is_subset(bound)
 
 
 def _unroll(schedule, names, factor=None) -> N.Node:
@@ -641,10 +641,9 @@ def _unroll(schedule, names, factor=None) -> N.Node:
     path, k = find(schedule, names[0])
     band = N.at(schedule.root, path)
     _not_register_tiled(band, "unroll")
-    trips = _max_trip_count(schedule, path, k)
-    if trips is None or trips > MAX_FULL_UNROLL:
-        raise ScheduleError(f"unroll: loop {names[0]} has {'no constant bound on its' if trips is None else trips} "
-                            f"iterations (at most {MAX_FULL_UNROLL} unroll completely); give factor=")
+    if factor is None and not _runs_at_most(schedule, path, k, MAX_FULL_UNROLL):
+        raise ScheduleError(f"unroll: loop {names[0]} may run more than {MAX_FULL_UNROLL} iterations (or a "
+                            "number that grows with the sizes); give factor= to unroll it by that much")
     types = list(band.loop_types) or [0] * len(band.members)
     types[k] = isl.ast_loop_type.unroll.value
     return N.replace_at(schedule.root, path, replace(band, loop_types=tuple(types)))

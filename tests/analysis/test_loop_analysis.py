@@ -155,10 +155,12 @@ def test_table():
     lines = text.splitlines()
     assert text == loops.table() == loop_table(loops)
     assert len(lines) == 1 + len(loops)
-    assert lines[0].split() == ["loop", "band", "statements", "par", "mark", "coin", "perm", "carries", "distances"]
+    assert lines[0].split() == ["loop", "band", "statements", "par", "mark", "coin", "perm", "carries", "distances",
+                                "expression"]
+    assert [loop.name for loop in loops] == [loop.name for loop in po.schedule(gemm.scop, "pluto").loops()]
     k_row = lines[4].split()
     assert k_row[:4] == ["k", "1.1", "S1", "no"] and "1 RAW, 1 WAR, 1 WAW" in lines[4]
-    assert lines[5].startswith("    j")                    # indented by depth
+    assert lines[5].startswith("    j@S1")                 # indented by depth, named as in the Schedule
     assert str(loops[3]).splitlines()[1].split()[:2] == ["k", "1.1"]
 
 

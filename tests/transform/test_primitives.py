@@ -274,9 +274,6 @@ def test_distribute_default_groups_then_fuse_back():
     assert_computes_like_interpreter(producer_consumer, together)
 
 
-@pytest.mark.xfail(strict=True, reason="distribute renames only the distributed band: the inner loop "
-                   "of the second copy keeps the name 'j', so two loops are called 'j' and S1's handle "
-                   "resolves to S0's loop")
 def test_distribute_gives_every_copied_loop_a_fresh_name():
     s = original(producer_consumer).distribute("i", groups=[["S0"], ["S1"]])
     every = names(s)
@@ -330,14 +327,11 @@ def test_unroll_with_factor():
     s = original(short_inner).unroll("k", factor=4)
     assert names(s) == ["i", "k_0", "k_1"]
     text = s.pretty()
-    assert "band (k_1)  [unrolled: k_1]" in text
+    assert "band (k_1)  [permutable; unrolled: k_1]" in text  # flags recomputed: the original had none
     assert "k_1 = [N] -> { S0[i, k] -> [((k) mod 4)] }" in text
     assert_computes_like_interpreter(short_inner, s)
 
 
-@pytest.mark.xfail(strict=True, reason="unroll(factor=) of a loop with parametric bounds is refused: "
-                   "the point loop's trip count is min(factor, N) - ... piecewise in N, which "
-                   "_max_trip_count takes for 'no constant bound' (the message then asks for factor=)")
 def test_unroll_with_factor_of_a_parametric_loop():
     s = original(mm).unroll("k", factor=4)
     assert names(s) == ["i", "j", "k_0", "k_1"]
@@ -505,7 +499,7 @@ def test_shift_by_zero():
 
 
 def test_unroll_of_an_unbounded_loop_without_factor():
-    with pytest.raises(po.ScheduleError, match="no constant bound on its iterations"):
+    with pytest.raises(po.ScheduleError, match="may run more than 64 iterations"):
         original(mm).unroll("k")
 
 
