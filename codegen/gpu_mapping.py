@@ -134,6 +134,20 @@ def kernel_mark(name: str) -> isl.Id:
     return isl.Id(f"{GPU_KERNEL_MARK} {name}")
 
 
+def _holds_given_coordinates(node: isl.ScheduleNode) -> bool:
+    """Whether the subtree below ``node`` has coordinates given by the schedule: the bands
+    around them are then host loops, whatever their parallelism."""
+    found = []
+
+    def look(n: isl.ScheduleNode) -> bool:
+        if _is_coordinate_mark(n):
+            found.append(n)
+        return not found
+
+    node.foreach_descendant_top_down(look)
+    return bool(found)
+
+
 def _is_coordinate_mark(node: isl.ScheduleNode) -> bool:
     return (node.get_type() == isl.schedule_node_type.mark
             and node.mark_get_id().get_name() in (GPU_BLOCK_MARK, GPU_THREAD_MARK))
@@ -157,6 +171,10 @@ class _Mapper:
         kind = node.get_type()
         if kind != isl.schedule_node_type.domain and node.get_domain().is_empty():
             return [], node
+        if _is_coordinate_mark(node):  # coordinates the schedule gives (Schedule.gpu_map)
+            top = node.insert_mark(kernel_mark(f"{self.name}_k{self.numbered}"))
+            self.numbered += 1
+            return [self.kernel_of(top, top.mark_get_id().get_name().split(" ", 1)[1], host)], top
         if kind in (isl.schedule_node_type.domain, isl.schedule_node_type.filter,
                     isl.schedule_node_type.mark):
             found, child = self.steps(node.child(0), host)
@@ -172,7 +190,7 @@ class _Mapper:
             return self.kernel(node, 0, host)
         if kind != isl.schedule_node_type.band:
             raise CodegenError(f"CUDA mapping: unsupported schedule tree node {kind}")
-        parallel = self.parallel_members(node)
+        parallel = 0 if _holds_given_coordinates(node) else self.parallel_members(node)
         if parallel:
             return self.kernel(node, parallel, host)
         # the outer member is sequential: a host loop, if there is parallelism below it

@@ -18,17 +18,21 @@ import re
 import time
 from dataclasses import dataclass, field
 
+import islpy as isl
 import numpy as np
 
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.cuda import CudaSource, cuda_source as emit_cuda
 from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel, map_to_gpu
-from polyopt.errors import ArgumentError, TargetUnavailableError
+from polyopt.errors import ArgumentError, ScheduleError, TargetUnavailableError
 from polyopt.analysis.evaluate import evaluate
 from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 from polyopt.targets.arguments import bind_arguments, check_params
 from polyopt.targets.cache import COMPILED, cache_key, check_given_schedule, scop_of
 from polyopt.schedulers.registry import schedule as run_scheduler
+from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_THREAD_MARK
+from polyopt.transform.nodes import bands
+from polyopt.transform.primitives import run as run_primitive
 from polyopt.transform.schedule import Schedule
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
@@ -98,7 +102,46 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     sched, program = chosen
     verify(scop, sched)
     _verified(scop, program)
-    return CudaPlan(scop, sched, emit_cuda(scop, program, name, **gpu))
+    return CudaPlan(scop, _with_mapping(sched, program), emit_cuda(scop, program, name, **gpu))
+
+
+def _with_mapping(schedule: Schedule, program: GpuProgram) -> Schedule:
+    """``schedule`` with the mapping's choice recorded as ``gpu_map`` steps (one per kernel with
+    thread coordinates, naming the loops that became its coordinates), so the plan's trace says
+    which loops went to blocks and threads and replays to the same mapping; unchanged where a
+    coordinate is no loop of the schedule (the mapper split it differently)."""
+    named = [(name, member) for _, band in bands(schedule.root) for name, member in zip(band.names, band.members)]
+    recorded = schedule
+    try:
+        for coordinates in _kernel_coordinates(program.tree):
+            loops = [next(name for name, loop in named if loop.plain_is_equal(member)) for member in coordinates]
+            recorded = run_primitive(recorded, "gpu_map", loops, check=False,
+                                     note="the GPU mapping: these loops are the kernel's block/thread coordinates")
+    except (StopIteration, ScheduleError):
+        return schedule
+    return recorded
+
+
+def _kernel_coordinates(tree: isl.Schedule) -> list[list[isl.UnionPwAff]]:
+    """Per kernel of a mapped tree (launch order), its coordinate members, outermost first."""
+    found: list[list[isl.UnionPwAff]] = []
+
+    def look(node: isl.ScheduleNode) -> bool:
+        if (node.get_type() == isl.schedule_node_type.mark
+                and node.mark_get_id().get_name().split(" ")[0] == GPU_KERNEL_MARK):
+            members, below = [], node.child(0)
+            while below.get_type() == isl.schedule_node_type.mark and \
+                    below.mark_get_id().get_name() in (GPU_BLOCK_MARK, GPU_THREAD_MARK):
+                while below.get_type() == isl.schedule_node_type.mark:
+                    below = below.child(0)
+                members.append(below.band_get_partial_schedule().get_at(0))
+                below = below.child(0)
+            if members:
+                found.append(members)
+        return True
+
+    tree.get_root().foreach_descendant_top_down(look)
+    return found
 
 
 def cuda_source(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | None = None,

@@ -23,7 +23,7 @@ from polyopt.errors import IllegalScheduleError, ScheduleError
 from polyopt.islutil import ISL_LOCK, maps_of
 from polyopt.transform import nodes as N
 from polyopt.transform import tree as tree_ops
-from polyopt.transform.marks import PARALLEL_MARK
+from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_THREAD_MARK, PARALLEL_MARK
 from polyopt.transform.trace import Step
 
 #: Most iterations a loop may have for a complete unroll.
@@ -535,14 +535,11 @@ def _distribute(schedule, names, groups=None) -> N.Node:
         raise ScheduleError(f"distribute: loop {names[0]} runs one group of statements ({', '.join(below)}): "
                             "nothing to distribute")
     inner_band = _slice(band, k, len(band.members), band.child)
-    taken = N.loop_names(schedule.root)
+    taken = N.loop_names(schedule.root) - N.loop_names(inner_band)  # the copies name theirs anew
     copies = []
-    for index, group in enumerate(groups):
+    for group in groups:  # the first copy keeps the names; a later one renames what is taken
         keep = _universe(scop, group)
-        part = _restrict(inner_band, keep, set(group))
-        if index:
-            part = _renamed(part, taken)
-        copies.append(N.Filter(keep, part))
+        copies.append(N.Filter(keep, _renamed(_restrict(inner_band, keep, set(group)), taken)))
     node: N.Node = N.Sequence(tuple(copies))
     if k > 0:
         node = _slice(band, 0, k, node)
@@ -672,6 +669,43 @@ def _register_tile(schedule, names, sizes) -> N.Node:
     return N.replace_at(schedule.root, path, replace(read, names=tuple(fresh)))
 
 
+def _gpu_map(schedule, names) -> N.Node:
+    """The loops become the block/thread coordinates of one CUDA kernel, in the given order (the
+    last is threadIdx.x); the loops outside them run on the host, the loops inside in each
+    thread. Each coordinate gets a band of its own under the gpu_block and gpu_thread marks,
+    which the verifier checks like parallel loops and the CUDA mapping takes as given."""
+    if not 1 <= len(names) <= 3:
+        raise ScheduleError(f"gpu_map takes one to three loops (grid dimensions), got {len(names)}")
+    path, band, _ = _merged(schedule, names, "gpu_map")
+    positions = [band.names.index(n) for n in names]
+    first = min(positions)
+    if sorted(positions) != list(range(first, first + len(names))):
+        raise ScheduleError(f"gpu_map: loops {', '.join(names)} are not consecutive loops of one band "
+                            f"({', '.join(band.names)})")
+    gpu = (GPU_BLOCK_MARK, GPU_THREAD_MARK)
+    if any(m.name in gpu for m in _marked_on_path(schedule.root, path)):
+        raise ScheduleError(f"gpu_map: loop {names[0]} is inside a GPU kernel already")
+    if any(isinstance(n, N.Mark) and n.name in gpu for _, n in N.walk(band)):
+        raise ScheduleError(f"gpu_map: loop {names[0]} holds a GPU kernel already (kernels do not nest)")
+    stop = first + len(names)
+    node = _slice(band, stop, len(band.members), band.child) if stop < len(band.members) else band.child
+    for k in reversed(positions):
+        coordinate = replace(_slice(band, k, k + 1, node), coincident=(True,))
+        node = N.Mark(GPU_BLOCK_MARK, N.Mark(GPU_THREAD_MARK, coordinate))
+    if first > 0:
+        node = _slice(band, 0, first, node)
+    return N.replace_at(schedule.root, path, node)
+
+
+def _marked_on_path(root: N.Node, path: tuple[int, ...]) -> list[N.Node]:
+    found, node = [], root
+    for k in path:
+        if isinstance(node, N.Mark):
+            found.append(node)
+        node = N.children(node)[k]
+    return found
+
+
 # ----- whole trees -------------------------------------------------------------------------------
 
 def tree_spec(root: N.Node) -> dict:
@@ -736,7 +770,7 @@ def _affine_schedule(schedule, names, tree) -> N.Node:
 PRIMITIVES = {
     "tile": _tile, "split": _split, "interchange": _interchange, "permute": _permute, "skew": _skew,
     "shift": _shift, "reverse": _reverse, "fuse": _fuse, "distribute": _distribute, "wavefront": _wavefront,
-    "parallel": _parallel, "vectorize": _vectorize, "unroll": _unroll, "register_tile": _register_tile,
+    "parallel": _parallel, "vectorize": _vectorize, "gpu_map": _gpu_map, "unroll": _unroll, "register_tile": _register_tile,
     "affine_schedule": _affine_schedule,
 }
 

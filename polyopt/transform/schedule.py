@@ -194,6 +194,15 @@ class Schedule:
         if it carries a dependence."""
         return P.run(self, "vectorize", (loop,))
 
+    def gpu_map(self, *loops: Loop | str) -> "Schedule":
+        """One CUDA kernel whose block/thread coordinates are ``loops`` (consecutive loops, one to
+        three, the last one threadIdx.x); the loops outside run on the host, those inside in
+        each thread. Refused (RacyParallelLoopError) when a coordinate carries a dependence::
+
+            for i: for j: S(i, j)   --gpu_map(i, j)-->   kernel<<<(j, i) blocks x threads>>>: S(i, j)
+        """
+        return P.run(self, "gpu_map", loops)
+
     def unroll(self, loop: Loop | str, *, factor: int | None = None) -> "Schedule":
         """Unroll the loop completely (at most 64 iterations), or by ``factor`` (strip-mined:
         ``x_0`` steps by ``factor``, ``x_1`` is unrolled)."""

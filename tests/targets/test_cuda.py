@@ -356,3 +356,36 @@ def test_gpu_benchmark_rows():
     assert 0 < ours["kernel_min_s"] <= ours["kernel_median_s"] < ours["median_s"]
     assert ours["kernel_speedup_vs_cublas"] > 0 and ours["kernel_gflops"] > 0
     assert gemm["cublas"]["correct"] and "kernel_median_s" not in gemm["gcc"]
+
+
+# ----- the GPU mapping as a step of the Schedule ----------------------------------------------------
+
+def test_gpu_map_by_hand_gives_the_automatic_mapping_of_gemm():
+    gemm = po.suite.get("gemm").kernel
+    s = po.schedule(gemm, "original").distribute("i")
+    mapped = s.gpu_map("i", "j").interchange("k", "j@S1").gpu_map("i@S1", "j@S1")
+    assert mapped.trace[-1].as_python() == "gpu_map('i@S1', 'j@S1')"
+    assert "mark gpu_block" in mapped.pretty()
+    assert po.cuda_source(gemm, schedule=mapped) == po.cuda_source(gemm)
+
+
+def test_gpu_map_refuses_racy_and_nested_coordinates():
+    gemm = po.suite.get("gemm").kernel
+    s = po.schedule(gemm, "original").distribute("i")
+    with pytest.raises(po.IllegalScheduleError, match=r"gpu_map\('i@S1', 'k'\).*carries the dependence"):
+        s.gpu_map("i@S1", "k")
+    with pytest.raises(po.ScheduleError, match="inside a GPU kernel already"):
+        s.gpu_map("i").gpu_map("j")
+    with pytest.raises(po.ScheduleError, match="one to three loops"):
+        s.gpu_map()
+
+
+@pytest.mark.parametrize("name", po.suite.names())
+def test_the_plan_records_its_mapping_and_replays_to_the_same_source(name):
+    kernel = po.suite.get(name).kernel
+    made = plan(kernel)
+    recorded = [step for step in made.schedule.trace if step.primitive == "gpu_map"]
+    kernels = [k for k in made.source.program.kernels if k.coords]
+    assert len(recorded) in (0, len(kernels))  # all kernels' coordinates, or none (loops split anew)
+    again = po.Trace.from_json(made.schedule.trace.to_json()).apply(po.schedule(kernel, "original"), check=False)
+    assert po.cuda_source(kernel, schedule=again) == made.source.source
