@@ -41,7 +41,11 @@ class Schedule:
     memory-based approximations: ``"dependences: RAW on A: memory-based ..."``).
 
     ``s.loops("S1")`` gives the loops around a statement; each primitive takes loop handles (or
-    their names) and keyword options and returns a new Schedule::
+    their names) and keyword options and returns a new Schedule. The examples of the primitives
+    below (doctests, run by tests/transform/test_doctests.py) use five small DSL kernels:
+    ``scale`` (``A[i, j] = 2 * A[i, j]`` over i, j), ``sweep`` (``A[t, i] = A[t - 1, i] + A[t,
+    i - 1]`` over t, i), ``pair`` (one loop i: ``B[i] = 2 * A[i]; C[i] = B[i] + 1``), ``apart``
+    (the same as two loops) and ``mm`` (``C[i, j] += A[i, k] * B[k, j]`` over i, k, j)::
 
         s = po.schedule(gemm, "original")
         i, j, k = s.loops("S1")
@@ -96,7 +100,7 @@ class Schedule:
     def loops_c(self) -> str:
         """The loop structure as isl prints it (statement calls only), for a quick look."""
         build = isl.AstBuild.from_context(self.scop.context)
-        return build.node_from_schedule(self.tree).to_C_str()
+        return build.node_from_schedule(self.tree).to_C_str().rstrip("\n")
 
     def __str__(self) -> str:
         return str(self.tree)
@@ -122,95 +126,261 @@ class Schedule:
     # ----- primitives (each checked by the verifier; see polyopt.transform.primitives) ------------
     def tile(self, *loops: Loop | str, sizes: int | Seq[int] | Seq[Seq[int]],
              within: Seq[str] | None = None) -> "Schedule":
-        """Rectangular tiling of consecutive loops of one band; ``sizes``: one int, one per loop,
-        or a list of such lists for several levels (outer first). Loop ``x`` becomes ``x_0`` (the
-        tiles) and ``x_1`` (inside a tile), with more levels ``x_0, x_1, x_2``::
+        """Rectangular tiling of consecutive loops of one band (or of directly nested bands);
+        ``sizes``: one int, one per loop, or a list of such lists for several levels (outer first).
+        Loop ``x`` becomes ``x_0`` (the tiles) and ``x_1`` (inside a tile), with more levels
+        ``x_0, x_1, x_2``; refused (IllegalScheduleError) where the tiles would break a dependence:
 
-            for i: for j: S(i, j)   --tile(i, j, sizes=32)-->   for i_0: for j_0: for i_1: for j_1: S
+        >>> s = po.schedule(scale, "original")
+        >>> print(s.loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1)
+          for (int c1 = 0; c1 < N; c1 += 1)
+            S0(c0, c1);
+        >>> print(s.tile("i", "j", sizes=32).loops_c())
+        for (int c0 = 0; c0 < N; c0 += 32)
+          for (int c1 = 0; c1 < N; c1 += 32)
+            for (int c2 = 0; c2 <= min(31, N - c0 - 1); c2 += 1)
+              for (int c3 = 0; c3 <= min(31, N - c1 - 1); c3 += 1)
+                S0(c0 + c2, c1 + c3);
         """
         return P.run(self, "tile", loops, sizes=sizes, within=within)
 
     def split(self, loop: Loop | str, *, factor: int) -> "Schedule":
-        """Strip-mine one loop: ``x`` -> ``x_0`` (steps of ``factor``) and ``x_1`` (inside one)."""
+        """Strip-mine one loop: ``x`` becomes ``x_0`` (steps of ``factor``) and ``x_1`` (inside one):
+
+        >>> s = po.schedule(scale, "original")
+        >>> print(s.loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1)
+          for (int c1 = 0; c1 < N; c1 += 1)
+            S0(c0, c1);
+        >>> print(s.split("j", factor=4).loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1)
+          for (int c1 = 0; c1 < N; c1 += 4)
+            for (int c2 = 0; c2 <= min(3, N - c1 - 1); c2 += 1)
+              S0(c0, c1 + c2);
+        """
         return P.run(self, "split", (loop,), factor=factor)
 
     def interchange(self, a: Loop | str, b: Loop | str, *, within: Seq[str] | None = None) -> "Schedule":
-        """Swap two loops of one band (or of directly nested bands)::
+        """Swap two loops of one band (or of directly nested bands); with ``within=``, for those
+        statements only:
 
-            for i: for j: S   --interchange(i, j)-->   for j: for i: S
+        >>> s = po.schedule(scale, "original")
+        >>> print(s.loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1)
+          for (int c1 = 0; c1 < N; c1 += 1)
+            S0(c0, c1);
+        >>> print(s.interchange("i", "j").loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1)
+          for (int c1 = 0; c1 < N; c1 += 1)
+            S0(c1, c0);
         """
         return P.run(self, "interchange", (a, b), within=within)
 
     def permute(self, *loops: Loop | str, within: Seq[str] | None = None) -> "Schedule":
-        """Reorder loops of one band: the positions of ``loops`` take them in the given order
-        (``permute(k, i)`` on (i, j, k) gives (k, j, i))."""
+        """Reorder loops of one band (or of directly nested bands): the positions of ``loops``
+        take them in the given order (``permute(k, i)`` on (i, j, k) gives (k, j, i)):
+
+        >>> s = po.schedule(mm, "original")
+        >>> print(s.loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1)
+          for (int c1 = 0; c1 < N; c1 += 1)
+            for (int c2 = 0; c2 < N; c2 += 1)
+              S0(c0, c1, c2);
+        >>> print(s.permute("i", "j", "k").loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1)
+          for (int c1 = 0; c1 < N; c1 += 1)
+            for (int c2 = 0; c2 < N; c2 += 1)
+              S0(c0, c2, c1);
+        """
         return P.run(self, "permute", loops, within=within)
 
     def skew(self, outer: Loop | str, inner: Loop | str, *, factor: int = 1,
              within: Seq[str] | None = None) -> "Schedule":
-        """``inner`` becomes ``inner + factor * outer``::
+        """``inner`` becomes ``inner + factor * outer`` (of the statements ``within``, default all):
 
-            for t: for i: S(t, i)   --skew(t, i)-->   for t: for i' in t+..: S(t, i' - t)
+        >>> s = po.schedule(sweep, "original")
+        >>> print(s.loops_c())
+        for (int c0 = 1; c0 < T; c0 += 1)
+          for (int c1 = 1; c1 < N; c1 += 1)
+            S0(c0, c1);
+        >>> print(s.skew("t", "i").loops_c())
+        for (int c0 = 1; c0 < T; c0 += 1)
+          for (int c1 = c0 + 1; c1 < N + c0; c1 += 1)
+            S0(c0, -c0 + c1);
         """
         return P.run(self, "skew", (outer, inner), factor=factor, within=within)
 
     def shift(self, loop: Loop | str, *, offset: int, within: Seq[str] | None = None) -> "Schedule":
-        """Add ``offset`` to the loop's value (of the statements ``within``, default all)."""
+        """Add ``offset`` to the loop's value (of the statements ``within``, default all):
+
+        >>> s = po.schedule(apart, "original")
+        >>> print(s.loops_c())
+        {
+          for (int c0 = 0; c0 < N; c0 += 1)
+            S0(c0);
+          for (int c0 = 0; c0 < N; c0 += 1)
+            S1(c0);
+        }
+        >>> print(s.shift("i@S1", offset=1).loops_c())
+        {
+          for (int c0 = 0; c0 < N; c0 += 1)
+            S0(c0);
+          for (int c0 = 1; c0 <= N; c0 += 1)
+            S1(c0 - 1);
+        }
+        """
         return P.run(self, "shift", (loop,), offset=offset, within=within)
 
     def reverse(self, loop: Loop | str, *, within: Seq[str] | None = None) -> "Schedule":
-        """Run the loop backwards (its value negated)."""
+        """Run the loop backwards (its value negated; of the statements ``within``, default all):
+
+        >>> s = po.schedule(scale, "original")
+        >>> print(s.loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1)
+          for (int c1 = 0; c1 < N; c1 += 1)
+            S0(c0, c1);
+        >>> print(s.reverse("j").loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1)
+          for (int c1 = -N + 1; c1 <= 0; c1 += 1)
+            S0(c0, -c1);
+        """
         return P.run(self, "reverse", (loop,), within=within)
 
     def fuse(self, *loops: Loop | str, depth: int = 1) -> "Schedule":
-        """Fuse the loops heading consecutive nests of one sequence into one loop (``depth``:
-        how many levels, the fusion point)::
+        """Fuse the loops heading consecutive nests of one sequence into one loop (``depth``: how
+        many levels, the fusion point):
 
-            for i: S1(i)               for i:
-            for i@S2: S2(i)   -->        S1(i); S2(i)
+        >>> s = po.schedule(apart, "original")
+        >>> print(s.loops_c())
+        {
+          for (int c0 = 0; c0 < N; c0 += 1)
+            S0(c0);
+          for (int c0 = 0; c0 < N; c0 += 1)
+            S1(c0);
+        }
+        >>> print(s.fuse("i", "i@S1").loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1) {
+          S0(c0);
+          S1(c0);
+        }
         """
         return P.run(self, "fuse", loops, depth=depth)
 
     def distribute(self, loop: Loop | str, *, groups: Seq[Seq[str]] | None = None) -> "Schedule":
         """Split a loop (and the loops inside it in its band) into one copy per group of
-        statements, in order (default: one per statement or per nest below)::
+        statements, in order (default: one per statement or per nest below); a copy's loops are
+        renamed where their names are taken (``i@S1``):
 
-            for i: S1(i); S2(i)   -->   for i: S1(i)
-                                        for i@S2: S2(i)
+        >>> s = po.schedule(pair, "original")
+        >>> print(s.loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1) {
+          S0(c0);
+          S1(c0);
+        }
+        >>> print(s.distribute("i").loops_c())
+        {
+          for (int c0 = 0; c0 < N; c0 += 1)
+            S0(c0);
+          for (int c0 = 0; c0 < N; c0 += 1)
+            S1(c0);
+        }
         """
         return P.run(self, "distribute", (loop,), groups=groups)
 
     def wavefront(self, outer: Loop | str, inner: Loop | str) -> "Schedule":
-        """``outer`` becomes ``outer + inner`` (a wavefront: with both loops' dependences
-        non-negative, ``inner`` is then parallel)."""
+        """``outer`` becomes ``outer + inner``: a wavefront; with both loops' dependences
+        non-negative, ``inner`` is then parallel (mark it with :meth:`parallel`, which is checked):
+
+        >>> s = po.schedule(sweep, "original")
+        >>> print(s.loops_c())
+        for (int c0 = 1; c0 < T; c0 += 1)
+          for (int c1 = 1; c1 < N; c1 += 1)
+            S0(c0, c1);
+        >>> print(s.wavefront("t", "i").loops_c())
+        for (int c0 = 2; c0 < N + T - 1; c0 += 1)
+          for (int c1 = max(1, -T + c0 + 1); c1 < min(N, c0); c1 += 1)
+            S0(c0 - c1, c1);
+        """
         return P.run(self, "wavefront", (outer, inner))
 
     def parallel(self, loop: Loop | str) -> "Schedule":
-        """Run the loop's iterations on a thread team (refused if it carries a dependence)."""
+        """Run the loop's iterations on a thread team: a ``parallel`` mark above it (refused,
+        RacyParallelLoopError, if it carries a dependence; nested teams are refused too):
+
+        >>> print(po.schedule(scale, "original").parallel("i").pretty())
+        mark parallel
+          band (i)
+            i = [N] -> { S0[i, j] -> [(i)] }
+            band (j)
+              j = [N] -> { S0[i, j] -> [(j)] }
+        """
         return P.run(self, "parallel", (loop,))
 
     def vectorize(self, loop: Loop | str) -> "Schedule":
-        """Make the loop the innermost of its (innermost) band, for LLVM's vectorizer; refused
-        if it carries a dependence."""
+        """Make the loop the innermost of its (innermost) band, for LLVM's vectorizer; refused if
+        it carries a dependence there:
+
+        >>> s = po.schedule(mm, "original")
+        >>> print(s.loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1)
+          for (int c1 = 0; c1 < N; c1 += 1)
+            for (int c2 = 0; c2 < N; c2 += 1)
+              S0(c0, c1, c2);
+        >>> print(s.vectorize("j").loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1)
+          for (int c1 = 0; c1 < N; c1 += 1)
+            for (int c2 = 0; c2 < N; c2 += 1)
+              S0(c0, c1, c2);
+        """
         return P.run(self, "vectorize", (loop,))
 
     def gpu_map(self, *loops: Loop | str) -> "Schedule":
         """One CUDA kernel whose block/thread coordinates are ``loops`` (consecutive loops, one to
-        three, the last one threadIdx.x); the loops outside run on the host, those inside in
-        each thread. Refused (RacyParallelLoopError) when a coordinate carries a dependence::
+        three, the last one threadIdx.x); the loops outside run on the host, those inside in each
+        thread. Each coordinate gets a band under ``gpu_block``/``gpu_thread`` marks, which the
+        verifier checks (RacyParallelLoopError for a coordinate that carries a dependence):
 
-            for i: for j: S(i, j)   --gpu_map(i, j)-->   kernel<<<(j, i) blocks x threads>>>: S(i, j)
+        >>> print(po.schedule(scale, "original").gpu_map("i", "j").pretty())
+        mark gpu_block
+          mark gpu_thread
+            band (i)  [coincident: i]
+              i = [N] -> { S0[i, j] -> [(i)] }
+              mark gpu_block
+                mark gpu_thread
+                  band (j)  [coincident: j]
+                    j = [N] -> { S0[i, j] -> [(j)] }
         """
         return P.run(self, "gpu_map", loops)
 
     def unroll(self, loop: Loop | str, *, factor: int | None = None) -> "Schedule":
-        """Unroll the loop completely (at most 64 iterations), or by ``factor`` (strip-mined:
-        ``x_0`` steps by ``factor``, ``x_1`` is unrolled)."""
+        """Unroll the loop completely (when it runs at most 64 iterations), or by ``factor``
+        (strip-mined: ``x_0`` steps by ``factor``, ``x_1`` is unrolled):
+
+        >>> s = po.schedule(scale, "original")
+        >>> print(s.loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1)
+          for (int c1 = 0; c1 < N; c1 += 1)
+            S0(c0, c1);
+        >>> print(s.unroll("j", factor=2).loops_c())
+        for (int c0 = 0; c0 < N; c0 += 1)
+          for (int c1 = 0; c1 < N; c1 += 2) {
+            S0(c0, c1);
+            if (N >= c1 + 2)
+              S0(c0, c1 + 1);
+          }
+        """
         return P.run(self, "unroll", (loop,), factor=factor)
 
     def register_tile(self, *loops: Loop | str, sizes: Seq[int]) -> "Schedule":
-        """Unroll-and-jam: tile ``loops`` of an innermost band by ``sizes`` and unroll the
-        points of whole tiles (accumulators in registers); the last loop is the vector loop."""
+        """Unroll-and-jam: tile ``loops`` of an innermost band by ``sizes`` and unroll the points
+        of whole tiles (their accumulators stay in registers); the last loop is the vector loop.
+        The parallel tile loops go outside the others, the points innermost:
+
+        >>> s = po.schedule(mm, "original").register_tile("i", "j", sizes=(2, 4))
+        >>> [loop.name for loop in s.loops("S0")]
+        ['j_0', 'i_0', 'k', 'i_1', 'j_1']
+        """
         return P.run(self, "register_tile", loops, sizes=sizes)
 
     def affine_schedule(self, *, tree: dict) -> "Schedule":
