@@ -899,8 +899,11 @@ def _ordered_reductions():
         llvm.set_option("polyopt", "-force-ordered-reductions=false")
 
 
-def jit_compile(ir_text: str, function_name: str) -> NativeFunction:
-    """Verify, optimize (-O3 pipeline with vectorizers on) and JIT-compile ``ir_text``."""
+def jit_compile(ir_text: str, function_name: str,
+                object_sink: Callable[[bytes], None] | None = None) -> NativeFunction:
+    """Verify, optimize (-O3 pipeline with vectorizers on) and JIT-compile ``ir_text``.
+    ``object_sink`` receives the object code MCJIT emits (llvmlite's object cache ``notify``
+    hook), for :func:`jit_load` in a later process (polyopt/targets/disk_cache.py)."""
     with _LLVM_LOCK:
         tm = _new_target_machine()
         module = llvm.parse_assembly(ir_text)
@@ -913,5 +916,27 @@ def jit_compile(ir_text: str, function_name: str) -> NativeFunction:
         with _ordered_reductions():
             builder.getModulePassManager().run(module, builder)
         engine = llvm.create_mcjit_compiler(module, tm)
+        if object_sink is not None:
+            engine.set_object_cache(notify_func=lambda _module, buffer: object_sink(bytes(buffer)))
         engine.finalize_object()
         return NativeFunction(engine, engine.get_function_address(function_name), str(module))
+
+
+def jit_load(object_code: bytes, function_name: str, optimized_ir: str = "") -> NativeFunction:
+    """A :class:`NativeFunction` from object code that :func:`jit_compile` emitted (its
+    ``object_sink``) in this or another process, with no optimizer and no code generator: a fresh
+    MCJIT engine gets an empty module of the host's triple whose object the cache hook supplies.
+    The object links as a compiled one does: its external symbols (libgomp's ``GOMP_*``, libm)
+    resolve against the libraries loaded for the process (:func:`openmp_available`,
+    ``_initialize``); the thread trampolines are internal to the object. Raises RuntimeError
+    where the engine finds no ``function_name`` in it."""
+    openmp_available()  # loads libgomp (and libm) before the object's symbols are resolved
+    with _LLVM_LOCK:
+        module = llvm.parse_assembly('target triple = "{}"\ntarget datalayout = "{}"\n'.format(*_host_layout()))
+        engine = llvm.create_mcjit_compiler(module, _new_target_machine())
+        engine.set_object_cache(getbuffer_func=lambda _module: object_code)
+        engine.finalize_object()
+        address = engine.get_function_address(function_name)
+        if not address:
+            raise RuntimeError(f"cached object code has no function {function_name!r}")
+        return NativeFunction(engine, address, optimized_ir)

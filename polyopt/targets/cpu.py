@@ -1,27 +1,34 @@
 """The CPU target and ``po.compile``: parse -> dependences -> schedule -> verify -> loop AST ->
-C and LLVM -> native code (llvmlite's JIT), cached in :mod:`polyopt.targets.cache`; a
-``target="cuda"`` request goes to :mod:`polyopt.targets.cuda`.
+C and LLVM -> native code (llvmlite's JIT), cached in memory (:mod:`polyopt.targets.cache`) and
+on disk for later processes (:mod:`polyopt.targets.disk_cache`: a hit loads the object code and
+rebuilds the schedule, loop AST and texts only when asked for); a ``target="cuda"`` request
+goes to :mod:`polyopt.targets.cuda`.
 """
 from __future__ import annotations
 
+import copy
 import ctypes
 import time
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+
+import islpy as isl
 
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
 from polyopt.codegen.loop_nodes import Node, loop_ast_text
 from polyopt.codegen.ast import build_loop_ast
 from polyopt.codegen.c import c_function
-from polyopt.codegen.llvm import STATUS_OK, STATUS_ZERO_DIVISION, NativeFunction, jit_compile, llvm_ir
+from polyopt.codegen.llvm import STATUS_OK, STATUS_ZERO_DIVISION, NativeFunction, jit_compile, jit_load, llvm_ir
 from polyopt.errors import ArgumentError, KernelZeroDivisionError
 from polyopt.islutil import ISL_LOCK
 from polyopt.schedulers.registry import DEFAULT_ALGORITHM, schedule as run_scheduler
 from polyopt.targets.arguments import (abi_ctypes, abi_values, bind_arguments, check_num_threads, check_params,
                                        default_num_threads)
+from polyopt.targets import disk_cache
 from polyopt.targets.cache import COMPILED, cache_key, check_given_schedule, scop_of
 from polyopt.transform.schedule import Schedule
+from polyopt.transform.trace import Trace
 
 TARGETS = ("cpu", "cuda")
 
@@ -31,7 +38,9 @@ class CompiledKernel:
     """A kernel compiled for one target: call it with numpy arrays (updated in place).
 
     Inspect what runs with ``.schedule``, ``.loop_ast``, ``.c_source``, ``.llvm_ir`` and
-    ``.optimized_ir``; ``.compile_times`` gives the seconds spent in each phase. Parallel loops
+    ``.optimized_ir``; ``.compile_times`` gives the seconds spent in each phase (``"disk"``
+    where the native code came from the disk cache, with no schedule, verify, codegen or llvm
+    phase: see :class:`CachedKernel`). Parallel loops
     run on ``num_threads`` threads (None: :func:`default_num_threads`); a call may override it
     with the keyword ``num_threads=`` (unless the kernel has an argument of that name).
     """
@@ -60,7 +69,9 @@ class CompiledKernel:
         """The native kernel as a ctypes function: the :func:`abi_values` of a call, then the
         team size (an int); it returns its status (``codegen.llvm.STATUS_*``, see
         :meth:`check_status`). Unchecked: for callers that checked the arguments once already."""
-        return ctypes.CFUNCTYPE(ctypes.c_int32, *abi_ctypes(self.scop), ctypes.c_int32)(self.native.address)
+        function = ctypes.CFUNCTYPE(ctypes.c_int32, *abi_ctypes(self.scop), ctypes.c_int32)(self.native.address)
+        function.polyopt_native = self.native  # the code lives while the function does (einsum keeps it)
+        return function
 
     def __call__(self, *args, **kwargs) -> None:
         threads = self.num_threads
@@ -77,6 +88,53 @@ class CompiledKernel:
             raise KernelZeroDivisionError(f"{self.scop.name}(): integer division or modulo by zero")
         if status != STATUS_OK:
             raise RuntimeError(f"{self.scop.name}(): unknown native status {status}")
+
+
+class _Deferred:
+    """A value made on first use (under :data:`ISL_LOCK`: the makers use isl), then kept."""
+
+    __slots__ = ("_make", "_value")
+
+    def __init__(self, make):
+        self._make = make
+
+    def get(self):
+        with ISL_LOCK:
+            if self._make is not None:
+                self._value, self._make = self._make(), None
+        return self._value
+
+
+class _Lazy:
+    """A field of :class:`CachedKernel` that may hold a :class:`_Deferred` until first read."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.slot = "_lazy_" + name
+
+    def __get__(self, kernel, owner=None):
+        if kernel is None:
+            return self
+        value = kernel.__dict__[self.slot]
+        return value.get() if isinstance(value, _Deferred) else value
+
+    def __set__(self, kernel, value) -> None:
+        kernel.__dict__[self.slot] = value
+
+
+class CachedKernel(CompiledKernel):
+    """A CompiledKernel loaded from the disk cache: its native code came from the stored object
+    code; the schedule (replayed from its stored trace), loop AST (regenerated from it) and the
+    C, LLVM IR and optimized IR texts (stored) are made when first read."""
+
+    schedule = _Lazy()
+    loops = _Lazy()
+    c_source = _Lazy()
+    llvm_ir = _Lazy()
+    stored_optimized_ir = _Lazy()
+
+    @property
+    def optimized_ir(self) -> str:
+        return self.stored_optimized_ir
 
 
 def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
@@ -109,12 +167,21 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
     with ISL_LOCK:  # isl's context is the process's: one compiling thread inside it at a time
         start = time.perf_counter()  # the key parses the kernel (once per kernel object)
         key = cache_key(kernel, target, algorithm, schedule_options, schedule) + (bool(reassociate),)
-        if key not in COMPILED:
-            COMPILED[key] = _compile(getattr(kernel, "scop", kernel), algorithm, schedule_options,
-                                   bool(reassociate), parse_seconds=time.perf_counter() - start,
-                                   schedule=schedule)
-        compiled = COMPILED[key]  # the thread count is a call argument: one native code serves all
-    return compiled if num_threads is None else replace(compiled, num_threads=num_threads)
+        compiled = COMPILED.get(key)
+        if compiled is None:
+            scop, parse_seconds = getattr(kernel, "scop", kernel), time.perf_counter() - start
+            compiled = _from_disk(key, scop, algorithm, schedule_options, schedule, parse_seconds)
+            if compiled is None:
+                objects: list[bytes] = []
+                compiled = _compile(scop, algorithm, schedule_options, bool(reassociate), parse_seconds,
+                                    schedule=schedule, object_sink=objects.append if disk_cache.enabled() else None)
+                _to_disk(key, compiled, objects, given_schedule=schedule is not None)
+            COMPILED[key] = compiled
+    if num_threads is None:  # the thread count is a call argument: one native code serves all
+        return compiled
+    compiled = copy.copy(compiled)  # (not dataclasses.replace: it would make a CachedKernel's lazy parts)
+    compiled.num_threads = num_threads
+    return compiled
 
 
 def _compile_cuda(kernel, algorithm: str, schedule: Schedule | None, options: dict):
@@ -125,7 +192,7 @@ def _compile_cuda(kernel, algorithm: str, schedule: Schedule | None, options: di
 
 
 def _compile(scop: Scop, algorithm: str, schedule_options: dict, reassociate: bool,
-             parse_seconds: float, schedule: Schedule | None = None) -> CompiledKernel:
+             parse_seconds: float, schedule: Schedule | None = None, object_sink=None) -> CompiledKernel:
     """The whole chain after parsing (``parse_seconds``), uncached: schedule (unless given),
     verify, loop AST, C and LLVM, native code."""
     times = {"parse": parse_seconds}
@@ -139,8 +206,66 @@ def _compile(scop: Scop, algorithm: str, schedule_options: dict, reassociate: bo
     c_source = c_function(scop, loops, name, openmp=True)
     ir_text = llvm_ir(scop, loops, name, reassociate=reassociate)
     times["codegen"] = time.perf_counter() - start - sum(times.values())
-    native = jit_compile(ir_text, name)
+    native = jit_compile(ir_text, name, object_sink)
     times["llvm"] = time.perf_counter() - start - sum(times.values())
     return CompiledKernel(scop, sched, loops, c_source, ir_text, native, name, times)
+
+
+_TEXTS = ("c_source", "llvm_ir", "optimized_ir")
+
+
+def _to_disk(key, compiled: CompiledKernel, objects: list[bytes], given_schedule: bool) -> None:
+    """Store a fresh compile's object code (``objects``: what MCJIT emitted, one module) with
+    its schedule and texts in the disk cache; a failure there never fails the compile."""
+    if len(objects) != 1:
+        return
+    try:
+        sched = compiled.schedule
+        meta = {"function": compiled.function_name, "compile_times": compiled.compile_times,
+                "trace": None if given_schedule else sched.trace.to_json(),
+                "tree": None if given_schedule else str(sched.tree), "notes": list(sched.notes)}
+        texts = {"c_source": compiled.c_source, "llvm_ir": compiled.llvm_ir, "optimized_ir": compiled.optimized_ir}
+        disk_cache.store(key, meta, {"object": objects[0], **{k: v.encode() for k, v in texts.items()}},
+                         compress=_TEXTS)
+    except Exception:  # noqa: BLE001 -- the cache is an optimization
+        disk_cache.STATS["errors"] += 1
+
+
+def _from_disk(key, scop: Scop, algorithm: str, options: dict, schedule: Schedule | None,
+               parse_seconds: float) -> CachedKernel | None:
+    """The kernel of ``key`` from the disk cache (None on a miss): its stored object code in a
+    fresh engine, no scheduler, verifier, code generator or optimizer."""
+    start = time.perf_counter()
+    entry = disk_cache.load(key)
+    if entry is None:
+        return None
+    try:
+        meta = entry.meta
+        name = meta["function"]
+        native = jit_load(entry.blob("object"), name)
+    except Exception:  # noqa: BLE001 -- an entry the engine cannot load is a miss
+        disk_cache.reject(entry)
+        return None
+
+    def rebuild_schedule() -> Schedule:
+        if schedule is not None:
+            return schedule
+        notes = tuple(meta["notes"])
+        try:
+            made = Trace.from_json(meta["trace"]).apply(Schedule.original(scop), check=False)
+            if str(made.tree) == meta["tree"]:
+                return replace(made, algorithm=algorithm, options=dict(options), notes=notes)
+        except Exception:  # noqa: BLE001 -- a trace that does not replay: the stored tree
+            pass
+        tree = isl.Schedule.read_from_str(scop.domain.get_ctx(), meta["tree"])
+        return Schedule.from_tree(scop, tree, algorithm=algorithm, options=options, notes=notes)
+
+    sched = _Deferred(rebuild_schedule)
+    texts = {name_: _Deferred(lambda name_=name_: entry.text(name_)) for name_ in _TEXTS}
+    times = {"parse": parse_seconds, "disk": time.perf_counter() - start}
+    kernel = CachedKernel(scop, sched, _Deferred(lambda: build_loop_ast(scop, sched.get().tree)),
+                          texts["c_source"], texts["llvm_ir"], native, name, times)
+    kernel.stored_optimized_ir = texts["optimized_ir"]
+    return kernel
 
 
