@@ -1,4 +1,4 @@
-"""The ``polyopt`` command line: ``demo``, ``list``, ``show``, ``cc`` and ``bench``.
+"""The ``polyopt`` command line: ``demo``, ``list``, ``show``, ``cc``, ``bench`` and ``cache``.
 
 Every subcommand runs under one error handler (:func:`main`): an error in the input (a C file
 polyopt cannot handle, a missing file, a kernel that fails) prints one line, ``polyopt: error:
@@ -41,12 +41,55 @@ def _show(args) -> None:
         "ir": lambda: compiled.llvm_ir,
         "asm-ir": lambda: compiled.optimized_ir,
     }
-    unknown = [part for part in args.what.split(",") if part not in parts]
+    what = args.what if args.what is not None else ("" if args.plot else "scop,deps,schedule,c")
+    unknown = [part for part in what.split(",") if part and part not in parts]
     if unknown:
         raise UsageError(f"--what: unknown part {unknown[0]!r}; choose from {', '.join(parts)}")
-    for part in args.what.split(","):
+    for part in filter(None, what.split(",")):
         print(f"--- {part} ---")
         print(parts[part]())
+    if args.plot:
+        _plot(entry, compiled.schedule, args.plot, args.param)
+        print(f"wrote {args.plot}")
+
+
+#: --plot's parameter values unless --param gives others (MINI's when a domain is empty there)
+PLOT_PARAM = 8
+
+
+def _has_points(scop, statement, sizes: dict[str, int]) -> bool:
+    """Whether ``sizes`` are valid parameters of ``scop`` where ``statement`` runs at all."""
+    from polyopt.islutil import param_point
+    point = param_point(scop.params, sizes)
+    return not scop.context.intersect_params(point).is_empty() and \
+        not statement.domain.intersect_params(point).is_empty()
+
+
+def _plot(entry, schedule, path: str, params: list[str]) -> None:
+    """``show --plot FILE``: the first statement's domain with its dependences (small sizes) and
+    the schedule tree, side by side, in one picture file (the format from the file's suffix)."""
+    from polyopt import plot
+    scop = entry.kernel.scop
+    given = {}
+    for item in params:
+        name, _, value = item.partition("=")
+        if name not in scop.params or not value.strip().lstrip("-").isdigit():
+            raise UsageError(f"--param: expected NAME=INT with NAME one of {', '.join(scop.params)}, "
+                             f"got {item!r}")
+        given[name] = int(value)
+    sizes = {p: given.get(p, PLOT_PARAM) for p in scop.params}
+    statement = scop.statements[0]
+    if not given and not _has_points(scop, statement, sizes):
+        sizes = entry.sizes("MINI")
+    plt = plot._pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5), gridspec_kw={"width_ratios": [1, 1]})
+    try:
+        plot.domain(scop, statement.name, sizes=sizes, schedule=schedule, ax=left)
+        plot.schedule_tree(schedule, ax=right)
+        fig.tight_layout()
+        fig.savefig(path, dpi=80)
+    finally:
+        plt.close(fig)
 
 
 def _add_cc(commands, common: argparse.ArgumentParser) -> None:
@@ -73,6 +116,23 @@ def _cc(args) -> None:
             out.write(text)
 
 
+def _add_cache(commands, common: argparse.ArgumentParser) -> None:
+    cache = commands.add_parser("cache", parents=[common], help="the compile cache on disk: 'info' (directory, "
+                                "entries, bytes) or 'clear' (remove its entries)")
+    cache.add_argument("action", choices=("info", "clear"))
+
+
+def _cache(args) -> None:
+    from polyopt.targets import disk_cache
+    if args.action == "clear":
+        print(f"removed {disk_cache.clear()} entries from {disk_cache.cache_dir()}")
+        return
+    info = disk_cache.info()
+    state = "" if info["enabled"] else " (disabled: POLYOPT_CACHE=0)"
+    print(f"{info['directory']}: {info['entries']} entries, {info['bytes']} bytes "
+          f"(max {info['max_bytes'] // (1024 * 1024)} MiB){state}")
+
+
 def _parser() -> argparse.ArgumentParser:
     """The whole command line; ``--debug`` is accepted before or after the subcommand."""
     parser = argparse.ArgumentParser(prog="polyopt", description=po.__doc__.splitlines()[0])
@@ -92,9 +152,16 @@ def _parser() -> argparse.ArgumentParser:
     show = commands.add_parser("show", parents=[common], help="print what polyopt makes of a suite kernel")
     show.add_argument("kernel")
     show.add_argument("--algorithm", default=DEFAULT_ALGORITHM, choices=po.algorithms())
-    show.add_argument("--what", default="scop,deps,schedule,c",
-                      help="comma-separated: scop, deps, schedule, ast, c, ir, asm-ir")
+    show.add_argument("--what", default=None,
+                      help="comma-separated: scop, deps, schedule, ast, c, ir, asm-ir "
+                           "(default scop,deps,schedule,c; nothing with --plot)")
+    show.add_argument("--plot", metavar="FILE.png", default=None,
+                      help="draw the first statement's domain with its dependences and the schedule "
+                           "tree into FILE (needs matplotlib: pip install polyopt[plot])")
+    show.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                      help=f"a parameter value for --plot (default {PLOT_PARAM} each)")
     _add_cc(commands, common)
+    _add_cache(commands, common)
     add_bench_parser(commands).add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                                             help=_DEBUG_HELP)
     return parser
@@ -106,6 +173,8 @@ def _run(args: argparse.Namespace, argv: list[str]) -> int:
         return run_bench(args, argv)
     if args.command == "cc":
         _cc(args)
+    elif args.command == "cache":
+        _cache(args)
     elif args.command == "demo":
         if args.kernel not in po.suite.names():
             raise UsageError(f"--kernel: unknown suite kernel {args.kernel!r} (see 'polyopt list')")
