@@ -168,3 +168,23 @@ def _feautrier(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     if options.get("parallel", True):
         made = postpass.mark_parallel(made, wavefront=False)
     return Scheduled(made, found.notes)
+
+
+@register("limlam")
+def _limlam(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
+    """Lim-Lam affine partitioning (:mod:`polyopt.schedulers.limlam`): the synchronization-free
+    space partitions as the outermost band (all parallel), then the time partitions (a
+    permutable band), then the rest sequential. Option ``parallel`` (default True) marks the
+    outermost parallel loop of each band nest."""
+    from polyopt.schedulers.levels import tree_from_levels
+    from polyopt.schedulers.limlam import limlam_levels
+
+    _check_options("limlam", options, {"parallel"})
+    found = limlam_levels(scop, deps)
+    degree = max(found.degree.values(), default=0)
+    made = Schedule.from_tree(scop, tree_from_levels(scop, found.levels), algorithm="limlam",
+                              note=f"limlam: synchronization-free space partitions (degree {degree}), "
+                                   "then time partitions, then the rest")
+    if options.get("parallel", True):
+        made = postpass.mark_parallel(made, wavefront=False, nested=True)
+    return Scheduled(made, found.notes)
