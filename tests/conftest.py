@@ -2,8 +2,19 @@
 seeded random generator fixture and the GPU-presence skip marks. (Test modules import the helpers: ``from conftest import ...``.)"""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import numpy as np
 import pytest
+
+# The disk compile cache (polyopt/targets/disk_cache.py) of the test session: a fresh folder, so
+# that tests never read or write the user's cache (and CI's empty cache is what every run sees);
+# set before anything compiles, even at collection, and inherited by the tests' subprocesses.
+_SESSION_CACHE = tempfile.mkdtemp(prefix="polyopt-test-cache-")
+os.environ["POLYOPT_CACHE_DIR"] = _SESSION_CACHE
+os.environ.pop("POLYOPT_CACHE_MAX_MB", None)
 
 import polyopt as po
 from polyopt.targets.cuda import cupy_module
@@ -68,3 +79,10 @@ GPU_MISSING = _gpu_missing()
 #: For tests that need a GPU, and for those that check the error where there is none.
 needs_gpu = pytest.mark.skipif(GPU_MISSING is not None, reason=f"no GPU: {GPU_MISSING}")
 needs_no_gpu = pytest.mark.skipif(GPU_MISSING is None, reason="CuPy and a GPU are present")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_compile_cache():
+    """The session's own disk compile cache folder (see ``_SESSION_CACHE``), removed at the end."""
+    yield _SESSION_CACHE
+    shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
