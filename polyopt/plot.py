@@ -329,7 +329,7 @@ def domain(kernel_or_scop_or_schedule, statement: str | None = None, *, sizes: M
         return coords[0], coords[1]
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 5))
+        _, ax = plt.subplots(figsize=_figsize([xy(p) for p in points], legend=dependences))
     info: dict[str, Any] = {"points": len(points), "arrows": {}, "colors": 1, "parallel": [],
                             "statement": stmt.name, "dims": dims, "fixed": fixed}
 
@@ -420,7 +420,7 @@ def domain(kernel_or_scop_or_schedule, statement: str | None = None, *, sizes: M
     ax.set_ylabel(dims[1] if len(dims) > 1 else "")
     if len(dims) < 2:
         ax.set_yticks([])
-    ax.set_aspect("equal", adjustable="datalim")
+    ax.set_aspect("equal", adjustable="box")
     ax.margins(0.08)
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -438,6 +438,15 @@ def domain(kernel_or_scop_or_schedule, statement: str | None = None, *, sizes: M
         ax.text(0.0, -0.12, text, transform=ax.transAxes, fontsize=8, va="top", color="#555555")
     ax.polyopt = info
     return ax
+
+
+def _figsize(points, *, legend: bool) -> tuple[float, float]:
+    """A figure size whose axes fit the points at one scale in x and y (about 7 x 5 inches)."""
+    xs = [x for x, _ in points] or [0]
+    ys = [y for _, y in points] or [0]
+    width, height = max(xs) - min(xs) + 1.5, max(ys) - min(ys) + 1.5
+    scale = min(7.0 / width, 5.0 / height, 0.7)
+    return (max(3.0, width * scale) + (2.4 if legend else 0.6), max(2.0, height * scale) + 1.4)
 
 
 def _arrows(ax, segments, color, offset, label, dashed=False):
