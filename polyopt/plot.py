@@ -288,8 +288,8 @@ def domain(kernel_or_scop_or_schedule, statement: str | None = None, *, sizes: M
     a 2-D slice. A one-dimensional domain is drawn on a line, a statement without loops as one
     point. ``dependences``: draw the dependences between instances of the statement inside the
     drawn slice, one colour per kind (``kinds``: those drawn); ``indirect=True`` also draws, as
-    dashed grey arrows, those through one instance of another statement (``S0 -> S1 -> S0`` of a
-    stencil that copies back).
+    dashed grey arrows, those through one instance of another statement (jacobi-1d's
+    ``S0 -> S1 -> S0``; only the ``kinds`` drawn are composed).
 
     ``schedule`` (a :class:`~polyopt.Schedule` of the same kernel; the default when a Schedule
     is given as first argument): ``color_by="tile"`` colours the points by their tile (the
