@@ -12,7 +12,7 @@ Three phases, outermost first:
    (its affine hull) are read back from isl and whose null space is computed exactly over the
    rationals. Its dimension, less the constant-only direction, is the component's *degree of
    synchronization-free parallelism*; a basis in reduced echelon form (outer loops first,
-   integer, non-negative where it can be) gives the outermost band: every member has a zero
+   integer, the leading coefficient positive) gives the outermost band: every member has a zero
    dependence distance, so all are coincident (parallel) and the band satisfies nothing.
 2. **Time partitions** (pipelined parallelism): hyperplanes with ``phi_T(t) - phi_S(s) >= 0``
    on every dependence (Farkas-linearized), as many linearly independent ones as there are,
@@ -39,7 +39,53 @@ from polyopt.analysis.deps import Dependences
 from polyopt.analysis.farkas import Constraints, Unknowns, linear, nonnegative_on, var
 from polyopt.analysis.scop import Scop
 from polyopt.schedulers.levels import Edge, Level, Row, delta_set, weak_components
-from polyopt.schedulers.pluto import PlutoScheduler, _row_echelon, orthogonal_complement
+from polyopt.schedulers.pluto import PlutoScheduler
+
+
+# ----- sparse integer linear algebra (the Farkas systems of big components are sparse) ----------
+
+def _reduced(row: dict[int, int]) -> dict[int, int]:
+    g = math.gcd(*row.values()) if row else 1
+    return {k: v // g for k, v in row.items() if v} if g > 1 else {k: v for k, v in row.items() if v}
+
+
+def _echelon(rows, n: int) -> list[tuple[int, dict[int, int]]]:
+    """Reduced row echelon form of integer rows (dicts column -> value), fraction-free: a list
+    of (pivot column, row), by pivot column, each pivot column zero in every other row."""
+    remaining = [_reduced(dict(r)) for r in rows]
+    remaining = [r for r in remaining if r]
+    done: list[tuple[int, dict[int, int]]] = []
+    for col in range(n):
+        candidates = [r for r in remaining if col in r]
+        if not candidates:
+            continue
+        pivot = min(candidates, key=len)
+        remaining = [r for r in remaining if r is not pivot]
+        a = pivot[col]
+        for r in remaining + [row for _, row in done]:
+            if col in r:
+                b = r[col]
+                combined = {k: a * r.get(k, 0) - b * pivot.get(k, 0) for k in set(r) | set(pivot)}
+                r.clear()
+                r.update(_reduced(combined))
+        remaining = [r for r in remaining if r]
+        done.append((col, pivot))
+    return done
+
+
+def _null_space(equalities, n: int) -> list[dict[int, int]]:
+    """An integer basis of the vectors x with row.x = 0 for every row of ``equalities``."""
+    echelon = _echelon([{k: v for k, v in enumerate(row) if v} for row in equalities], n)
+    pivots = {col for col, _ in echelon}
+    basis = []
+    for free in (c for c in range(n) if c not in pivots):
+        vector = {free: Fraction(1)}
+        for col, row in echelon:
+            if free in row:
+                vector[col] = Fraction(-row[free], row[col])
+        scale = math.lcm(*(x.denominator for x in vector.values()))
+        basis.append({k: int(x * scale) for k, x in vector.items()})
+    return basis
 
 
 class LimLamScheduler(PlutoScheduler):
@@ -56,6 +102,7 @@ class LimLamScheduler(PlutoScheduler):
         """Integer basis of the space partitions of one component, one dict per basis vector
         (statement -> (iterator coefficients, constant)); constant-only directions dropped."""
         columns = [(s, k) for s in stmts for k in range(self.dims[s])]   # outer loops first
+        position = {column: k for k, column in enumerate(columns)}
         names = [f"{s}_c{k}" for s, k in columns] + [f"{s}_cst" for s in stmts]
         unknowns = Unknowns(tuple(names))
         constraints = Constraints()
@@ -73,28 +120,18 @@ class LimLamScheduler(PlutoScheduler):
         equalities = [tuple(constraint.get_coefficient_val(isl.dim_type.set, k).to_python()
                             for k in range(len(names)))
                       for constraint in hull.get_constraints()]
-        basis = orthogonal_complement(tuple(equalities), len(names)) if equalities else \
-            tuple(tuple(int(i == k) for i in range(len(names))) for k in range(len(names)))
-        if not basis:
-            return []
-        echelon, pivots = _row_echelon(basis)   # pivots at the outermost loop columns it can
+        vectors = [dict(row) for _, row in _echelon(_null_space(equalities, len(names)), len(names))]
         result = []
-        for vector, pivot in zip(echelon, pivots):
-            if pivot >= len(columns):           # a constant-only direction orders nothing
+        for row in vectors:                       # pivots at the outermost loop columns they can
+            if all(k >= len(columns) for k in row):   # a constant-only direction orders nothing
                 continue
-            scale = math.lcm(*(x.denominator for x in vector))
-            ints = [int(x * scale) for x in vector]
-            g = math.gcd(*ints[:len(columns)])
-            # constants follow the coefficients; a uniform shift of them stays a solution
-            ints = [x // g for x in ints[:len(columns)]] + [Fraction(x, g) for x in ints[len(columns):]]
-            if all(x <= 0 for x in ints[:len(columns)]):
+            ints = [row.get(k, 0) for k in range(len(names))]
+            if next(x for x in ints[:len(columns)] if x) < 0:   # the leading loop runs forward
                 ints = [-x for x in ints]
-            coeffs = {s: tuple(ints[columns.index((s, k))] for k in range(self.dims[s])) for s in stmts}
+            coeffs = {s: tuple(ints[position[s, k]] for k in range(self.dims[s])) for s in stmts}
             consts = {s: ints[len(columns) + j] for j, s in enumerate(stmts)}
-            if any(c.denominator != 1 for c in consts.values()):
-                continue                         # no integer partition in this direction
-            low = min(consts.values())
-            result.append({s: (coeffs[s], int(consts[s] - low)) for s in stmts})
+            low = min(consts.values())            # a uniform shift of the constants stays a solution
+            result.append({s: (coeffs[s], consts[s] - low) for s in stmts})
         return result
 
     def _space_band(self) -> list[Row]:

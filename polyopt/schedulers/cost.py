@@ -1,0 +1,104 @@
+"""The analytical cost model behind pluto's defaults: tile a band, register-tile it, or leave it.
+
+Per permutable band of two or more loops the model estimates the bytes each iteration brings in
+from memory, for loop extents it assumes large (:data:`ASSUMED_EXTENT`; the sizes are call
+arguments, unknown when the code is made):
+
+- *untiled*: the innermost loops whose working set fits half the L2 cache reuse their data; the
+  traffic is what those loops touch divided by their iterations (gemm's (i, k, j): the j and k
+  loops reuse a row of C and of A, B streams in: about 8 bytes per iteration);
+- *tiled*: the footprint of one tile of the sizes :func:`~polyopt.schedulers.tilesize.
+  band_tile_sizes` chooses, divided by its volume (gemm: well under 1 byte per iteration).
+
+A band is tiled where tiling cuts the traffic by :data:`TILE_GAIN` or more, or, for a band with
+no parallel loop (its tiles run as a wavefront), by :data:`WAVEFRONT_TILE_GAIN` or more; it is
+register-tiled where a register tile fits it
+(:func:`~polyopt.transform.tree.register_plan`: a sum loop whose accumulators stay in registers
+and a stride-1 vector loop). The estimates travel with the schedule (``Schedule.cost``,
+``CompiledKernel.cost``) and each decision is a step of the trace with the numbers in its note.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from polyopt.schedulers.tilesize import (WAVEFRONT_TILE_CAP, band_references, band_tile_sizes, cache_bytes,
+                                        footprint_bytes)
+from polyopt.transform import nodes as N
+from polyopt.transform import tree as tree_ops
+from polyopt.transform.primitives import loop_statements
+
+#: The extent assumed for every loop of a band (a LARGE problem: far bigger than the caches).
+ASSUMED_EXTENT = 1000
+#: Tile a band with a parallel loop where the model expects at least this factor less traffic.
+TILE_GAIN = 2.0
+#: Tile a band without one (its tiles run as a wavefront) only where the gain is this large:
+#: seidel-2d's 14x, lu's and cholesky's thousandfold pay for the wavefront's barriers; fdtd-2d's
+#: 6x and jacobi-2d's 3x do not (the original order's parallel loops ran 1.5-2x faster there).
+WAVEFRONT_TILE_GAIN = 8.0
+
+
+@dataclass(frozen=True)
+class BandCost:
+    """The model's view of one band: estimated bytes per iteration from memory untiled and with
+    ``tile_sizes``, whether a loop is parallel without a wavefront, the register tile plan (a
+    size per loop; None: none fits), and the decisions."""
+
+    loops: tuple[str, ...]
+    statements: tuple[str, ...]
+    untiled_bytes: float
+    tiled_bytes: float
+    tile_sizes: tuple[int, ...]
+    parallel: bool
+    register_plan: tuple[int, ...] | None
+    tile: bool
+    registers: bool
+
+    def __str__(self) -> str:
+        sizes = "x".join(map(str, self.tile_sizes))
+        chosen = " + ".join(x for x, on in (("tile", self.tile), ("register tile", self.registers)) if on) or "untiled"
+        why = "" if self.parallel else " (tiles as a wavefront)"
+        return (f"band ({', '.join(self.loops)}): {self.untiled_bytes:.3g} B/iteration from memory untiled, "
+                f"{self.tiled_bytes:.3g} with {sizes} tiles{why} -> {chosen}")
+
+
+def untiled_bytes(references: list[tuple[int, object]], n_members: int, extent: float = ASSUMED_EXTENT) -> float:
+    """Bytes per iteration from memory with the loops as scheduled (see the module docstring)."""
+    capacity = cache_bytes(2) / 2
+    inner = 1
+    while inner < n_members and footprint_bytes(references, [1.0] * (n_members - inner) + [extent] * inner) <= capacity:
+        inner += 1  # one iteration of the next loop out touches what fits: its data is reused
+    extents = [1.0] * (n_members - inner) + [float(extent)] * inner
+    return footprint_bytes(references, extents) / extent ** inner
+
+
+def band_cost(schedule, band: N.Band, register_sizes: Sequence[int] | None) -> BandCost:
+    """The model's estimates and decisions for ``band`` of ``schedule``."""
+    scop = schedule.scop
+    n = len(band.members)
+    coincident = [band.flag(k) for k in range(n)]
+    partial = band.partial()
+    plan = (tree_ops.register_plan(partial, coincident, band.permutable, scop, register_sizes)
+            if register_sizes is not None else None)
+    parallel = any(coincident)
+    sizes = band_tile_sizes(partial, scop, multiple_of=plan[0] if plan else None, uniform=not parallel,
+                            largest=None if parallel else WAVEFRONT_TILE_CAP)
+    references = band_references(partial, scop)
+    untiled = untiled_bytes(references, n) if references else 0.0
+    tiled = footprint_bytes(references, sizes) / float(_volume(sizes)) if references else 0.0
+    tile = references != [] and untiled >= (TILE_GAIN if parallel else WAVEFRONT_TILE_GAIN) * tiled
+    return BandCost(band.names, loop_statements(schedule, band.names[0]), untiled, tiled, tuple(sizes), parallel,
+                    tuple(plan[0]) if plan else None, tile, plan is not None)
+
+
+def _volume(sizes: Sequence[int]) -> int:
+    volume = 1
+    for size in sizes:
+        volume *= size
+    return volume
+
+
+def band_costs(schedule, register_sizes: Sequence[int] | None) -> tuple[BandCost, ...]:
+    """:func:`band_cost` of every permutable band of two or more loops, in tree order."""
+    return tuple(band_cost(schedule, band, register_sizes) for _, band in N.bands(schedule.root)
+                 if band.permutable and len(band.members) >= 2)
