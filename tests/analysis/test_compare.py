@@ -1,5 +1,6 @@
 """Schedulers compared as data (polyopt.schedulers.compare): plain dict records with the shape,
 parallelism, dependences and timings of each (kernel, algorithm)."""
+import importlib.util
 import json
 
 import pytest
@@ -69,9 +70,7 @@ def test_sync_free_degree_of_a_schedule():
 
 
 def test_dataframe_or_a_clear_message(records):
-    try:
-        import pandas  # noqa: F401  (only whether it is installed)
-    except ImportError:
+    if importlib.util.find_spec("pandas") is None:
         with pytest.raises(ImportError, match="pandas"):
             records_to_dataframe(records)
     else:
