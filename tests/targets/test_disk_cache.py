@@ -37,7 +37,7 @@ CHILD = textwrap.dedent("""
 
 def _child(cache_dir, **env) -> dict:
     done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "POLYOPT_CACHE_DIR": str(cache_dir), **env})
+                          env={**os.environ, "POLYOPT_CACHE_DIR": str(cache_dir), "POLYOPT_CACHE": "1", **env})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -81,7 +81,7 @@ def test_a_corrupt_entry_is_a_miss(tmp_path):
 
 
 def test_concurrent_writers_leave_a_valid_entry(tmp_path):
-    env = {**os.environ, "POLYOPT_CACHE_DIR": str(tmp_path)}
+    env = {**os.environ, "POLYOPT_CACHE_DIR": str(tmp_path), "POLYOPT_CACHE": "1"}
     children = [subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, env=env) for _ in range(2)]
     for child in children:
