@@ -2,6 +2,7 @@
 seeded random generator fixture and the GPU-presence skip marks. (Test modules import the helpers: ``from conftest import ...``.)"""
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -14,6 +15,7 @@ import pytest
 # set before anything compiles, even at collection, and inherited by the tests' subprocesses.
 _SESSION_CACHE = tempfile.mkdtemp(prefix="polyopt-test-cache-")
 os.environ["POLYOPT_CACHE_DIR"] = _SESSION_CACHE
+atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)  # also where no test ran
 os.environ.pop("POLYOPT_CACHE_MAX_MB", None)
 
 import polyopt as po
