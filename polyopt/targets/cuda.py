@@ -4,9 +4,11 @@ The kernel is scheduled (``algorithm`` as on the CPU), checked by the verifier, 
 GPU (:mod:`polyopt.codegen.gpu_mapping`), the mapped tree checked by the verifier again (its
 block and thread coordinates carry no dependence, like loops marked parallel) and emitted as
 CUDA C (:mod:`polyopt.codegen.cuda`).
-Where the requested schedule leaves less parallelism to the GPU than the original loop order
-does (Pluto's time-tiled stencils have no parallel outer loop without tiling), the original
-order is used; ``.schedule`` tells which. Calling the compiled kernel needs CuPy and a GPU: the
+The schedule is chosen for the GPU (:mod:`polyopt.schedulers.gpu`): the requested algorithm's
+and the original loop order compete (Pluto's time-tiled stencils have no parallel outer loop
+without tiling), and where the better one still runs a one-thread kernel in a host loop or over a
+loop, Pluto without fusion, Feautrier and isl's scheduler too, by an estimate of the mapped
+program's launches and work; ``.schedule.algorithm`` and its last note tell which and why. Calling the compiled kernel needs CuPy and a GPU: the
 source is built with NVRTC (``cupy.RawModule``, cached by source hash), CuPy arrays are used in
 place and numpy arrays are copied in and back, and the host program (loops and launches) runs
 in Python with grid sizes from the parameter values of the call.
@@ -16,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import islpy as isl
 import numpy as np
@@ -30,6 +32,7 @@ from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 from polyopt.targets.arguments import bind_arguments, check_params
 from polyopt.targets.cache import COMPILED, cache_key, check_given_schedule, scop_of
 from polyopt.schedulers.registry import schedule as run_scheduler
+from polyopt.schedulers import gpu as gpu_choice
 from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_THREAD_MARK
 from polyopt.transform.nodes import bands
 from polyopt.transform.primitives import run as run_primitive
@@ -46,11 +49,6 @@ GPU_OPTIONS = ("block", "tile", "vector", "shared")
 #: stride-1 reordering (the mapping finds the parallel loops and picks threadIdx.x itself).
 _SCHEDULER_DEFAULTS = {"pluto": {"parallel": False, "vectorize": False},
                        "feautrier": {"parallel": False}}
-
-
-def _parallelism(program: GpuProgram) -> int:
-    """How much of the program runs in parallel: thread coordinates summed over statements."""
-    return sum(len(k.coords) * len(k.statements) for k in program.kernels)
 
 
 @dataclass(frozen=True)
@@ -92,17 +90,41 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
         verify(scop, schedule)
         program = _verified(scop, map_to_gpu(scop, schedule.tree, name))
         return CudaPlan(scop, schedule, emit_cuda(scop, program, name, **gpu))
-    chosen = None
-    for candidate in dict.fromkeys((algorithm, "original")):
-        opts = {**_SCHEDULER_DEFAULTS.get(candidate, {}), **(options if candidate == algorithm else {})}
-        sched = run_scheduler(scop, candidate, **opts)
-        program = map_to_gpu(scop, sched.tree, name)
-        if chosen is None or _parallelism(program) > _parallelism(chosen[1]):
-            chosen = (sched, program)
-    sched, program = chosen
-    verify(scop, sched)
-    _verified(scop, program)
-    return CudaPlan(scop, _with_mapping(sched, program), emit_cuda(scop, program, name, **gpu))
+    chosen = choose_schedule(scop, algorithm, options, lambda sched: map_to_gpu(scop, sched.tree, name))
+    verify(scop, chosen.schedule)
+    _verified(scop, chosen.program)
+    return CudaPlan(scop, _with_mapping(chosen.schedule, chosen.program),
+                    emit_cuda(scop, chosen.program, name, **gpu))
+
+
+def choose_schedule(scop: Scop, algorithm: str, options: dict, map_program) -> gpu_choice.Candidate:
+    """The schedule the GPU runs (see :mod:`polyopt.schedulers.gpu`): the requested algorithm's
+    and the original loop order (the one with more thread coordinates per statement where
+    neither has a serial one-thread kernel); where the better still has one, also Pluto without fusion, Feautrier (wavefronts), isl's
+    scheduler (as PPCG uses it) and the better one's host loops distributed. The choice and the
+    estimates are the schedule's last note."""
+    def make(candidate: str, opts: dict):
+        return lambda: run_scheduler(scop, candidate, **{**_SCHEDULER_DEFAULTS.get(candidate, {}), **opts})
+
+    makers = [(_label(algorithm, options), make(algorithm, options))]
+    if algorithm != "original":
+        makers.append(("original", make("original", {})))
+    best, scored, failed = gpu_choice.choose(scop, makers, map_program, by_coordinates=True)
+    if best.cost.serial:
+        more = []
+        if not (algorithm == "pluto" and options.get("fuse") == "no"):
+            opts = {**options, "fuse": "no"} if algorithm == "pluto" else {"fuse": "no"}
+            more.append((_label("pluto", opts), make("pluto", opts)))
+        more += [(name, make(name, {})) for name in ("feautrier", "isl") if name != algorithm]
+        second, scored2, failed2 = gpu_choice.choose(scop, more, map_program)
+        scored, failed = scored + scored2, failed + failed2
+        best = gpu_choice.better(best, second, margin=gpu_choice.SECOND_ROUND_MARGIN)
+    text = gpu_choice.note(best, scored, failed, _label(algorithm, options))
+    return replace(best, schedule=replace(best.schedule, notes=tuple(best.schedule.notes) + (text,)))
+
+
+def _label(algorithm: str, options: dict) -> str:
+    return algorithm + "".join(f" {k}={v!r}" for k, v in sorted(options.items()))
 
 
 def _with_mapping(schedule: Schedule, program: GpuProgram) -> Schedule:

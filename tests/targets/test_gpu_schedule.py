@@ -1,0 +1,101 @@
+"""The GPU's own schedule (issue 16 item 1, :mod:`polyopt.schedulers.gpu`): no one-thread kernel
+in a host loop or over a loop where a candidate schedule has a parallel one, the choice recorded
+in the schedule's notes, and the chosen schedule replays to the same CUDA source."""
+import pytest
+
+import polyopt as po
+from polyopt.codegen.gpu_mapping import HostLoop
+from polyopt.schedulers.gpu import estimate
+from polyopt.targets.cuda import plan
+
+SUITE = po.suite.names()
+
+#: Kernels whose plan still has a serial one-thread kernel (launched in a host loop, or running a
+#: loop), and why no candidate does better.
+SERIAL_EXCEPTIONS = {
+    "durbin": "the sums over y[i] * r[k-i-1] are reductions inside the k loop: no candidate has "
+              "them parallel (a parallel reduction is issue 16 item 2); Feautrier's wavefront "
+              "has no one-thread kernel but ~1e6 launches, estimated 20x slower",
+    "gramschmidt": "nrm += A[i][k] * A[i][k] is a reduction inside the k loop (issue 16 item 2); "
+                   "Feautrier: 2.7e6 launches, estimated 40x slower",
+    "ludcmp": "the scalar w carries memory-based dependences through every loop: all candidates "
+              "are serial (needs scalar expansion)",
+    "deriche": "the scalars xm1, ym1, ... carry memory-based dependences along every row: all "
+               "candidates serial but Feautrier, whose 1.8e8 launches are estimated 50x slower",
+    "nussinov": "Feautrier's wavefront is parallel but launches ~9e7 kernels (estimated 4x "
+                "slower than one thread); needs in-kernel loops around a block-wide wavefront",
+}
+#: Kernels with single-instance one-thread kernels (scalar statements such as eps = 0.1, one
+#: launch each, outside any host loop).
+SCALAR_ONE_THREAD = {"correlation", "adi", "deriche", "durbin", "gramschmidt", "ludcmp"}
+
+
+@pytest.fixture(scope="module")
+def plans():
+    return {name: plan(po.suite.get(name).kernel) for name in SUITE}
+
+
+def _host_loops_with_one_thread_kernels(steps) -> list[str]:
+    found = []
+    for step in steps:
+        if isinstance(step, HostLoop):
+            if any(not s.coords for s in step.body if not isinstance(s, HostLoop)):
+                found.append(step.var)
+            found += _host_loops_with_one_thread_kernels(step.body)
+    return found
+
+
+def test_no_serial_one_thread_kernel_unless_listed(plans):
+    serial = {}
+    for name, result in plans.items():
+        cost = estimate(result.scop, result.program)
+        if cost.serial:
+            serial[name] = [k.name for k in cost.serial]
+        # the other one-thread kernels run one scalar statement once
+        for kernel in cost.one_thread:
+            if kernel not in cost.serial:
+                assert kernel.launches == 1 and kernel.instances == 1, (name, kernel)
+    assert set(serial) == set(SERIAL_EXCEPTIONS), serial
+    scalar = {name for name, r in plans.items() if any(not k.coords for k in r.program.kernels)}
+    assert scalar - set(SERIAL_EXCEPTIONS) <= SCALAR_ONE_THREAD, scalar
+
+
+@pytest.mark.parametrize("name", ["atax", "cholesky", "trisolv", "floyd-warshall", "seidel-2d"])
+def test_formerly_one_thread_kernels_now_run_in_parallel(plans, name):
+    result = plans[name]
+    assert all(k.coords for k in result.program.kernels), result.program.pretty()
+    assert "__launch_bounds__(1)" not in result.source.source
+
+
+def test_atax_has_no_host_loop_of_one_thread_kernels(plans):
+    result = plans["atax"]
+    assert not _host_loops_with_one_thread_kernels(result.program.host)
+    assert not any(isinstance(step, HostLoop) for step in result.program.host)
+    assert result.schedule.options.get("fuse") == "no"
+    last = result.schedule.notes[-1]
+    assert last.startswith("gpu schedule: pluto fuse='no' chosen for the GPU")
+    assert "not the requested pluto" in last and "beaten: pluto: " in last
+
+
+def test_the_choice_is_recorded(plans):
+    for name, result in plans.items():
+        last = result.schedule.notes[-1]
+        assert last.startswith("gpu schedule: "), name
+        chosen = last[len("gpu schedule: "):].split(" chosen")[0]
+        assert chosen.split(" ")[0] == result.schedule.algorithm, name
+        assert ("not the requested" in last) == (chosen != "pluto"), name
+    # a plan without a serial one-thread kernel compares only pluto and the original order
+    assert "fuse='no'" not in plans["gemm"].schedule.notes[-1]
+    assert plans["seidel-2d"].schedule.algorithm == "feautrier"
+
+
+@pytest.mark.parametrize("name", SUITE)
+def test_the_chosen_schedule_replays(plans, name):
+    result = plans[name]
+    assert po.cuda_source(po.suite.get(name).kernel, schedule=result.schedule) == result.source.source
+
+
+def test_a_requested_algorithm_competes_too():
+    result = plan(po.suite.get("atax").kernel, algorithm="original")
+    assert all(k.coords for k in result.program.kernels)
+    assert "not the requested original" in result.schedule.notes[-1]
