@@ -28,6 +28,7 @@ from polyopt.analysis.deps import Dependences, dependences  # noqa: E402
 from polyopt.transform.schedule import Loop, Schedule  # noqa: E402
 from polyopt.transform.trace import Step, Trace  # noqa: E402
 from polyopt.schedulers.registry import algorithms, schedule  # noqa: E402
+from polyopt.schedulers.compare import compare_schedulers, records_to_dataframe, sync_free_degree  # noqa: E402
 from polyopt.analysis.verify import carried_dependences, is_legal, verify  # noqa: E402
 from polyopt.analysis.loops import (Dependence, DependenceAtLoop, LoopAnalysis, LoopInfo,  # noqa: E402
                                     dependence_list, loop_analysis, tilable_depth)
@@ -47,10 +48,11 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    """``polyopt.suite`` is imported on first use (it defines 30 kernels)."""
-    if name == "suite":
+    """``polyopt.suite`` (30 kernels) and ``polyopt.plot`` (matplotlib pictures) are imported
+    on first use."""
+    if name in ("suite", "plot"):
         import importlib
-        return importlib.import_module("polyopt.suite")
+        return importlib.import_module(f"polyopt.{name}")
     raise AttributeError(f"module 'polyopt' has no attribute {name!r}")
 
 __all__ = [
@@ -59,8 +61,9 @@ __all__ = [
     "Array", "Argument", "Scop", "Statement", "Dependences", "dependences",
     "Schedule", "Loop", "Trace", "Step", "algorithms", "schedule", "verify", "is_legal", "interpret",
     "carried_dependences", "tree_statistics", "Dependence", "DependenceAtLoop", "LoopAnalysis", "LoopInfo",
-    "dependence_list", "loop_analysis", "tilable_depth",
-    "CompiledKernel", "compile", "autotune", "Candidate", "TuneResult", "Kernel", "kernel", "kernel_from_source", "scop_from_isl", "from_c", "suite",
+    "dependence_list", "loop_analysis", "tilable_depth", "compare_schedulers", "records_to_dataframe",
+    "sync_free_degree",
+    "CompiledKernel", "compile", "autotune", "Candidate", "TuneResult", "Kernel", "kernel", "kernel_from_source", "scop_from_isl", "from_c", "suite", "plot",
     "einsum", "einsum_kernel", "TargetUnavailableError", "cuda_source",
     "to_jscop", "write_jscop", "schedule_from_jscop", "to_openscop", "write_openscop", "schedule_from_openscop",
 ]

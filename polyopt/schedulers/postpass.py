@@ -11,17 +11,14 @@ from __future__ import annotations
 from typing import Sequence
 
 from polyopt.errors import ScheduleError
-from polyopt.schedulers.tilesize import band_tile_sizes
+from polyopt.schedulers.cost import BandCost
+from polyopt.schedulers.tilesize import WAVEFRONT_TILE_CAP, band_tile_sizes
 from polyopt.transform import nodes as N
 from polyopt.transform import tree as tree_ops
 from polyopt.transform.marks import PARALLEL_MARK
-from polyopt.transform.primitives import run
+from polyopt.transform.primitives import loop_statements, run
 from polyopt.transform.schedule import Schedule
 
-#: Largest "auto" tile size of a band without parallel members (it gets a wavefront): isl's AST
-#: generation time grows steeply with the tile size of such skewed bands (jacobi-1d: 0.5 s at
-#: 32, 6.6 s at 64, over 30 s at 192).
-WAVEFRONT_TILE_CAP = 32
 
 
 def _step(schedule: Schedule, primitive: str, loops, note: str, **options) -> Schedule:
@@ -122,11 +119,14 @@ def mark_parallel(schedule: Schedule, *, wavefront: bool = True, nested: bool = 
     return schedule
 
 
-def register_tiles(schedule: Schedule, sizes: Sequence[int]) -> Schedule:
+def register_tiles(schedule: Schedule, sizes: Sequence[int], *, only: set[tuple[str, ...]] | None = None) -> Schedule:
     """Unroll-and-jam every innermost band that qualifies (:func:`polyopt.transform.tree.
-    register_plan`) by ``sizes`` (rows, columns)."""
-    for _, band in N.bands(schedule.root):
+    register_plan`) by ``sizes`` (rows, columns); with ``only``, the bands running exactly one of
+    those sets of statements."""
+    for path, band in N.bands(schedule.root):
         if not _innermost(band):
+            continue
+        if only is not None and loop_statements(schedule, band.names[0]) not in only:
             continue
         found = tree_ops.register_plan(band.partial(), [band.flag(k) for k in range(len(band.members))],
                                        band.permutable, schedule.scop, sizes)
@@ -137,4 +137,13 @@ def register_tiles(schedule: Schedule, sizes: Sequence[int]) -> Schedule:
         schedule = _step(schedule, "register_tile", [band.names[k] for k in loops],
                          f"register tile of {sizes[0]} x {sizes[1]}: accumulators in registers",
                          sizes=[plan[k] for k in loops])
+    return schedule
+
+
+def apply_cost_model(schedule: Schedule, costs: Sequence[BandCost]) -> Schedule:
+    """Tile the bands the cost model (:mod:`polyopt.schedulers.cost`) says to tile, with its
+    sizes; each step's note gives the model's numbers."""
+    for cost in costs:
+        if cost.tile:
+            schedule = _step(schedule, "tile", cost.loops, f"cost model: {cost}", sizes=list(cost.tile_sizes))
     return schedule

@@ -126,15 +126,21 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     band without one: gramschmidt, adi 1.5-2x faster on 2 threads), ``vectorize`` (reorder the
     innermost band so its innermost loop is parallel and stride-1), ``register_tile`` (None,
     (rows, columns), "auto" or "row": unroll-and-jam of the innermost band, see
-    :func:`polyopt.transform.tree.register_tile_band`).
+    :func:`polyopt.transform.tree.register_tile_band`), ``model`` (True: where neither ``tile``
+    nor ``register_tile`` is given, with ``parallel`` and ``vectorize`` on, the cost model of
+    :mod:`polyopt.schedulers.cost` decides per band whether to tile and register-tile; its
+    estimates are the schedule's ``cost``; False: no tiles unless asked, Pluto as published).
     """
     from polyopt.schedulers.levels import tree_from_levels
     from polyopt.schedulers.pluto import pluto_levels
+    from polyopt.schedulers.cost import band_costs
     from polyopt.transform.tree import register_tile_sizes
 
     _check_options("pluto", options, {"fuse", "negative_coeffs", "param_shifts", "tile", "conflict_free_tiles",
-                                      "tile2", "parallel", "vectorize", "register_tile"})
-    registers = options.get("register_tile")
+                                      "tile2", "parallel", "vectorize", "register_tile", "model"})
+    model = (options.get("model", True) and "tile" not in options and "register_tile" not in options
+             and options.get("parallel", True) and options.get("vectorize", True))
+    registers = options.get("register_tile", "auto" if model else None)
     registers = None if registers is None else register_tile_sizes(scop, registers)
     found = pluto_levels(scop, deps, fuse=options.get("fuse", "smart"),
                          negative_coeffs=options.get("negative_coeffs"),
@@ -143,15 +149,19 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
                               note="pluto: the hyperplanes found, statements cut between fused nests")
     if options.get("vectorize", True):  # before tiling: the tile loops take the same order
         made = postpass.vectorize_order(made)
+    costs = band_costs(made, registers) if model else ()
     sizes = options.get("tile")
-    if sizes is not None and sizes is not False:
+    if model:
+        made = postpass.apply_cost_model(made, costs)
+    elif sizes is not None and sizes is not False:
         made = postpass.tile_bands(made, sizes, second_level=options.get("tile2"), register_tile=registers,
                                    conflict_free=bool(options.get("conflict_free_tiles", False)))
     if options.get("parallel", True):
         made = postpass.mark_parallel(made, nested=True)
     if registers is not None:
-        made = postpass.register_tiles(made, registers)
-    return Scheduled(made, found.notes)
+        only = {cost.statements for cost in costs if cost.registers} if model else None
+        made = postpass.register_tiles(made, registers, only=only)
+    return Scheduled(replace(made, cost=costs), found.notes)
 
 
 @register("feautrier")

@@ -39,6 +39,10 @@ CANDIDATE_SIZES = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 #: tiles, each tile reads this many bytes of every row: 8 cache lines, a run the hardware
 #: prefetcher follows (einsum 'ijk->kj' at 128^3: 64 elements 1.1 ms, 8 elements 2.0 ms).
 STREAM_RUN_BYTES = 512
+#: Largest "auto" tile size of a band without parallel members (it gets a wavefront): isl's AST
+#: generation time grows steeply with the tile size of such skewed bands (jacobi-1d: 0.5 s at
+#: 32, 6.6 s at 64, over 30 s at 192).
+WAVEFRONT_TILE_CAP = 32
 #: Used when the model cannot describe a band (no affine accesses in its members).
 FALLBACK_SIZE = 32
 _DEFAULT_CACHES = {1: 32 * 1024, 2: 512 * 1024}
@@ -149,6 +153,12 @@ def _footprints(references: list[tuple[int, np.ndarray]], grids: list[np.ndarray
     """Bytes touched by a tile, for every combination of sizes in the broadcast ``grids``."""
     return sum((element_bytes * _elements(G, grids) for element_bytes, G in references),
                np.zeros(np.broadcast(*grids).shape))
+
+
+def footprint_bytes(references: list[tuple[int, np.ndarray]], extents: Sequence[float]) -> float:
+    """Bytes the references touch in a block of the band's iteration space with these extents
+    per member (a tile, or the whole loop nest with its extents assumed)."""
+    return float(_footprints(references, [np.array(float(e)) for e in extents]))
 
 
 def _most_rows(references: list[tuple[int, np.ndarray]], grids: list[np.ndarray]) -> np.ndarray:

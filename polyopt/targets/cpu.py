@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 
 import islpy as isl
@@ -22,6 +22,7 @@ from polyopt.codegen.c import c_function
 from polyopt.codegen.llvm import STATUS_OK, STATUS_ZERO_DIVISION, NativeFunction, jit_compile, jit_load, llvm_ir
 from polyopt.errors import ArgumentError, KernelZeroDivisionError
 from polyopt.islutil import ISL_LOCK
+from polyopt.schedulers.cost import BandCost
 from polyopt.schedulers.registry import DEFAULT_ALGORITHM, schedule as run_scheduler
 from polyopt.targets.arguments import (abi_ctypes, abi_values, bind_arguments, check_num_threads, check_params,
                                        default_num_threads)
@@ -55,6 +56,12 @@ class CompiledKernel:
     compile_times: dict[str, float] = field(default_factory=dict)
     num_threads: int | None = None
     checked_params: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def cost(self) -> tuple:
+        """The cost model's estimates per band (see :mod:`polyopt.schedulers.cost`): why the
+        loops were tiled and register-tiled, or not. Empty where no model ran."""
+        return self.schedule.cost
 
     @property
     def optimized_ir(self) -> str:
@@ -139,7 +146,7 @@ class CachedKernel(CompiledKernel):
 
 def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
             schedule: Schedule | None = None, num_threads: int | None = None,
-            reassociate: bool = False, **schedule_options) -> CompiledKernel:
+            reassociate: bool = False, tuned: bool = False, **schedule_options) -> CompiledKernel:
     """Compile a kernel (or a Scop) to native code; cached, so a second call is free.
 
     ``algorithm`` names a scheduler (``polyopt.algorithms()``), or ``schedule`` (or a Schedule
@@ -150,8 +157,14 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
     size of its parallel loops (None: every core); ``reassociate`` (CPU) lets floating-point
     sums along the innermost loop run as partial sums in vector lanes, so results may differ
     from the program's order by rounding (po.einsum does this, as numpy.einsum does); the other
-    options go to the scheduler.
+    options go to the scheduler. ``tuned=True`` compiles what ``po.autotune`` chose for this
+    kernel on this machine, from its tuning database (see
+    :func:`polyopt.schedulers.autotune.compile_tuned`; none recorded: a warning and the default).
     """
+    if tuned:
+        from polyopt.schedulers.autotune import compile_tuned  # (autotune imports this module)
+        return compile_tuned(kernel, target=target, algorithm=algorithm, schedule=schedule, num_threads=num_threads,
+                             reassociate=reassociate, **schedule_options)
     if isinstance(kernel, Schedule) and schedule is None:  # po.compile(s): the schedule names its kernel
         kernel, schedule = kernel.scop, kernel
     if target not in TARGETS:
@@ -223,7 +236,8 @@ def _to_disk(key, compiled: CompiledKernel, objects: list[bytes], given_schedule
         sched = compiled.schedule
         meta = {"function": compiled.function_name, "compile_times": compiled.compile_times,
                 "trace": None if given_schedule else sched.trace.to_json(),
-                "tree": None if given_schedule else str(sched.tree), "notes": list(sched.notes)}
+                "tree": None if given_schedule else str(sched.tree), "notes": list(sched.notes),
+                "cost": [asdict(cost) for cost in sched.cost]}
         texts = {"c_source": compiled.c_source, "llvm_ir": compiled.llvm_ir, "optimized_ir": compiled.optimized_ir}
         disk_cache.store(key, meta, {"object": objects[0], **{k: v.encode() for k, v in texts.items()}},
                          compress=_TEXTS)
@@ -251,10 +265,12 @@ def _from_disk(key, scop: Scop, algorithm: str, options: dict, schedule: Schedul
         if schedule is not None:
             return schedule
         notes = tuple(meta["notes"])
+        cost = tuple(BandCost(**{k: tuple(v) if isinstance(v, list) else v for k, v in c.items()})
+                     for c in meta.get("cost", ()))
         try:
             made = Trace.from_json(meta["trace"]).apply(Schedule.original(scop), check=False)
             if str(made.tree) == meta["tree"]:
-                return replace(made, algorithm=algorithm, options=dict(options), notes=notes)
+                return replace(made, algorithm=algorithm, options=dict(options), notes=notes, cost=cost)
         except Exception:  # noqa: BLE001 -- a trace that does not replay: the stored tree
             pass
         tree = isl.Schedule.read_from_str(scop.domain.get_ctx(), meta["tree"])

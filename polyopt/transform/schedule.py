@@ -60,6 +60,7 @@ class Schedule:
     options: dict = field(default_factory=dict)
     trace: Trace = field(default_factory=Trace)
     notes: tuple[str, ...] = ()
+    cost: tuple = ()  # the cost model's estimates per band (polyopt.schedulers.cost.BandCost)
 
     # ----- construction --------------------------------------------------------------------------
     @staticmethod

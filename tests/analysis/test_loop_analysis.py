@@ -86,7 +86,7 @@ def test_non_uniform_dependences_get_directions_not_distances():
 # ----- loop_analysis -----------------------------------------------------------------------------
 
 def test_gemm_pluto_k_carries_the_reduction_and_i_j_are_parallel():
-    schedule = po.schedule(gemm.scop, "pluto")
+    schedule = po.schedule(gemm.scop, "pluto", model=False)  # Pluto's loops, untiled
     loops = loop_analysis(schedule)
     assert isinstance(loops, LoopAnalysis) and all(isinstance(loop, LoopInfo) for loop in loops)
     assert [(loop.statements, loop.expression, loop.depth, loop.band, loop.member) for loop in loops] == [
@@ -150,14 +150,14 @@ def test_tilable_depth():
 
 
 def test_table():
-    loops = loop_analysis(po.schedule(gemm.scop, "pluto"))
+    loops = loop_analysis(po.schedule(gemm.scop, "pluto", model=False))
     text = str(loops)
     lines = text.splitlines()
     assert text == loops.table() == loop_table(loops)
     assert len(lines) == 1 + len(loops)
     assert lines[0].split() == ["loop", "band", "statements", "par", "mark", "coin", "perm", "carries", "distances",
                                 "expression"]
-    assert [loop.name for loop in loops] == [loop.name for loop in po.schedule(gemm.scop, "pluto").loops()]
+    assert [loop.name for loop in loops] == [loop.name for loop in po.schedule(gemm.scop, "pluto", model=False).loops()]
     k_row = lines[4].split()
     assert k_row[:4] == ["k", "1.1", "S1", "no"] and "1 RAW, 1 WAR, 1 WAW" in lines[4]
     assert lines[5].startswith("    j@S1")                 # indented by depth, named as in the Schedule

@@ -1,0 +1,87 @@
+"""The cost model behind pluto's defaults: its estimates and decisions on kernels whose best
+configuration the autotuner measured (docs/performance.md), and how they reach the user."""
+import numpy as np
+import pytest
+
+import polyopt as po
+from polyopt.schedulers.cost import TILE_GAIN, WAVEFRONT_TILE_GAIN, untiled_bytes
+from polyopt.schedulers.tilesize import band_references
+
+
+def _costs(name):
+    return po.schedule(po.suite.get(name).kernel, "pluto").cost
+
+
+def test_gemm_update_band_is_tiled_and_register_tiled_by_default():
+    update = [c for c in _costs("gemm") if len(c.loops) == 3][0]
+    assert 7.5 < update.untiled_bytes < 8.5          # B streams in: 8 bytes per iteration
+    assert update.tiled_bytes < 1.0 and update.tile and update.registers
+    scale = [c for c in _costs("gemm") if len(c.loops) == 2][0]
+    assert not scale.tile and not scale.registers     # C *= beta: no reuse to gain
+    ck = po.compile(po.suite.get("gemm").kernel)
+    assert ck.cost == po.schedule(po.suite.get("gemm").kernel, "pluto").cost
+    notes = [step.note for step in ck.schedule.trace if step.primitive == "tile"]
+    assert notes and notes[0].startswith("cost model: band (")
+    assert any(step.primitive == "register_tile" for step in ck.schedule.trace)
+
+
+@pytest.mark.parametrize("name, tiled", [("jacobi-2d", False), ("fdtd-2d", False), ("seidel-2d", True),
+                                         ("lu", True), ("gesummv", False), ("syrk", True)])
+def test_decisions_follow_the_measured_winners(name, tiled):
+    # autotune at LARGE (docs/performance.md): stencils with parallel loops run best untiled in
+    # the original order, seidel-2d/lu/syrk tiled, matrix-vector products gain nothing from tiles
+    costs = _costs(name)
+    assert any(c.tile for c in costs) == tiled
+
+
+def test_wavefront_bands_need_the_larger_gain():
+    for name in ("jacobi-2d", "seidel-2d"):
+        (band,) = _costs(name)
+        assert not band.parallel
+        assert band.tile == (band.untiled_bytes >= WAVEFRONT_TILE_GAIN * band.tiled_bytes)
+    assert WAVEFRONT_TILE_GAIN > TILE_GAIN
+
+
+def test_untiled_traffic_of_a_matrix_vector_product_is_the_matrix():
+    kernel = po.suite.get("mvt").kernel
+    band = [c for c in po.schedule(kernel, "pluto").cost][0]
+    assert 15 < band.untiled_bytes < 17  # two matrices of doubles, one element each per iteration
+    schedule = po.schedule(kernel, "pluto")
+    from polyopt.transform import nodes as N
+    first = [b for _, b in N.bands(schedule.root) if len(b.members) >= 2][0]
+    refs = band_references(first.partial(), kernel.scop)
+    # extents of 10: everything fits, each element comes in once: (2 matrices + 4 vectors) / 100
+    assert untiled_bytes(refs, 2, extent=10) == pytest.approx(8 * (2 * 100 + 4 * 10) / 100)
+
+
+def test_model_off_and_explicit_options_take_over():
+    gemm = po.suite.get("gemm").kernel
+    plain = po.schedule(gemm, "pluto", model=False)
+    assert plain.cost == () and not any(s.primitive in ("tile", "register_tile") for s in plain.trace)
+    asked = po.schedule(gemm, "pluto", tile=16)
+    assert asked.cost == () and all(step.note == "tile sizes as asked" for step in asked.trace if step.primitive == "tile")
+    cuda_like = po.schedule(gemm, "pluto", parallel=False, vectorize=False)
+    assert cuda_like.cost == ()
+
+
+@pytest.mark.parametrize("name", ["gemm", "seidel-2d", "lu", "correlation", "2mm", "syrk"])
+def test_default_code_computes_the_reference(name):
+    entry = po.suite.get(name)
+    sizes = {k: v + 3 for k, v in entry.sizes("MINI").items()}  # odd sizes: partial tiles
+    args = entry.inputs(sizes)
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    entry.reference(**expected)
+    po.compile(entry.kernel)(**args)
+    for key, value in expected.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_allclose(args[key], value, rtol=1e-9, atol=1e-9)
+
+
+def test_the_estimates_survive_the_disk_cache():
+    from polyopt.targets.cache import clear_cache
+    gemm = po.suite.get("gemm").kernel
+    fresh = po.compile(gemm)
+    clear_cache()  # the in-memory cache only: the next compile is a disk hit
+    again = po.compile(gemm)
+    assert "disk" in again.compile_times and again is not fresh
+    assert again.cost == fresh.cost and any(c.registers for c in again.cost)
