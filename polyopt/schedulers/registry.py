@@ -118,7 +118,7 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     True = Pluto+, False = Pluto), ``param_shifts`` (False; True lets a statement's hyperplane be
     shifted by the size parameters, phi = c.i + d.p + c0, which fuses loops that run one after
     the other, as isl's scheduler does on atax and doitgen, at the price of fusions that rarely
-    pay), ``tile`` (None, an int, per-dimension sizes, or "auto": per
+    pay), ``tile`` (None, an int, per-dimension sizes, or "auto" / True: per
     band from the cache sizes), ``conflict_free_tiles`` (with "auto": tiles no taller than the
     L1 cache's ways, for arrays whose row lengths are multiples of 4 KiB; see
     :mod:`polyopt.schedulers.tilesize`), ``tile2`` (tiles per second-level tile), ``parallel`` (mark the
@@ -150,7 +150,7 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     if options.get("vectorize", True):  # before tiling: the tile loops take the same order
         made = postpass.vectorize_order(made)
     costs = band_costs(made, registers) if model else ()
-    sizes = options.get("tile")
+    sizes = "auto" if options.get("tile") is True else options.get("tile")  # tile=True: sizes from the caches
     if model:
         made = postpass.apply_cost_model(made, costs)
     elif sizes is not None and sizes is not False:

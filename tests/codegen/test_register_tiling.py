@@ -208,7 +208,8 @@ def test_tile_option_overrides_auto_and_bad_sizes_are_refused():
     scop = po.suite.get("gemm").kernel.scop
     sched = po.schedule(scop, "pluto", tile=(16, 8, 24), parallel=False)
     assert "mod 24" in str(_bands(sched.tree)[2].band_get_partial_schedule())
-    for bad in ("big", [], True, (8, 2.5), 0):
+    assert str(po.schedule(scop, "pluto", tile=True).tree) == str(po.schedule(scop, "pluto", tile="auto").tree)
+    for bad in ("big", [], (8, 2.5), 0):
         with pytest.raises(po.ScheduleError, match="tile sizes"):
             po.schedule(scop, "pluto", tile=bad)
     with pytest.raises(po.ScheduleError, match="sizes must be an int"):
