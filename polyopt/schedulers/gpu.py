@@ -221,10 +221,11 @@ def better(a: Candidate, b: Candidate, *, by_coordinates: bool = False, margin: 
 
 
 def choose(scop: Scop, makers: Iterable[tuple[str, Callable[[], object]]],
-           map_program: Callable[[object], GpuProgram], *, by_coordinates: bool = False
-           ) -> tuple[Candidate, list[Candidate], list[str]]:
+           map_program: Callable[[object], GpuProgram], *, by_coordinates: bool = False,
+           strict: bool = False) -> tuple[Candidate | None, list[Candidate], list[str]]:
     """The best candidate of ``makers`` (label, function making the schedule), each mapped by
-    ``map_program``; also every candidate scored and the labels that failed, with the reason."""
+    ``map_program`` (None if every one failed); also every candidate scored and the labels that failed, with the reason
+    (with ``strict``, a candidate's error is raised instead)."""
     from polyopt.errors import PolyoptError
 
     scored: list[Candidate] = []
@@ -235,13 +236,13 @@ def choose(scop: Scop, makers: Iterable[tuple[str, Callable[[], object]]],
             sched = make()
             program = map_program(sched)
         except PolyoptError as exc:
+            if strict:
+                raise
             failed.append(f"{label}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
             continue
         candidate = Candidate(label, sched, program, estimate(scop, program))
         scored.append(candidate)
         best = candidate if best is None else better(best, candidate, by_coordinates=by_coordinates)
-    if best is None:
-        raise ValueError("no GPU schedule candidate")
     return best, scored, failed
 
 

@@ -100,16 +100,17 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
 def choose_schedule(scop: Scop, algorithm: str, options: dict, map_program) -> gpu_choice.Candidate:
     """The schedule the GPU runs (see :mod:`polyopt.schedulers.gpu`): the requested algorithm's
     and the original loop order (the one with more thread coordinates per statement where
-    neither has a serial one-thread kernel); where the better still has one, also Pluto without fusion, Feautrier (wavefronts), isl's
-    scheduler (as PPCG uses it) and the better one's host loops distributed. The choice and the
-    estimates are the schedule's last note."""
+    neither has a serial one-thread kernel); where the better still has one, also Pluto without
+    fusion, Feautrier (wavefronts) and isl's scheduler (as PPCG uses it), by the estimate. The
+    choice and the estimates are the schedule's last note. An error of the first two is raised (as before the
+    estimate); one of the others is noted and that candidate left out."""
     def make(candidate: str, opts: dict):
         return lambda: run_scheduler(scop, candidate, **{**_SCHEDULER_DEFAULTS.get(candidate, {}), **opts})
 
     makers = [(_label(algorithm, options), make(algorithm, options))]
     if algorithm != "original":
         makers.append(("original", make("original", {})))
-    best, scored, failed = gpu_choice.choose(scop, makers, map_program, by_coordinates=True)
+    best, scored, failed = gpu_choice.choose(scop, makers, map_program, by_coordinates=True, strict=True)
     if best.cost.serial:
         more = []
         if not (algorithm == "pluto" and options.get("fuse") == "no"):
@@ -118,7 +119,8 @@ def choose_schedule(scop: Scop, algorithm: str, options: dict, map_program) -> g
         more += [(name, make(name, {})) for name in ("feautrier", "isl") if name != algorithm]
         second, scored2, failed2 = gpu_choice.choose(scop, more, map_program)
         scored, failed = scored + scored2, failed + failed2
-        best = gpu_choice.better(best, second, margin=gpu_choice.SECOND_ROUND_MARGIN)
+        if second is not None:
+            best = gpu_choice.better(best, second, margin=gpu_choice.SECOND_ROUND_MARGIN)
     text = gpu_choice.note(best, scored, failed, _label(algorithm, options))
     return replace(best, schedule=replace(best.schedule, notes=tuple(best.schedule.notes) + (text,)))
 

@@ -99,3 +99,23 @@ def test_a_requested_algorithm_competes_too():
     result = plan(po.suite.get("atax").kernel, algorithm="original")
     assert all(k.coords for k in result.program.kernels)
     assert "not the requested original" in result.schedule.notes[-1]
+
+
+def test_a_failing_second_round_candidate_is_noted(monkeypatch):
+    import polyopt.targets.cuda as cuda
+    real = cuda.run_scheduler
+
+    def refuse_isl(scop, algorithm, **options):
+        if algorithm == "isl":
+            raise po.ScheduleError("isl: refused for the test")
+        return real(scop, algorithm, **options)
+
+    monkeypatch.setattr(cuda, "run_scheduler", refuse_isl)
+    last = plan(po.suite.get("atax").kernel).schedule.notes[-1]
+    assert "failed: isl: ScheduleError: isl: refused for the test" in last
+    # an error of the requested algorithm is raised, as before
+    with pytest.raises(po.CodegenError, match="underscore"):
+        po.cuda_source(po.kernel_from_source('''def k(A: f64["N"], _b0: f64):
+    for i in range(N):
+        A[i] = _b0
+'''))
