@@ -150,7 +150,7 @@ class _Counter:
             sets = []
             fixed.foreach_set(sets.append)
             for s in sets:
-                total += s.count_val().to_python()
+                total += _points(s)
             counts.append(total)
         small, big = counts
         if big == 0 or self.factor == 1.0:
@@ -158,6 +158,25 @@ class _Counter:
         degree = math.log2(big / small) if small else 0.0
         degree = min(max(degree, 0.0), 8.0)
         return big * self.factor ** degree
+
+
+#: Sets whose bounding box holds more points than this are counted as their box (isl counts by
+#: enumeration: a kernel with constant loop bounds would take seconds).
+_MAX_ENUMERATED = 2_000_000
+
+
+def _points(s: isl.Set) -> int:
+    """The number of points of a bounded set without parameters left free (its bounding box's
+    where that is large)."""
+    if s.is_empty():
+        return 0
+    box = 1
+    for d in range(s.dim(isl.dim_type.set)):
+        low, high = s.dim_min_val(d), s.dim_max_val(d)
+        if not (low.is_int() and high.is_int()):
+            return 0  # unbounded: nothing to go by
+        box *= high.to_python() - low.to_python() + 1
+    return box if box > _MAX_ENUMERATED else s.count_val().to_python()
 
 
 def estimate(scop: Scop, program: GpuProgram, sizes: dict[str, int] | None = None) -> ProgramCost:
