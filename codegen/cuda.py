@@ -176,12 +176,13 @@ class _CudaExpr(CExpr):
 
 
 def _prelude() -> str:
-    """The C emitter's helpers as device functions; NVRTC has no standard headers."""
+    """The C emitter's helpers for the kernels and the host wrapper (whose loop bounds may
+    divide); NVRTC has no standard headers."""
     lines = []
     for line in c_prelude().splitlines():
         if line.startswith("#include"):
             continue
-        lines.append(line.replace("static inline", "__device__ inline"))
+        lines.append(line.replace("static inline", "__host__ __device__ inline"))  # host loop bounds use them too
     return ("#ifdef __CUDACC_RTC__\ntypedef signed char int8_t;\ntypedef unsigned char uint8_t;\n"
             "typedef short int16_t;\ntypedef unsigned short uint16_t;\ntypedef int int32_t;\n"
             "typedef unsigned int uint32_t;\ntypedef long long int64_t;\ntypedef unsigned long long uint64_t;\n#else\n"
