@@ -127,10 +127,12 @@ def _cache(args) -> None:
     if args.action == "clear":
         print(f"removed {disk_cache.clear()} entries from {disk_cache.cache_dir()}")
         return
+    from polyopt.schedulers import tuning_db
     info = disk_cache.info()
     state = "" if info["enabled"] else " (disabled: POLYOPT_CACHE=0)"
     print(f"{info['directory']}: {info['entries']} entries, {info['bytes']} bytes "
-          f"(max {info['max_bytes'] // (1024 * 1024)} MiB){state}")
+          f"(max {info['max_bytes'] // (1024 * 1024)} MiB){state}; "
+          f"{tuning_db.info()['entries']} po.autotune decisions in {tuning_db.directory()}")
 
 
 def _parser() -> argparse.ArgumentParser:

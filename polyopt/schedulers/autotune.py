@@ -421,14 +421,19 @@ class _Progress:
         self.show, self.name, self.total, self.done_ = show, name, total, 0
         self.best: tuple[str, float] | None = None
         self.bar = None
+        self.tqdm = None
         if show:
             try:
                 from tqdm import tqdm
             except ImportError:
                 tqdm = None
-            if tqdm is not None:
-                self.bar = tqdm(total=total, desc=f"autotune {name}: compile", unit="candidate", file=sys.stderr,
-                                leave=False)
+            self.tqdm = tqdm  # the bar starts with the first event (after any worker processes forked)
+
+    def _bar(self, phase: str):
+        if self.bar is None and self.tqdm is not None:
+            self.bar = self.tqdm(total=self.total, desc=f"autotune {self.name}: {phase}", unit="candidate",
+                                 file=sys.stderr, leave=False)
+        return self.bar
 
     def _line(self, text: str) -> None:
         print(f"autotune {self.name}: {text}", file=sys.stderr, flush=True)
@@ -437,7 +442,7 @@ class _Progress:
         if not self.show:
             return
         self.done_ += 1
-        if self.bar is not None:
+        if self._bar("compile") is not None:
             self.bar.update(1)
             self.bar.set_postfix_str(f"{label}: {note}")
         else:
@@ -448,6 +453,8 @@ class _Progress:
         if self.bar is not None:
             self.bar.reset(total=total)
             self.bar.set_description(f"autotune {self.name}: time")
+        elif self.show:
+            self._bar("time")
 
     def timed(self, label: str, seconds: float | None) -> None:
         if not self.show:
@@ -457,7 +464,7 @@ class _Progress:
             self.best = (label, seconds)
         now = BUDGET if seconds is None else f"{seconds * 1e3:.3f} ms"
         best = f"best so far {self.best[0]!r} {self.best[1] * 1e3:.3f} ms" if self.best else ""
-        if self.bar is not None:
+        if self._bar("time") is not None:
             self.bar.update(1)
             self.bar.set_postfix_str(best)
         else:
