@@ -231,8 +231,9 @@ def autotune(kernel, *args, candidates: tuple[Candidate, ...] | None = None, rep
     :class:`concurrent.futures.Executor` (a process pool, a Dask or Ray cluster's executor: its
     workers must share the disk compile cache's folder, which they are told; a
     ``ThreadPoolExecutor`` shares this process's memory cache), None (a process pool of
-    ``os.cpu_count()`` workers where :data:`POOL_MIN_CANDIDATES` or more need compiling, else
-    here) or False (here, one after the other). Without the disk cache (``POLYOPT_CACHE=0``),
+    ``os.cpu_count()`` workers where :data:`POOL_MIN_CANDIDATES` or more need compiling, forked,
+    or where other threads run, spawned from a notebook or the REPL only: see
+    :func:`_default_pool`; else here) or False (here, one after the other). Without the disk cache (``POLYOPT_CACHE=0``),
     and for kernels that cannot be sent to another process (only DSL kernels can: as their
     source text), process executors are not used. Timing is always here and serial.
 
@@ -546,10 +547,18 @@ def _in_cache(kernel, candidate: Candidate) -> bool:
     return key in COMPILED or (disk_cache.enabled() and (disk_cache.cache_dir() / disk_cache.entry_name(key)).is_file())
 
 
-def _default_pool(workers: int) -> ProcessPoolExecutor:
+def _default_pool(workers: int) -> ProcessPoolExecutor | None:
     """A process pool: forked where this process runs no other Python thread (fast to start; no
-    lock another thread holds is copied locked), else spawned."""
-    method = "fork" if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    lock another thread holds is copied locked), else spawned where the main module is no file
+    (a notebook, the REPL); else None (compile here): spawned workers import the main script
+    again, which reruns a script whose calls are not under ``if __name__ == "__main__":``."""
+    import __main__
+    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+        method = "fork"
+    elif getattr(__main__, "__file__", None) is None:
+        method = "spawn"
+    else:
+        return None
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method))
 
 
@@ -570,6 +579,8 @@ def _submit(kernel, candidates: tuple[Candidate, ...], num_threads, executor) ->
     own = None
     if executor is None:
         executor = own = _default_pool(min(os.cpu_count() or 1, len(uncached)))
+        if own is None:
+            return {}, None
     directory = None if threads else str(disk_cache.cache_dir())
     futures = {}
     try:
