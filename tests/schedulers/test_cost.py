@@ -85,3 +85,14 @@ def test_the_estimates_survive_the_disk_cache():
     again = po.compile(gemm)
     assert "disk" in again.compile_times and again is not fresh
     assert again.cost == fresh.cost and any(c.registers for c in again.cost)
+
+
+@pytest.mark.parametrize("name", ["fdtd-2d", "jacobi-2d", "heat-3d"])
+def test_stencils_whose_pluto_schedule_is_sequential_run_their_parallel_loops_as_written(name):
+    kernel = po.suite.get(name).kernel
+    chosen = po.schedule(kernel, "pluto")
+    assert any("loops as written" in note for note in chosen.notes)
+    assert chosen.map.is_equal(po.schedule(kernel, "original").map)
+    assert "mark parallel" in chosen.pretty()
+    assert chosen.cost and not any(cost.tile for cost in chosen.cost)
+    assert "loops as written" not in " ".join(po.schedule(kernel, "pluto", model=False).notes)
