@@ -93,25 +93,26 @@ class Candidate:
 
 
 #: Tried by default: the original order, sequential and with its parallel loops marked (fdtd-2d,
-#: jacobi-2d, heat-3d, adi: about 2x of gcc on 2 threads, where Pluto's tiles lose), our pluto untiled, tiled with cache-derived sizes, and
+#: jacobi-2d, heat-3d, adi: about 2x of gcc on 2 threads, where Pluto's tiles lose), our pluto with the cost model's choice (its default), tiled with cache-derived sizes, and
 #: with register tiles on top (with and without cache tiles; of four rows, and of one row, which
 #: suits triangular bands such as covariance's), pluto with every strongly
 #: connected component in its own loop nest (symm: 1.8x of gcc distributed, 1.15x fused, LARGE),
 #: and pluto with hyperplanes shifted by the size parameters, which puts loops one after the other
 #: inside a fused one (doitgen: the sum over s outside the stride-1 loop over p, 5x of gcc);
-#: last pluto fusing as much as it can (the other end of the fusion choice from distributed).
+#: last pluto fusing as much as it can (the other end of the fusion choice from distributed); the
+#: fusion variants without the cost model (model=False), as Pluto publishes them.
 DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
     Candidate("original", "original"),
     Candidate("original parallel", "original", (("parallel", True),)),
     Candidate("pluto", "pluto"),
-    Candidate("pluto distributed", "pluto", (("fuse", "no"),)),
-    Candidate("pluto shifted", "pluto", (("param_shifts", True),)),
+    Candidate("pluto distributed", "pluto", (("fuse", "no"), ("model", False))),
+    Candidate("pluto shifted", "pluto", (("param_shifts", True), ("model", False))),
     Candidate("pluto tiled", "pluto", (("tile", "auto"),)),
     Candidate("pluto tiled+registers", "pluto", (("tile", "auto"), ("register_tile", "auto"))),
     Candidate("pluto registers", "pluto", (("register_tile", "auto"),)),
     Candidate("pluto tiled+row registers", "pluto", (("tile", "auto"), ("register_tile", "row"))),
     Candidate("pluto row registers", "pluto", (("register_tile", "row"),)),
-    Candidate("pluto fused", "pluto", (("fuse", "max"),)),
+    Candidate("pluto fused", "pluto", (("fuse", "max"), ("model", False))),
 )
 
 #: The default candidate list holds at most this many: :data:`DEFAULT_CANDIDATES`, then the
