@@ -10,7 +10,9 @@ arguments, unknown when the code is made):
 - *tiled*: the footprint of one tile of the sizes :func:`~polyopt.schedulers.tilesize.
   band_tile_sizes` chooses, divided by its volume (gemm: well under 1 byte per iteration).
 
-A band is tiled where tiling cuts the traffic by :data:`TILE_GAIN` or more, or, for a band with
+Before that, where pluto fused statements so that an innermost loop walks some array with a
+stride (:func:`strided_fused_bands`: bicg's two products, one transposed) and distributing them
+removes every such walk, the distributed schedule (``fuse="no"``) is taken. A band is tiled where tiling cuts the traffic by :data:`TILE_GAIN` or more, or, for a band with
 no parallel loop (its tiles run as a wavefront), by :data:`WAVEFRONT_TILE_GAIN` or more; it is
 register-tiled where a register tile fits it
 (:func:`~polyopt.transform.tree.register_plan`: a sum loop whose accumulators stay in registers
@@ -102,3 +104,16 @@ def band_costs(schedule, register_sizes: Sequence[int] | None) -> tuple[BandCost
     """:func:`band_cost` of every permutable band of two or more loops, in tree order."""
     return tuple(band_cost(schedule, band, register_sizes) for _, band in N.bands(schedule.root)
                  if band.permutable and len(band.members) >= 2)
+
+
+def strided_fused_bands(schedule) -> list[tuple[str, ...]]:
+    """The innermost bands running several statements whose innermost loop walks some array with
+    a stride (pluto fused bicg's two products with one of them transposed): distributing them
+    may give every statement a stride-1 innermost loop."""
+    found = []
+    for _, band in N.bands(schedule.root):
+        if N.has_band_below(band) or len(loop_statements(schedule, band.names[0])) < 2:
+            continue
+        if tree_ops.vector_score(band.members[-1], schedule.scop) == -1:
+            found.append(band.names)
+    return found

@@ -135,6 +135,7 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     """
     from polyopt.schedulers.levels import tree_from_levels
     from polyopt.schedulers.pluto import pluto_levels
+    from polyopt.schedulers import cost as cost_model
     from polyopt.schedulers.cost import band_costs
     from polyopt.transform.tree import register_tile_sizes
 
@@ -144,13 +145,24 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
              and options.get("parallel", True) and options.get("vectorize", True))
     registers = options.get("register_tile", "auto" if model else None)
     registers = None if registers is None else register_tile_sizes(scop, registers)
-    found = pluto_levels(scop, deps, fuse=options.get("fuse", "smart"),
-                         negative_coeffs=options.get("negative_coeffs"),
-                         param_shifts=options.get("param_shifts", False))
-    made = Schedule.from_tree(scop, tree_from_levels(scop, found.levels), algorithm="pluto",
-                              note="pluto: the hyperplanes found, statements cut between fused nests")
-    if options.get("vectorize", True):  # before tiling: the tile loops take the same order
-        made = postpass.vectorize_order(made)
+    def hyperplanes(fuse: str):
+        found = pluto_levels(scop, deps, fuse=fuse, negative_coeffs=options.get("negative_coeffs"),
+                             param_shifts=options.get("param_shifts", False))
+        made = Schedule.from_tree(scop, tree_from_levels(scop, found.levels), algorithm="pluto",
+                                  note="pluto: the hyperplanes found, statements cut between fused nests")
+        if options.get("vectorize", True):  # before tiling: the tile loops take the same order
+            made = postpass.vectorize_order(made)
+        return found, made
+
+    found, made = hyperplanes(options.get("fuse", "smart"))
+    strided = cost_model.strided_fused_bands(made) if model and "fuse" not in options else []
+    if strided:  # bicg, mvt, covariance: fused statements walk one array across its rows
+        apart_found, apart = hyperplanes("no")
+        if not cost_model.strided_fused_bands(apart):
+            found, made = apart_found, apart
+            found = found._replace(notes=found.notes + (
+                f"cost model: pluto's fusion makes the innermost loop of ({', '.join(strided[0])}) walk an array "
+                "with a stride; the statements run in separate nests instead (fuse='no')",))
     costs = band_costs(made, registers) if model else ()
     sizes = "auto" if options.get("tile") is True else options.get("tile")  # tile=True: sizes from the caches
     if model:

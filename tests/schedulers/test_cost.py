@@ -96,3 +96,17 @@ def test_stencils_whose_pluto_schedule_is_sequential_run_their_parallel_loops_as
     assert "mark parallel" in chosen.pretty()
     assert chosen.cost and not any(cost.tile for cost in chosen.cost)
     assert "loops as written" not in " ".join(po.schedule(kernel, "pluto", model=False).notes)
+
+
+@pytest.mark.parametrize("name", ["bicg", "mvt"])
+def test_fusion_that_walks_an_array_with_a_stride_is_undone(name):
+    from polyopt.schedulers.cost import strided_fused_bands
+    kernel = po.suite.get(name).kernel
+    fused = po.schedule(kernel, "pluto", model=False)
+    assert strided_fused_bands(fused)
+    chosen = po.schedule(kernel, "pluto")
+    assert not strided_fused_bands(chosen)
+    assert any("separate nests" in note for note in chosen.notes)
+    assert chosen.map.is_equal(po.schedule(kernel, "pluto", model=False, fuse="no").map) or \
+        any(step.primitive == "tile" for step in chosen.trace)
+    assert not any("separate nests" in note for note in po.schedule(kernel, "pluto", fuse="smart").notes)
