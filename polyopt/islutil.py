@@ -45,6 +45,13 @@ def maps_of(union: isl.UnionMap) -> list[isl.Map]:
     return found
 
 
+def tuple_names(union: isl.UnionSet) -> list[str]:
+    """The tuple names of a union set's sets (the statements of a domain), in isl's order."""
+    found: list[str] = []
+    union.foreach_set(lambda s: found.append(s.get_tuple_name()))
+    return found
+
+
 def param_point(params: tuple[str, ...] | list[str], values: dict[str, int]) -> isl.Set:
     """The parameter-only set fixing every parameter to its value."""
     cons = " and ".join(f"{p} = {int(values[p])}" for p in params) or "true"

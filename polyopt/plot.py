@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import islpy as isl
 
 from polyopt.errors import PolyoptError
-from polyopt.islutil import maps_of, param_point
+from polyopt.islutil import maps_of, param_point, tuple_names
 from polyopt.transform import nodes as N
 from polyopt.transform.marks import PARALLEL_MARK
 
@@ -497,11 +497,6 @@ def _indirect(deps, kinds, name: str, points: isl.Set):
 
 # ----- schedule trees ----------------------------------------------------------------------------
 
-def _statements_of(domain: isl.UnionSet) -> list[str]:
-    names: list[str] = []
-    domain.foreach_set(lambda s: names.append(s.get_tuple_name()))
-    return sorted(names)
-
 
 def _label(node: N.Node) -> tuple[str, str]:
     """(text, kind) of one box."""
@@ -514,7 +509,7 @@ def _label(node: N.Node) -> tuple[str, str]:
     if isinstance(node, N.Sequence):
         return ("sequence" if node.ordered else "set"), "sequence"
     if isinstance(node, N.Filter):
-        return "filter " + ", ".join(_statements_of(node.domain)), "filter"
+        return "filter " + ", ".join(sorted(tuple_names(node.domain))), "filter"
     if isinstance(node, N.Mark):
         return "mark " + node.name, "mark"
     return "leaf", "leaf"
@@ -556,7 +551,7 @@ def schedule_tree(schedule, ax=None):
         boxes[index] = (x, depth, text, kind)
         return index
 
-    root_text = "domain " + ", ".join(_statements_of(schedule.domain))
+    root_text = "domain " + ", ".join(sorted(tuple_names(schedule.domain)))
     boxes.append((0.0, 0, root_text, "domain"))
     top = place(schedule.root, 1)
     width = max(column[0], 1.0)

@@ -28,7 +28,7 @@ import islpy as isl
 from polyopt.analysis.deps import Dependences, dependences
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import carried_dependences
-from polyopt.islutil import ISL_LOCK, maps_of
+from polyopt.islutil import ISL_LOCK, maps_of, tuple_names
 from polyopt.transform.marks import PARALLEL_MARK
 
 if TYPE_CHECKING:  # (transform.schedule imports the transformations, which may read analyses)
@@ -148,7 +148,7 @@ def _band_paths(scop: Scop) -> dict[str, list[tuple]]:
         if node.get_type() == isl.schedule_node_type.band:
             members = members + [(path, k) for k in range(node.band_n_member())]
         if node.n_children() == 0:
-            for stmt in _statements(node.get_domain()):
+            for stmt in sorted(tuple_names(node.get_domain())):
                 paths.setdefault(stmt, members)
             return
         for k in range(node.n_children()):
@@ -300,12 +300,6 @@ class LoopAnalysis(list):
         return self.table()
 
 
-def _statements(domain: isl.UnionSet) -> tuple[str, ...]:
-    names: list[str] = []
-    domain.foreach_set(lambda s: names.append(s.get_tuple_name()))
-    return tuple(sorted(names))
-
-
 _AFF_BODY = re.compile(r"->\s*\[\((.*)\)\]\s*\}\s*$")
 
 
@@ -364,7 +358,7 @@ def loop_analysis(schedule: Schedule, deps: Dependences | None = None) -> LoopAn
                 band = band_count[0]
                 band_count[0] += 1
                 domain = node.get_domain().intersect(scop.domain)
-                stmts = _statements(domain)
+                stmts = tuple(sorted(tuple_names(domain)))
                 inside = [d for d in pieces if d.source in stmts and d.sink in stmts]
                 partial = node.band_get_partial_schedule().intersect_domain(domain)
                 outer = node.get_prefix_schedule_union_map().intersect_domain(domain)

@@ -45,7 +45,7 @@ from polyopt.analysis.loops import dependence_list, loop_analysis, tilable_depth
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
 from polyopt.errors import ArgumentTypeError, PolyoptError
-from polyopt.islutil import ISL_LOCK, maps_of
+from polyopt.islutil import ISL_LOCK, maps_of, tuple_names
 from polyopt.schedulers.pluto import rank
 from polyopt.schedulers.registry import schedule as run_scheduler
 from polyopt.transform.schedule import Schedule, tree_statistics
@@ -56,11 +56,6 @@ __all__ = ["compare_schedulers", "records_to_dataframe", "sync_free_degree", "DE
 
 
 # ----- the synchronization-free degree of a schedule tree -----------------------------------------
-
-def _statement_names(domain: isl.UnionSet) -> set[str]:
-    names: set[str] = set()
-    domain.foreach_set(lambda s: names.add(s.get_tuple_name()))
-    return names
 
 
 def _coefficients(upa: isl.UnionPwAff, stmt: str) -> tuple[int, ...] | None:
@@ -106,7 +101,7 @@ def sync_free_degree(schedule: Schedule, *, barriers: bool = False) -> int:
                 members = [k for k in range(node.band_n_member()) if node.band_member_get_coincident(k)]
                 if not node.band_get_permutable():
                     members = [k for n, k in enumerate(members) if k == n]
-                stmts = _statement_names(node.get_domain().intersect(scop.domain))
+                stmts = set(tuple_names(node.get_domain().intersect(scop.domain)))
                 if not stmts:
                     return 0
                 partial = node.band_get_partial_schedule()
@@ -118,8 +113,8 @@ def sync_free_degree(schedule: Schedule, *, barriers: bool = False) -> int:
                 return min(degrees)
             if kind in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
                 # (a filter node's own domain is what reaches it, before its filter)
-                children = [_statement_names(node.child(k).filter_get_filter().intersect(
-                    node.get_domain()).intersect(scop.domain)) for k in range(node.n_children())]
+                children = [set(tuple_names(node.child(k).filter_get_filter().intersect(
+                    node.get_domain()).intersect(scop.domain))) for k in range(node.n_children())]
                 groups = [g for g in children if g]
                 child_of = {s: k for k, g in enumerate(groups) for s in g}
                 if not barriers and any(a in child_of and b in child_of and child_of[a] != child_of[b] for a, b in edges):

@@ -20,7 +20,7 @@ from polyopt.analysis.deps import dependences
 from polyopt.analysis.scop import Scop, scop_fingerprint
 from polyopt.analysis.verify import carried_dependences, verify
 from polyopt.errors import IllegalScheduleError, ScheduleError
-from polyopt.islutil import ISL_LOCK, maps_of
+from polyopt.islutil import ISL_LOCK, maps_of, tuple_names
 from polyopt.transform import nodes as N
 from polyopt.transform import tree as tree_ops
 from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_THREAD_MARK, PARALLEL_MARK
@@ -92,12 +92,6 @@ def domain_at(schedule, path: tuple[int, ...]) -> isl.UnionSet:
     return domain.intersect(node.domain) if isinstance(node, N.Filter) else domain
 
 
-def statement_names(domain: isl.UnionSet) -> list[str]:
-    found: list[str] = []
-    domain.foreach_set(lambda s: found.append(s.get_tuple_name()))
-    return found
-
-
 def _ordered(scop: Scop, names) -> list[str]:
     order = {s.name: k for k, s in enumerate(scop.statements)}
     return sorted(set(names), key=lambda n: order.get(n, len(order)))
@@ -105,7 +99,7 @@ def _ordered(scop: Scop, names) -> list[str]:
 
 def loop_statements(schedule, name: str) -> tuple[str, ...]:
     path, _ = find(schedule, name)
-    return tuple(_ordered(schedule.scop, statement_names(domain_at(schedule, path))))
+    return tuple(_ordered(schedule.scop, tuple_names(domain_at(schedule, path))))
 
 
 def loop_names_of(schedule, statement: str | None) -> list[str]:
@@ -121,7 +115,7 @@ def loop_names_of(schedule, statement: str | None) -> list[str]:
         if isinstance(node, N.Band):
             names += node.names
         if isinstance(node, N.Sequence):
-            node = next((f for f in node.children if statement in statement_names(f.domain)), None)
+            node = next((f for f in node.children if statement in tuple_names(f.domain)), None)
             if node is None:
                 break
         else:
@@ -136,7 +130,7 @@ def _check_within(schedule, path: tuple[int, ...], within, primitive: str, *, pa
         return None
     if isinstance(within, str) or not all(isinstance(w, str) for w in within):
         raise ScheduleError(f"{primitive}: within= takes a list of statement names, got {within!r}")
-    below = set(statement_names(domain_at(schedule, path)))
+    below = set(tuple_names(domain_at(schedule, path)))
     unknown = set(within) - {s.name for s in schedule.scop.statements}
     if unknown:
         raise ScheduleError(f"{primitive}: no statement(s) {', '.join(sorted(unknown))} in {schedule.scop.name}")
@@ -489,7 +483,7 @@ def _universe(scop: Scop, statements) -> isl.UnionSet:
 def _restrict(node: N.Node, keep: isl.UnionSet, statements: set[str]) -> N.Node:
     """``node``'s subtree for the ``statements`` only (filters of others dropped, members cut)."""
     if isinstance(node, N.Sequence):
-        kids = [f for f in node.children if set(statement_names(f.domain)) & statements]
+        kids = [f for f in node.children if set(tuple_names(f.domain)) & statements]
         if len(kids) == 1:
             return _restrict(kids[0].child, keep, statements)
         return replace(node, children=tuple(N.Filter(f.domain.intersect(keep), _restrict(f.child, keep, statements))
@@ -516,12 +510,12 @@ def _distribute(schedule, names, groups=None) -> N.Node:
     band = N.at(schedule.root, path)
     _not_register_tiled(band, "distribute")
     scop = schedule.scop
-    below = _ordered(scop, statement_names(domain_at(schedule, path)))
+    below = _ordered(scop, tuple_names(domain_at(schedule, path)))
     if groups is None:
         inner = band.child
         while isinstance(inner, N.Mark):
             inner = inner.child
-        groups = ([_ordered(scop, statement_names(f.domain)) for f in inner.children]
+        groups = ([_ordered(scop, tuple_names(f.domain)) for f in inner.children]
                   if isinstance(inner, N.Sequence) else [[s] for s in below])
     if isinstance(groups, str) or not all(not isinstance(g, str) and all(isinstance(s, str) for s in g)
                                           for g in groups):
