@@ -547,6 +547,7 @@ def _distribute(schedule, names, groups=None) -> N.Node:
 # ----- marks and loop types ------------------------------------------------------------------------
 
 def _marks_above(root: N.Node, path: tuple[int, ...]) -> list[str]:
+    """The names of the marks on the way from the root to the node at ``path``."""
     found, node = [], root
     for k in path:
         if isinstance(node, N.Mark):
@@ -590,29 +591,32 @@ def _vectorize(schedule, names) -> N.Node:
                     coincident=tuple(band.flag(j) for j in order) if band.coincident else ())
     root = N.replace_at(schedule.root, path, moved)
     node = N.isl_node(N.to_isl(schedule.domain, root), path)
-    partial = node.band_get_partial_schedule()
-    outer = node.get_prefix_schedule_union_map()
-    for j in range(len(order) - 1):
-        outer = outer.flat_range_product(isl.UnionMap.from_union_pw_aff(partial.get_at(j)))
-    carried = carried_dependences(schedule.scop, dependences(schedule.scop), node.get_domain(), outer,
-                                  partial.get_at(len(order) - 1))
+    innermost = len(order) - 1
+    carried = carried_dependences(schedule.scop, dependences(schedule.scop), node.get_domain(),
+                                  _outer(node, innermost), node.band_get_partial_schedule().get_at(innermost))
     if not carried.is_empty():
         raise ScheduleError(f"vectorize: loop {names[0]} carries the dependence {maps_of(carried)[0]} "
                             "when innermost; its iterations cannot run as vector lanes")
     return root
 
 
-def _runs_at_most(schedule, path: tuple[int, ...], k: int, limit: int) -> bool:
-    """Whether loop ``k`` of the band at ``path`` runs at most ``limit`` iterations for any
-    fixed values of the loops outside it, for every parameter value."""
-    node = N.isl_node(schedule.tree, path)
+def _outer(node: isl.ScheduleNode, k: int) -> isl.UnionMap:
+    """The schedule of the loops outside member ``k`` of the band at ``node``: its prefix and
+    the band's members before ``k``."""
     partial = node.band_get_partial_schedule()
     outer = node.get_prefix_schedule_union_map()
     for j in range(k):
         outer = outer.flat_range_product(isl.UnionMap.from_union_pw_aff(partial.get_at(j)))
-    domain = node.get_domain()
+    return outer
+
+
+def _runs_at_most(schedule, path: tuple[int, ...], k: int, limit: int) -> bool:
+    """Whether loop ``k`` of the band at ``path`` runs at most ``limit`` iterations for any
+    fixed values of the loops outside it, for every parameter value."""
+    node = N.isl_node(schedule.tree, path)
+    outer, domain = _outer(node, k), node.get_domain()
     same = outer.apply_range(outer.reverse()).intersect_domain(domain).intersect_range(domain)
-    value = isl.UnionMap.from_union_pw_aff(partial.get_at(k))
+    value = isl.UnionMap.from_union_pw_aff(node.band_get_partial_schedule().get_at(k))
     spread = same.apply_domain(value).apply_range(value).deltas().intersect_params(schedule.scop.context)
     if spread.is_empty():
         return True
@@ -677,7 +681,7 @@ def _gpu_map(schedule, names) -> N.Node:
         raise ScheduleError(f"gpu_map: loops {', '.join(names)} are not consecutive loops of one band "
                             f"({', '.join(band.names)})")
     gpu = (GPU_BLOCK_MARK, GPU_THREAD_MARK)
-    if any(m.name in gpu for m in _marked_on_path(schedule.root, path)):
+    if any(name in gpu for name in _marks_above(schedule.root, path)):
         raise ScheduleError(f"gpu_map: loop {names[0]} is inside a GPU kernel already")
     if any(isinstance(n, N.Mark) and n.name in gpu for _, n in N.walk(band)):
         raise ScheduleError(f"gpu_map: loop {names[0]} holds a GPU kernel already (kernels do not nest)")
@@ -689,15 +693,6 @@ def _gpu_map(schedule, names) -> N.Node:
     if first > 0:
         node = _slice(band, 0, first, node)
     return N.replace_at(schedule.root, path, node)
-
-
-def _marked_on_path(root: N.Node, path: tuple[int, ...]) -> list[N.Node]:
-    found, node = [], root
-    for k in path:
-        if isinstance(node, N.Mark):
-            found.append(node)
-        node = N.children(node)[k]
-    return found
 
 
 # ----- whole trees -------------------------------------------------------------------------------
