@@ -134,6 +134,18 @@ def kernel_mark(name: str) -> isl.Id:
     return isl.Id(f"{GPU_KERNEL_MARK} {name}")
 
 
+def coordinates_below(mark: isl.ScheduleNode) -> tuple[list[isl.UnionPwAff], isl.ScheduleNode]:
+    """The coordinate members of the kernel under ``mark`` (one band each under gpu_block /
+    gpu_thread marks, outermost first) and the node below the last of them."""
+    members, rest = [], mark.child(0)
+    while _is_coordinate_mark(rest):
+        while _is_coordinate_mark(rest):
+            rest = rest.child(0)
+        members.append(rest.band_get_partial_schedule().get_at(0))
+        rest = rest.child(0)
+    return members, rest
+
+
 def _holds_given_coordinates(node: isl.ScheduleNode) -> bool:
     """Whether the subtree below ``node`` has coordinates given by the schedule: the bands
     around them are then host loops, whatever their parallelism."""
@@ -258,12 +270,7 @@ class _Mapper:
         domain = self.restrict(mark.get_domain(), host)
         host_vars = tuple(var for _, var in host)
         statements = frozenset(s.get_tuple_name() for s in _sets(domain))
-        members, rest = [], mark.child(0)
-        while _is_coordinate_mark(rest):
-            while _is_coordinate_mark(rest):
-                rest = rest.child(0)
-            members.append(rest.band_get_partial_schedule().get_at(0))
-            rest = rest.child(0)
+        members, rest = coordinates_below(mark)
         if not members:
             body = self.loop_ast(rest.get_subtree_schedule_union_map(), domain, None)
             true = E.Const(1, boolean)

@@ -25,7 +25,7 @@ import numpy as np
 
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.cuda import CudaSource, cuda_source as emit_cuda
-from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel, map_to_gpu
+from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel, coordinates_below, map_to_gpu
 from polyopt.errors import ArgumentError, ScheduleError, TargetUnavailableError
 from polyopt.analysis.evaluate import evaluate
 from polyopt.schedulers.registry import DEFAULT_ALGORITHM
@@ -33,7 +33,7 @@ from polyopt.targets.arguments import bind_arguments, check_params
 from polyopt.targets.cache import COMPILED, cache_key, check_given_schedule, scop_of
 from polyopt.schedulers.registry import schedule as run_scheduler
 from polyopt.schedulers import gpu as gpu_choice
-from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_THREAD_MARK
+from polyopt.transform.marks import GPU_KERNEL_MARK
 from polyopt.transform.nodes import bands
 from polyopt.transform.primitives import run as run_primitive
 from polyopt.transform.schedule import Schedule
@@ -153,13 +153,7 @@ def _kernel_coordinates(tree: isl.Schedule) -> list[list[isl.UnionPwAff]]:
     def look(node: isl.ScheduleNode) -> bool:
         if (node.get_type() == isl.schedule_node_type.mark
                 and node.mark_get_id().get_name().split(" ")[0] == GPU_KERNEL_MARK):
-            members, below = [], node.child(0)
-            while below.get_type() == isl.schedule_node_type.mark and \
-                    below.mark_get_id().get_name() in (GPU_BLOCK_MARK, GPU_THREAD_MARK):
-                while below.get_type() == isl.schedule_node_type.mark:
-                    below = below.child(0)
-                members.append(below.band_get_partial_schedule().get_at(0))
-                below = below.child(0)
+            members, _ = coordinates_below(node)
             if members:
                 found.append(members)
         return True
