@@ -74,17 +74,28 @@ def untiled_bytes(references: list[tuple[int, object]], n_members: int, extent: 
     return footprint_bytes(references, extents) / extent ** inner
 
 
+def auto_tile_sizes(band: N.Band, scop, register_sizes: Sequence[int] | None, *,
+                    conflict_free: bool = False) -> tuple[list[int], tuple[list[int], int] | None]:
+    """The tile sizes ``tile="auto"`` gives ``band`` (whole register tiles where the band's
+    register plan for ``register_sizes`` fits; uniform and capped at :data:`WAVEFRONT_TILE_CAP`
+    where no loop is parallel: its tiles run as a wavefront), and that register plan."""
+    coincident = [band.flag(k) for k in range(len(band.members))]
+    partial = band.partial()
+    plan = (tree_ops.register_plan(partial, coincident, band.permutable, scop, register_sizes)
+            if register_sizes is not None else None)
+    wavefront = not any(coincident)
+    sizes = band_tile_sizes(partial, scop, multiple_of=plan[0] if plan else None, uniform=wavefront,
+                            largest=WAVEFRONT_TILE_CAP if wavefront else None, conflict_free=conflict_free)
+    return sizes, plan
+
+
 def band_cost(schedule, band: N.Band, register_sizes: Sequence[int] | None) -> BandCost:
     """The model's estimates and decisions for ``band`` of ``schedule``."""
     scop = schedule.scop
     n = len(band.members)
-    coincident = [band.flag(k) for k in range(n)]
     partial = band.partial()
-    plan = (tree_ops.register_plan(partial, coincident, band.permutable, scop, register_sizes)
-            if register_sizes is not None else None)
-    parallel = any(coincident)
-    sizes = band_tile_sizes(partial, scop, multiple_of=plan[0] if plan else None, uniform=not parallel,
-                            largest=None if parallel else WAVEFRONT_TILE_CAP)
+    sizes, plan = auto_tile_sizes(band, scop, register_sizes)
+    parallel = any(band.flag(k) for k in range(n))
     references = band_references(partial, scop)
     untiled = untiled_bytes(references, n) if references else 0.0
     tiled = footprint_bytes(references, sizes) / float(_volume(sizes)) if references else 0.0

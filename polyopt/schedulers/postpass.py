@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from polyopt.errors import ScheduleError
-from polyopt.schedulers.cost import BandCost
-from polyopt.schedulers.tilesize import WAVEFRONT_TILE_CAP, band_tile_sizes
+from polyopt.schedulers.cost import BandCost, auto_tile_sizes
 from polyopt.transform import nodes as N
 from polyopt.transform import tree as tree_ops
 from polyopt.transform.marks import PARALLEL_MARK
@@ -60,14 +59,8 @@ def tile_bands(schedule: Schedule, sizes, *, second_level=None, register_tile: S
                             f"{schedule.scop.name} (at most {deepest})")
     for band in tiled:
         n = len(band.members)
-        coincident = [band.flag(k) for k in range(n)]
         if sizes == "auto":
-            found = (tree_ops.register_plan(band.partial(), coincident, band.permutable, schedule.scop, register_tile)
-                     if register_tile is not None else None)
-            wavefront = not any(coincident)
-            inner = band_tile_sizes(band.partial(), schedule.scop, multiple_of=found[0] if found else None,
-                                    uniform=wavefront, largest=WAVEFRONT_TILE_CAP if wavefront else None,
-                                    conflict_free=conflict_free)
+            inner, _ = auto_tile_sizes(band, schedule.scop, register_tile, conflict_free=conflict_free)
             why = "tile sizes from the cache model"
         else:
             inner = tree_ops.per_member(sizes, n)
