@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import polyopt as po
+from suite_reference import check_against_reference
 from polyopt import f64
 from polyopt.schedulers.postpass import vectorize_order
 from polyopt.schedulers.tilesize import WAVEFRONT_TILE_CAP
@@ -15,17 +16,6 @@ from polyopt.transform import tree as transform
 from polyopt.schedulers.tilesize import band_references, band_tile_sizes, cache_bytes, cache_ways
 
 KERNELS = ("gemm", "2mm", "syrk", "trmm", "jacobi-2d", "fdtd-2d", "lu")
-
-
-def check_against_reference(name: str, compiled, preset: str) -> None:
-    entry = po.suite.get(name)
-    args = entry.inputs(entry.sizes(preset))
-    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
-    entry.reference(**expected)
-    compiled(**args)
-    for key, value in expected.items():
-        if isinstance(value, np.ndarray):
-            np.testing.assert_allclose(args[key], value, rtol=1e-9, atol=1e-12, err_msg=f"{name}: {key}")
 
 
 @pytest.mark.parametrize("registers", ["auto", "row"])

@@ -1,9 +1,9 @@
 """The cost model behind pluto's defaults: its estimates and decisions on kernels whose best
 configuration the autotuner measured (docs/performance.md), and how they reach the user."""
-import numpy as np
 import pytest
 
 import polyopt as po
+from suite_reference import check_against_reference
 from polyopt.schedulers.cost import TILE_GAIN, WAVEFRONT_TILE_GAIN, untiled_bytes
 from polyopt.schedulers.tilesize import band_references
 
@@ -69,13 +69,7 @@ def test_model_off_and_explicit_options_take_over():
 def test_default_code_computes_the_reference(name):
     entry = po.suite.get(name)
     sizes = {k: v + 3 for k, v in entry.sizes("MINI").items()}  # odd sizes: partial tiles
-    args = entry.inputs(sizes)
-    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
-    entry.reference(**expected)
-    po.compile(entry.kernel)(**args)
-    for key, value in expected.items():
-        if isinstance(value, np.ndarray):
-            np.testing.assert_allclose(args[key], value, rtol=1e-9, atol=1e-9)
+    check_against_reference(entry, po.compile(entry.kernel), sizes)
 
 
 def test_the_estimates_survive_the_disk_cache():

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import polyopt as po
+from suite_reference import check_against_reference
 from polyopt import f64
 from polyopt.schedulers.levels import Level
 from polyopt.schedulers.pluto import pluto_levels
@@ -14,16 +15,6 @@ from polyopt.transform.schedule import tree_statistics
 def bands(levels: list[Level], stmt: str) -> list[list[tuple]]:
     """Per band level, the hyperplanes of one statement as (coefficients, constant)."""
     return [[row[stmt] for row in level.rows] for level in levels if level.kind == "band"]
-
-
-def run_and_compare(entry, compiled, preset="MINI"):
-    args = entry.inputs(entry.sizes(preset))
-    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
-    entry.reference(**expected)
-    compiled(**args)
-    for name, value in expected.items():
-        if isinstance(value, np.ndarray):
-            np.testing.assert_allclose(args[name], value, rtol=1e-9, atol=1e-12, err_msg=name)
 
 
 def test_gemm_one_3d_permutable_band_with_two_parallel_dims():
@@ -109,7 +100,7 @@ def test_triangular_kernels(name):
     sched = po.schedule(entry.kernel.scop, "pluto")
     po.verify(entry.kernel.scop, sched)
     assert tree_statistics(sched.tree)["permutable_depth"] >= 2
-    run_and_compare(entry, po.compile(entry.kernel, algorithm="pluto", tile=4), "SMALL")
+    check_against_reference(entry, po.compile(entry.kernel, algorithm="pluto", tile=4), "SMALL")
 
 
 def test_wavefront_gives_parallelism_to_seidel():
@@ -140,7 +131,7 @@ def test_parametric_shifts_reach_isl_tilable_depth(name):
     assert tree_statistics(plain.tree)["permutable_depth"] < isl_depth
     assert tree_statistics(shifted.tree)["permutable_depth"] >= isl_depth
     po.verify(entry.kernel.scop, shifted)
-    run_and_compare(entry, po.compile(entry.kernel, algorithm="pluto", param_shifts=True, tile=4), "SMALL")
+    check_against_reference(entry, po.compile(entry.kernel, algorithm="pluto", param_shifts=True, tile=4), "SMALL")
 
 
 def test_options_are_checked():
@@ -171,7 +162,7 @@ def test_suite_kernel(name, options):
     entry = po.suite.get(name)
     compiled = po.compile(entry.kernel, algorithm="pluto", **options)
     po.verify(entry.kernel.scop, compiled.schedule)
-    run_and_compare(entry, compiled)
+    check_against_reference(entry, compiled)
 
 
 def check_schedule_and_code(kernel, arrays, **options):
