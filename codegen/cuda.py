@@ -175,7 +175,7 @@ class _CudaExpr(CExpr):
         return super().emit(e)
 
 
-def _prelude() -> str:
+def cuda_prelude() -> str:
     """The C emitter's helpers for the kernels and the host wrapper (whose loop bounds may
     divide); NVRTC has no standard headers."""
     lines = []
@@ -212,7 +212,7 @@ def cuda_source(scop: Scop, program: GpuProgram, host_function: str, *, block=No
             wide[k.name] = f"{k.name}_w"
             shapes[wide[k.name]] = shape
     private, on_device = _scalar_homes(scop, program)
-    parts = [_prelude()]
+    parts = [cuda_prelude()]
     parts += [f"__device__ {c_type_name(scop.arrays[s].dtype)} {s};" for s in on_device]
     for kernel in program.kernels:
         variants = [kernel] + ([replace(kernel, name=wide[kernel.name])] if kernel.name in wide

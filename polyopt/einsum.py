@@ -43,6 +43,7 @@ import numpy as np
 
 from polyopt import einsum_calls
 from polyopt.analysis import expr as E
+from polyopt.targets.contraction import check_precision
 from polyopt.targets.cuda import CudaKernel, cupy_module, is_cupy
 from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, SUM_BLOCK, contraction_path, einsum_scop, is_partial_sum,
@@ -408,9 +409,14 @@ def _kernel_call(plan: _Plan, sizes: dict[str, int], result: np.ndarray, num_thr
                                    num_threads or default_num_threads())
 
 
+def _gpu_options(where: str, precision: str) -> tuple | None:
+    """The plan options of a call: the GPU's precision where it is not the default."""
+    return (("precision", precision),) if where == "cuda" and precision != "exact" else None
+
+
 def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str = "K",
            casting: str = "safe", optimize="greedy", target: str | None = None,
-           num_threads: int | None = None):
+           num_threads: int | None = None, precision: str = "exact"):
     """Evaluate the Einstein summation convention on the operands, exactly as ``numpy.einsum``.
 
     ``einsum("ij,jk->ik", A, B)`` or the interleaved form ``einsum(A, [0, 1], B, [1, 2], [0, 2])``;
@@ -425,9 +431,15 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     "F" Fortran order, others C order).
     ``num_threads``: the most threads of the CPU team (default: every core; numpy.einsum uses
     one); below :data:`PARALLEL_MIN_ITERATIONS` statement instances one thread runs.
+    ``precision="tf32"`` lets an f32 contraction on the GPU run on the TF32 tensor cores
+    (10-bit mantissas: results change, like torch's ``allow_tf32``); "exact" (the default)
+    keeps each element's arithmetic. The CPU computes exactly either way.
     """
     # first a call like an earlier one (which passed every check below): see einsum_calls
+    check_precision(precision)
     key = einsum_calls.call_key(operands, out, dtype, order, casting, optimize, target, num_threads)
+    if key is not None:
+        key += (precision,)
     known = einsum_calls.recorded(key)
     if known is not None:
         result = known(operands[1:], out)
@@ -459,7 +471,7 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     # labels run in memory order, a transposed view of the result
     axes = _result_axes(spec, arrays, order) if out is None and where == "cpu" else tuple(range(len(shape)))
     plan = _plan(EinsumSpec(spec.inputs, tuple(spec.output[a] for a in axes)), broadcast, path, storage,
-                 DEFAULT_ALGORITHM, where, blocked_sums=_long_sums(spec, sizes, where))
+                 DEFAULT_ALGORITHM, where, _gpu_options(where, precision), _long_sums(spec, sizes, where))
     on_gpu = where == "cuda" and (any(is_cupy(a) for a in ops) or is_cupy(out))
     if on_gpu and out is not None and not is_cupy(out):
         raise TypeError("einsum: out must be a CuPy array when the operands are on the GPU")

@@ -25,12 +25,14 @@ import numpy as np
 
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.cuda import CudaSource, cuda_source as emit_cuda
+from polyopt.codegen.cuda_contraction import ContractionSource
 from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel, coordinates_below, map_to_gpu
 from polyopt.errors import ArgumentError, ScheduleError, TargetUnavailableError
 from polyopt.analysis.evaluate import evaluate
 from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 from polyopt.targets.arguments import bind_arguments, check_params
 from polyopt.targets.cache import COMPILED, cache_key, check_given_schedule, scop_of
+from polyopt.targets.contraction import check_precision, contraction_plan, launch as launch_contraction
 from polyopt.schedulers.registry import schedule as run_scheduler
 from polyopt.schedulers import gpu as gpu_choice
 from polyopt.transform.marks import GPU_KERNEL_MARK
@@ -81,10 +83,21 @@ def _verified(scop: Scop, program: GpuProgram) -> GpuProgram:
 def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | None = None,
          **options) -> CudaPlan:
     """Schedule (unless ``schedule`` is given), verify, map and emit ``kernel`` for CUDA (no
-    CuPy or GPU needed)."""
+    CuPy or GPU needed).
+
+    A contraction (:mod:`polyopt.targets.contraction`: einsum, batched matmul, 1x1 convolution...)
+    compiled with the default algorithm and no mapping options runs as one batched-GEMM kernel;
+    ``contraction=False`` maps it the general way. ``precision="tf32"`` lets f32 contractions
+    use the TF32 tensor cores (results change: never the default, "exact")."""
     scop = scop_of(kernel)
     gpu = {k: options.pop(k) for k in GPU_OPTIONS if k in options}
+    precision = check_precision(options.pop("precision", "exact"))
+    as_contraction = options.pop("contraction", True)
     name = "polyopt_" + re.sub(r"\W", "_", scop.name)
+    if as_contraction and schedule is None and not gpu and not options and algorithm == DEFAULT_ALGORITHM:
+        found = contraction_plan(scop, name, precision)
+        if found is not None:
+            return CudaPlan(scop, found.schedule, found.source)
     if schedule is not None:
         check_given_schedule(scop, schedule, algorithm, options)
         verify(scop, schedule)
@@ -283,6 +296,9 @@ class CudaKernel:
             else:
                 values.append(arrays[arg.name])
         module = _raw_module(self.compiled.source)
+        if isinstance(self.compiled, ContractionSource):  # one launch: nothing to capture
+            launch_contraction(self.compiled, module, values, params, arrays)
+            return
         if not graph:
             _run_steps(self.program.host, dict(params), values, module, self.compiled)
             return

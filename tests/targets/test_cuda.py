@@ -13,6 +13,7 @@ import pytest
 import polyopt as po
 import polyopt.codegen.gpu_mapping as gpu_mapping
 from polyopt.codegen.gpu_mapping import HostLoop, kernel_mark
+from polyopt.codegen.cuda_contraction import ContractionSource
 from polyopt.codegen.cuda import launch_shape
 from polyopt.errors import RacyParallelLoopError
 from polyopt.targets.cuda import plan
@@ -35,10 +36,14 @@ def sources(plans):
     return {name: result.source.source for name, result in plans.items()}
 
 
-def test_source_for_every_suite_kernel(sources):
-    for name, source in sources.items():
+def test_source_for_every_suite_kernel(plans):
+    for name, result in plans.items():
+        source = result.source.source
         assert '__global__ void' in source, name
-        assert f'extern "C" void polyopt_{po.suite.get(name).kernel.scop.name}(' in source, name
+        if isinstance(result.source, ContractionSource):  # gemm: one kernel, launched by the target
+            assert f'void __launch_bounds__(128) {result.program.kernels[0].name}(' in source, name
+        else:
+            assert f'extern "C" void polyopt_{po.suite.get(name).kernel.scop.name}(' in source, name
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -90,7 +95,7 @@ def test_every_suite_kernels_mapped_tree_passes_verification(plans):
 
 
 def test_mapped_tree_is_printable():
-    result = plan(po.suite.get("gemm").kernel)
+    result = plan(po.suite.get("gemm").kernel, contraction=False)
     text = result.program.pretty()
     update = result.program.kernels[1].name
     # i and j are the update's coordinates (j is x: the last); the k loop, a reduction each
@@ -162,7 +167,7 @@ def test_stencil_time_loop_stays_on_the_host():
 
 
 def test_gemm_is_register_tiled_with_promoted_accumulators():
-    result = plan(po.suite.get("gemm").kernel)
+    result = plan(po.suite.get("gemm").kernel, contraction=False)
     program, shapes = result.source.program, result.source.shapes
     assert result.schedule.algorithm == "pluto"
     assert [len(k.coords) for k in program.kernels] == [2, 2]
@@ -193,7 +198,7 @@ def test_gemm_is_register_tiled_with_promoted_accumulators():
     assert "_p0 = _b0 + threadIdx.y, _p1 = _b1 + threadIdx.x;" in text
     assert "_p0_ = _p0 + _u0 * 8, _p1_ = _p1 + _u1 * 32;" in text
     # f32: a thread's rows adjacent, its columns in runs of 4 (one 16-byte load), 32 runs apart
-    f32 = po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32"))
+    f32 = po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32"), contraction=False)
     assert "_p0 = _b0 + threadIdx.y * 8, _p1 = _b1 + threadIdx.x * 4;" in f32
     assert "(_p1 + 3 - (_b1 + 0))" in f32
     assert "__shared__" not in po.cuda_source(po.suite.get("gemm").kernel, shared=False)
@@ -203,7 +208,7 @@ def test_gemm_is_register_tiled_with_promoted_accumulators():
 
 
 def test_f64_register_tiles_widen_on_large_grids():
-    source = plan(po.suite.get("gemm").kernel).source
+    source = plan(po.suite.get("gemm").kernel, contraction=False).source
     update = source.program.kernels[1].name
     assert source.wide == {update: update + "_w"}
     assert source.shapes[update + "_w"].unroll == (8, 4)
@@ -214,7 +219,7 @@ def test_f64_register_tiles_widen_on_large_grids():
     assert "if ((long)pl_blocks(0, NJ - 1, 128, 2147483647) * (long)pl_blocks(0, NI - 1, 64, 65535) * (long)1 >= 1024)" in source.source
     # a shape the user gives is the only one; f32 has no wider variant
     assert plan(po.suite.get("gemm").kernel, block=(8, 32), tile=(32, 128)).source.wide == {}
-    assert plan(po.suite.get("gemm").kernel.with_dtype("f32")).source.wide == {}
+    assert plan(po.suite.get("gemm").kernel.with_dtype("f32"), contraction=False).source.wide == {}
 
 
 def test_bounds_are_parenthesized():
@@ -223,7 +228,7 @@ def test_bounds_are_parenthesized():
 
 
 def test_no_register_tiling_with_local_scalars_or_varying_control_flow():
-    update = plan(po.suite.get("gemm").kernel).source.program.kernels[1]
+    update = plan(po.suite.get("gemm").kernel, contraction=False).source.program.kernels[1]
     assert launch_shape(update, 8).unroll == (4, 4)
     assert launch_shape(update, 8, uses_scalars=True).unroll == (1, 1)
 
@@ -366,7 +371,7 @@ def test_gpu_map_by_hand_gives_the_automatic_mapping_of_gemm():
     mapped = s.gpu_map("i", "j").interchange("k", "j@S1").gpu_map("i@S1", "j@S1")
     assert mapped.trace[-1].as_python() == "gpu_map('i@S1', 'j@S1')"
     assert "mark gpu_block" in mapped.pretty()
-    assert po.cuda_source(gemm, schedule=mapped) == po.cuda_source(gemm)
+    assert po.cuda_source(gemm, schedule=mapped) == po.cuda_source(gemm, contraction=False)
 
 
 def test_gpu_map_refuses_racy_and_nested_coordinates():
@@ -383,7 +388,7 @@ def test_gpu_map_refuses_racy_and_nested_coordinates():
 @pytest.mark.parametrize("name", po.suite.names())
 def test_the_plan_records_its_mapping_and_replays_to_the_same_source(name):
     kernel = po.suite.get(name).kernel
-    made = plan(kernel)
+    made = plan(kernel, contraction=False)  # the contraction kernel is no step of the schedule
     recorded = [step for step in made.schedule.trace if step.primitive == "gpu_map"]
     kernels = [k for k in made.source.program.kernels if k.coords]
     assert len(recorded) in (0, len(kernels))  # all kernels' coordinates, or none (loops split anew)

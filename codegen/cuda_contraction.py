@@ -1,0 +1,405 @@
+"""CUDA kernels for a recognized contraction (:mod:`polyopt.analysis.contraction`): batched GEMM.
+
+One kernel computes, per output element, what the mapped schedule tree says each thread
+coordinate runs -- the init statement, then the update over the K indices in order -- with the
+output indices grouped as the libraries group them: the grid's z runs over the batch (the batch
+indices and the M and N indices outside the innermost contiguous M and N runs), y over tiles of
+M, x over tiles of N, and the K loop walks tiles of the K run (outer K indices outside it).
+Which index goes where is decided at each launch from the sizes and strides
+(:func:`polyopt.targets.contraction.launch_layout`), so one kernel serves every size; whether a
+run has stride 1 in an array is structural (the array's last subscript), and those strides are
+literal 1 in the code.
+
+Three ways to run the K loop (``Variant.engine``):
+
+- ``simt``: each thread accumulates a register tile, in K order, with FMA contraction (``exact``
+  for f32; the staged ``L`` and ``R`` values are the statement's own subexpressions, so the
+  arithmetic is the statement's);
+- ``tf32``: warp-level ``mma.sync.m16n8k8`` on TF32 (10-bit mantissa) operands with f32
+  accumulation (``precision="tf32"``: results change, never the default);
+- ``dmma``: ``mma.sync.m8n8k4`` on f64 (sm_80+), each product and sum IEEE double: the default
+  for f64 (it sums the K values of a step in the hardware's order).
+
+Tiles go through shared memory with double buffering (the next tile is loaded into registers
+while the current one is used); loads walk the array's contiguous dimension, so the M/N/K
+groups of any layout read coalesced (transposed operands need no copy).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polyopt.analysis import expr as E
+from polyopt.analysis.contraction import ELEMENT, Contraction
+from polyopt.analysis.scop import Scop
+from polyopt.codegen.ast import abi_arguments
+from polyopt.codegen.c import CExpr, c_type_name
+from polyopt.codegen.cuda import CudaSource, cuda_prelude
+
+#: The K-loop engines and what they need (element type of the operands and result).
+ENGINES = ("simt", "tf32", "dmma")
+#: Precision modes a user may ask for: "exact" keeps each element's arithmetic (f64 on the FP64
+#: tensor cores, which round each product and sum as IEEE double); "tf32" lets f32
+#: contractions run on TF32 tensor cores.
+PRECISIONS = ("exact", "tf32")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The shape of one contraction kernel: block tile ``bm x bn``, K tile ``bk``, threads per
+    block; for ``simt`` each thread's register tile is ``tm x tn``, for the tensor-core engines
+    the warps are ``warps_m x warps_n``."""
+
+    engine: str
+    bm: int
+    bn: int
+    bk: int
+    threads: int
+    tm: int = 0
+    tn: int = 0
+    warps_m: int = 0
+    warps_n: int = 0
+
+
+@dataclass(frozen=True)
+class ContractionSource(CudaSource):
+    """A :class:`~polyopt.codegen.cuda.CudaSource` holding one contraction kernel (``program``
+    has its mapped tree and no host steps: the target launches it with
+    :func:`polyopt.targets.contraction.launch`)."""
+
+    contraction: Contraction | None = None
+    variant: Variant | None = None
+    kernel: str = ""
+
+
+#: Default variants, by engine and element type.
+VARIANTS = {
+    ("simt", "f32"): Variant("simt", 128, 128, 8, 256, tm=8, tn=8),
+    ("simt", "f64"): Variant("simt", 64, 64, 8, 256, tm=4, tn=4),
+    ("tf32", "f32"): Variant("tf32", 128, 128, 16, 256, warps_m=2, warps_n=4),
+    ("dmma", "f64"): Variant("dmma", 64, 64, 16, 128, warps_m=2, warps_n=2),
+}
+
+
+def engine_for(dtype_name: str, precision: str) -> str | None:
+    """The engine for a contraction of ``dtype_name`` elements in ``precision``, None where no
+    contraction kernel computes it (integers, complex parts)."""
+    if dtype_name == "f64":
+        return "dmma"
+    if dtype_name == "f32":
+        return "tf32" if precision == "tf32" else "simt"
+    return None
+
+
+@dataclass(frozen=True)
+class Slots:
+    """How many batch slots (grid z) and outer-K slots the kernel decodes: every output index
+    but the innermost M and N ones may land in a batch slot, every K index but one in an outer-K
+    slot (:func:`polyopt.targets.contraction.launch_layout` fills the unused ones with extent 1)."""
+
+    batch: int
+    outer_k: int
+
+    @staticmethod
+    def of(c: Contraction) -> "Slots":
+        return Slots(len(c.batch) + len(c.m) + len(c.n) - 2, len(c.k) - 1)
+
+
+@dataclass(frozen=True)
+class UnitStrides:
+    """Which run strides are 1 whatever the sizes: the innermost M index (last in output order)
+    is the left operand's last subscript (``lm``), and so on; those strides are literal in the
+    code and the tile loads walk them."""
+
+    lm: bool
+    lk: bool
+    rk: bool
+    rn: bool
+    cm: bool
+    cn: bool
+
+    @staticmethod
+    def of(c: Contraction) -> "UnitStrides":
+        m, n, k = c.m[-1], c.n[-1], c.k[-1]
+        return UnitStrides(c.left.index[-1] == m, c.left.index[-1] == k, c.right.index[-1] == k,
+                           c.right.index[-1] == n, c.output_index[-1] == m, c.output_index[-1] == n)
+
+
+#: The launch arguments after the kernel's own (size parameters, scalars, arrays), in order.
+RUN_ARGUMENTS = ("_M", "_N", "_K", "_sLm", "_sLk", "_sRk", "_sRn", "_sCm", "_sCn", "_Z", "_KO")
+
+
+def extra_arguments(slots: Slots) -> tuple[str, ...]:
+    """Names of every launch argument after the kernel's own: the runs, then per batch slot
+    its extent and strides in L, R and C, then per outer-K slot its extent and strides."""
+    names = list(RUN_ARGUMENTS)
+    for j in range(slots.batch):
+        names += [f"_zE{j}", f"_zL{j}", f"_zR{j}", f"_zC{j}"]
+    for j in range(slots.outer_k):
+        names += [f"_kE{j}", f"_kL{j}", f"_kR{j}"]
+    return tuple(names)
+
+
+def contraction_source(scop: Scop, c: Contraction, name: str, variant: Variant) -> str:
+    """The CUDA translation unit of one contraction kernel ``name`` (module docstring)."""
+    dtype = scop.arrays[c.output].dtype
+    body = {"simt": _simt_body, "tf32": _mma_body, "dmma": _mma_body}[variant.engine](
+        scop, c, variant, c_type_name(dtype))
+    slots = Slots.of(c)
+    params = _parameters(scop, c) + [f"long {a}" for a in extra_arguments(slots)]
+    lines = [cuda_prelude(), _MMA_HELPERS if variant.engine != "simt" else "",
+             f'extern "C" __global__ void __launch_bounds__({variant.threads}) {name}(',
+             "    " + ",\n    ".join(params) + ")", "{"]
+    lines += _prologue(c, slots, UnitStrides.of(c))
+    lines += body
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _parameters(scop: Scop, c: Contraction) -> list[str]:
+    params = []
+    for arg in abi_arguments(scop):
+        if arg.kind == "param":
+            params.append(f"long {arg.name}")
+        elif arg.kind == "scalar":
+            params.append(f"{c_type_name(arg.dtype)} {arg.name}")
+        else:
+            const = "" if arg.name == c.output else "const "
+            params.append(f"{const}{c_type_name(arg.dtype)} *__restrict__ {arg.name}")
+    return params
+
+
+def _prologue(c: Contraction, slots: Slots, unit: UnitStrides) -> list[str]:
+    out = ["  /* " + c.describe() + " */"]
+    for stride, is_unit in (("sLm", unit.lm), ("sLk", unit.lk), ("sRk", unit.rk), ("sRn", unit.rn),
+                            ("sCm", unit.cm), ("sCn", unit.cn)):
+        out.append(f"  const long {stride} = {'1' if is_unit else '_' + stride};")
+    return out
+
+
+def _scalar_text(scop: Scop, value: E.Expr, element: str) -> str:
+    """C of a staged value with its element as the C expression ``element``."""
+    return CExpr(scop)(E.substitute(value, lambda x: E.Var(element, "scalar", x.dtype)
+                                    if isinstance(x, E.Var) and x.name == ELEMENT else None))
+
+
+def _batch_offsets(slots: Slots) -> list[str]:
+    """Decode batch index ``_z`` into the offsets of L, R and C (innermost slot first)."""
+    if not slots.batch:
+        return ["    const long _offL = 0, _offR = 0, _offC = 0;"]
+    out = ["    long _offL = 0, _offR = 0, _offC = 0, _zr = _z;"]
+    for j in reversed(range(slots.batch)):
+        out.append(f"    {{ const long _i = _zr % _zE{j}; _zr /= _zE{j}; "
+                   f"_offL += _i * _zL{j}; _offR += _i * _zR{j}; _offC += _i * _zC{j}; }}")
+    return out
+
+
+def _k_offsets(slots: Slots, tile: str, dest: str) -> list[str]:
+    """Decode K tile number ``tile`` into ``{dest}k0`` (start in the K run) and the offsets
+    ``{dest}kL``/``{dest}kR`` of its outer-K indices."""
+    out = [f"      const long {dest}k0 = ({tile} % _KT) * BK;"]
+    if not slots.outer_k:
+        return out + [f"      const long {dest}kL = 0, {dest}kR = 0;"]
+    out.append(f"      long {dest}kL = 0, {dest}kR = 0, {dest}kr = {tile} / _KT;")
+    for j in reversed(range(slots.outer_k)):
+        out.append(f"      {{ const long _i = {dest}kr % _kE{j}; {dest}kr /= _kE{j}; "
+                   f"{dest}kL += _i * _kL{j}; {dest}kR += _i * _kR{j}; }}")
+    return out
+
+
+def _tile_loads(c: Contraction, scop: Scop, v: Variant, t: str, unit: UnitStrides,
+                k_major_store: bool) -> tuple[list[str], list[str], list[str]]:
+    """Global -> registers (``_ga``/``_gb``) for K tile ``_nk0`` and registers -> shared buffer
+    half ``_st``: (declarations, loads, stores). ``k_major_store``: shared tiles are
+    ``[BK][BM+PAD]`` (SIMT), else ``[BM][BK+PADK]`` (tensor cores)."""
+    per_a, per_b = v.bm * v.bk // v.threads, v.bn * v.bk // v.threads
+    decl = [f"    {t} _ga[{per_a}], _gb[{per_b}];"]
+    loads, stores = [], []
+    for reg, count, rows, operand, s_row, s_k, run_unit, k_unit, off, koff, total, buf in (
+            ("_ga", per_a, "BM", c.left, "sLm", "sLk", unit.lm, unit.lk, "_offL", "_nkL", "_M", "_As"),
+            ("_gb", per_b, "BN", c.right, "sRn", "sRk", unit.rn, unit.rk, "_offR", "_nkR", "_N", "_Bs")):
+        walk_rows = run_unit and not k_unit  # consecutive threads along the contiguous dimension
+        row0 = "_m0" if operand is c.left else "_n0"
+        loads.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++) {{")
+        loads.append(f"        const int _e = threadIdx.x + _q * {v.threads};")
+        if walk_rows:
+            loads.append(f"        const int _r = _e % {rows}, _kk = _e / {rows};")
+        else:
+            loads.append("        const int _kk = _e % BK, _r = _e / BK;")
+        element = f"{operand.array}[{off} + {koff} + ({row0} + _r) * {s_row} + (_nk0 + _kk) * {s_k}]"
+        value = _scalar_text(scop, operand.value, element)
+        loads.append(f"        {reg}[_q] = ({row0} + _r < {total} && _nk0 + _kk < _K) ? {value} : ({t})0;")
+        loads.append("      }")
+        stores.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++) {{")
+        stores.append(f"        const int _e = threadIdx.x + _q * {v.threads};")
+        stores.append(f"        const int _r = _e % {rows}, _kk = _e / {rows};" if walk_rows
+                      else "        const int _kk = _e % BK, _r = _e / BK;")
+        target = f"{buf}[_st][_kk][_r]" if k_major_store else f"{buf}[_st][_r][_kk]"
+        value = f"{reg}[_q]" if v.engine != "tf32" else f"pl_tf32({reg}[_q])"
+        stores.append(f"        {target} = {value};")
+        stores.append("      }")
+    return decl, loads, stores
+
+
+def _grid_loops(c: Contraction, slots: Slots, t: str) -> list[str]:
+    """The grid-stride loops over batch, M tiles and N tiles, and the init of the block."""
+    out = ["  for (long _z = blockIdx.z; _z < _Z; _z += gridDim.z) {"]
+    out += _batch_offsets(slots)
+    out += ["    for (long _m0 = (long)blockIdx.y * BM; _m0 < _M; _m0 += (long)gridDim.y * BM) {",
+            "    for (long _n0 = (long)blockIdx.x * BN; _n0 < _N; _n0 += (long)gridDim.x * BN) {"]
+    return out
+
+
+def _init_text(scop: Scop, c: Contraction, element: str) -> str:
+    return element if c.init is None else _scalar_text(scop, c.init, element)
+
+
+def _pipeline(loads: list[str], stores: list[str], compute: list[str], slots: Slots) -> list[str]:
+    """The double-buffered K loop: tile 0 to shared; then per tile, the next tile's loads into
+    registers, the current tile's compute, the next tile's stores into the other half."""
+    out = ["      const long _KT = (_K + BK - 1) / BK, _NT = _KT * _KO;",
+           "      int _st = 0;", "      {"]
+    out += ["      const long _nt = 0;"] + _k_offsets(slots, "_nt", "_n")
+    out += loads + stores
+    out += ["      }", "      __syncthreads();",
+            "      for (long _tile = 0; _tile < _NT; _tile++) {",
+            "        const int _cur = _st;"]
+    out += ["        if (_tile + 1 < _NT) {", "      const long _nt = _tile + 1;"]
+    out += _k_offsets(slots, "_nt", "_n") + loads + ["        }"]
+    out += ["        { const long _k0 = (_tile % _KT) * BK;",
+            "          const int _kn = (int)(_K - _k0 < BK ? _K - _k0 : BK);"]
+    out += compute
+    out += ["        }", "        if (_tile + 1 < _NT) {", "          _st ^= 1;"]
+    out += stores + ["        }", "        __syncthreads();", "      }"]
+    return out
+
+
+def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
+    vec = 16 // scop.arrays[c.output].dtype.numpy.itemsize  # coordinates per shared-memory vector
+    tx = v.bn // v.tn
+    slots, unit = Slots.of(c), UnitStrides.of(c)
+    decl, loads, stores = _tile_loads(c, scop, v, t, unit, k_major_store=True)
+    out = [f"  enum {{ BM = {v.bm}, BN = {v.bn}, BK = {v.bk}, TM = {v.tm}, TN = {v.tn}, PAD = {vec} }};",
+           "  __shared__ __align__(16) " + t + " _As[2][BK][BM + PAD];",
+           "  __shared__ __align__(16) " + t + " _Bs[2][BK][BN + PAD];",
+           f"  const int _tx = threadIdx.x % {tx}, _ty = threadIdx.x / {tx};"]
+    out += _grid_loops(c, slots, t)
+    out += decl
+    # a thread's rows: two runs of TM/2 adjacent ones, half a tile apart (vector reads, no conflicts)
+    out += [f"      {t} _acc[TM][TN];",
+            "      #pragma unroll", "      for (int _i = 0; _i < TM; _i++) {",
+            "        #pragma unroll", "        for (int _j = 0; _j < TN; _j++) {",
+            f"          const long _m = _m0 + (_i % {v.tm // 2}) + _ty * {v.tm // 2} + (_i / {v.tm // 2}) * (BM / 2);",
+            f"          const long _n = _n0 + (_j % {v.tn // 2}) + _tx * {v.tn // 2} + (_j / {v.tn // 2}) * (BN / 2);",
+            f"          _acc[_i][_j] = (_m < _M && _n < _N) ? "
+            f"{_init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : ({t})0;",
+            "        }", "      }"]
+    compute = ["          #pragma unroll", "          for (int _kk = 0; _kk < BK; _kk++) {",
+               "            if (_kk < _kn) {",
+               f"              {t} _a[TM], _b[TN];",
+               "              #pragma unroll",
+               f"              for (int _i = 0; _i < TM; _i++) _a[_i] = _As[_cur][_kk][(_i % {v.tm // 2}) + _ty * {v.tm // 2} + (_i / {v.tm // 2}) * (BM / 2)];",
+               "              #pragma unroll",
+               f"              for (int _j = 0; _j < TN; _j++) _b[_j] = _Bs[_cur][_kk][(_j % {v.tn // 2}) + _tx * {v.tn // 2} + (_j / {v.tn // 2}) * (BN / 2)];",
+               "              #pragma unroll", "              for (int _i = 0; _i < TM; _i++)",
+               "                #pragma unroll", "                for (int _j = 0; _j < TN; _j++)",
+               "                  _acc[_i][_j] = _acc[_i][_j] + _a[_i] * _b[_j];",
+               "            }", "          }"]
+    out += _pipeline(loads, stores, compute, slots)
+    out += ["      #pragma unroll", "      for (int _i = 0; _i < TM; _i++) {",
+            "        #pragma unroll", "        for (int _j = 0; _j < TN; _j++) {",
+            f"          const long _m = _m0 + (_i % {v.tm // 2}) + _ty * {v.tm // 2} + (_i / {v.tm // 2}) * (BM / 2);",
+            f"          const long _n = _n0 + (_j % {v.tn // 2}) + _tx * {v.tn // 2} + (_j / {v.tn // 2}) * (BN / 2);",
+            f"          if (_m < _M && _n < _N) {c.output}[_offC + _m * sCm + _n * sCn] = _acc[_i][_j];",
+            "        }", "      }",
+            "    }", "    }", "  }"]
+    return out
+
+
+#: Per engine: MMA shape (m, n, k), A/B/C registers per lane.
+_MMA = {"tf32": (16, 8, 8), "dmma": (8, 8, 4)}
+
+
+def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
+    fm, fn, fk = _MMA[v.engine]
+    wtm, wtn = v.bm // v.warps_m, v.bn // v.warps_n  # a warp's tile
+    im, jn = wtm // fm, wtn // fn  # MMA tiles per warp tile
+    per_c = 4 if v.engine == "tf32" else 2
+    padk = 4
+    slots, unit = Slots.of(c), UnitStrides.of(c)
+    decl, loads, stores = _tile_loads(c, scop, v, t, unit, k_major_store=False)
+    out = [f"  enum {{ BM = {v.bm}, BN = {v.bn}, BK = {v.bk}, PADK = {padk} }};",
+           f"  __shared__ __align__(16) {t} _As[2][BM][BK + PADK];",
+           f"  __shared__ __align__(16) {t} _Bs[2][BN][BK + PADK];",
+           "  const int _lane = threadIdx.x % 32, _warp = threadIdx.x / 32;",
+           "  const int _g = _lane / 4, _tg = _lane % 4;",
+           f"  const int _wm = (_warp / {v.warps_n}) * {wtm}, _wn = (_warp % {v.warps_n}) * {wtn};"]
+    out += _grid_loops(c, slots, t)
+    out += decl
+    # accumulator element (i, j, r): row/column of the output tile
+    if v.engine == "tf32":
+        row = f"_wm + _i * {fm} + _g + (_r / 2) * 8"
+        col = f"_wn + _j * {fn} + _tg * 2 + (_r % 2)"
+    else:
+        row = f"_wm + _i * {fm} + _g"
+        col = f"_wn + _j * {fn} + _tg * 2 + _r"
+    acc_t = "float" if v.engine == "tf32" else "double"
+    out += [f"      {acc_t} _acc[{im}][{jn}][{per_c}];",
+            f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
+            f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
+            f"          #pragma unroll\n          for (int _r = 0; _r < {per_c}; _r++) {{",
+            f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
+            f"            _acc[_i][_j][_r] = (_m < _M && _n < _N) ? "
+            f"{_init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : ({acc_t})0;",
+            "          }"]
+    if v.engine == "tf32":
+        frag = [f"            uint32_t _a[{im}][4], _b[{jn}][2];",
+                f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++) {{",
+                f"              const int _rr = _wm + _i * {fm} + _g;",
+                "              _a[_i][0] = __float_as_uint(_As[_cur][_rr][_kk + _tg]);",
+                "              _a[_i][1] = __float_as_uint(_As[_cur][_rr + 8][_kk + _tg]);",
+                "              _a[_i][2] = __float_as_uint(_As[_cur][_rr][_kk + _tg + 4]);",
+                "              _a[_i][3] = __float_as_uint(_As[_cur][_rr + 8][_kk + _tg + 4]);",
+                "            }",
+                f"            #pragma unroll\n            for (int _j = 0; _j < {jn}; _j++) {{",
+                f"              const int _cc = _wn + _j * {fn} + _g;",
+                "              _b[_j][0] = __float_as_uint(_Bs[_cur][_cc][_kk + _tg]);",
+                "              _b[_j][1] = __float_as_uint(_Bs[_cur][_cc][_kk + _tg + 4]);",
+                "            }",
+                f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
+                f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
+                "                pl_mma_tf32(_acc[_i][_j], _a[_i], _b[_j]);"]
+    else:
+        frag = [f"            double _a[{im}], _b[{jn}];",
+                f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)"
+                f" _a[_i] = _As[_cur][_wm + _i * {fm} + _g][_kk + _tg];",
+                f"            #pragma unroll\n            for (int _j = 0; _j < {jn}; _j++)"
+                f" _b[_j] = _Bs[_cur][_wn + _j * {fn} + _g][_kk + _tg];",
+                f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
+                f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
+                "                pl_mma_f64(_acc[_i][_j], _a[_i], _b[_j]);"]
+    # the K tile in MMA steps; a partial last tile was padded with zeros by the loads
+    compute = [f"          #pragma unroll\n          for (int _kk = 0; _kk < BK; _kk += {fk}) {{",
+               "            if (_kk < _kn) {"] + frag + ["            }", "          }"]
+    out += _pipeline(loads, stores, compute, slots)
+    out += [f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
+            f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
+            f"          #pragma unroll\n          for (int _r = 0; _r < {per_c}; _r++) {{",
+            f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
+            f"            if (_m < _M && _n < _N) {c.output}[_offC + _m * sCm + _n * sCn] = ({t})_acc[_i][_j][_r];",
+            "          }",
+            "    }", "    }", "  }"]
+    return out
+
+
+_MMA_HELPERS = r"""
+__device__ inline float pl_tf32(float x) { uint32_t r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
+__device__ inline void pl_mma_tf32(float *c, const uint32_t *a, const uint32_t *b) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ inline void pl_mma_f64(double *c, double a, double b) {
+  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+               : "+d"(c[0]), "+d"(c[1]) : "d"(a), "d"(b));
+}
+"""

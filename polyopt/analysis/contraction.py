@@ -1,0 +1,190 @@
+"""Recognizing a tensor contraction in a Scop: ``C[out] = init(C[out]); C[out] += L * R``.
+
+A contraction is what GPU libraries run as (batched) GEMM: every index of the nest is a batch,
+M, N or K index once the indices are grouped. polyopt recognizes it on the Scop, whatever wrote
+it (``po.einsum``, a DSL kernel, C), so one mapping serves einsum strings, batched matmuls, 1x1
+convolutions and attention products:
+
+- an *update* statement over a box domain (each iterator from 0 to a parameter expression)
+  ``C[o1, ..., op] = C[o1, ..., op] + L * R`` (or ``L * R + C[...]``), where the subscripts of
+  ``C`` are distinct iterators, ``L`` and ``R`` each read one array element whose subscripts are
+  distinct iterators, and everything else in them is constants and scalar arguments
+  (``alpha * A[i, k]``);
+- optionally, before it, an *init* statement over the output box ``C[out] = f(C[out])`` with
+  constants and scalars (``0``, ``beta * C[i, j]``).
+
+The indices group by where they appear: in ``C`` and in both operands (or neither): *batch*; in
+``C`` and ``L`` only: *M*; in ``C`` and ``R`` only: *N*; not in ``C``: *K* (summed). A
+contraction needs at least one M, N and K index (a matrix-vector product is no GEMM).
+
+Recognition is structural; that the order the mapping runs (per output element: init, then the
+K indices in order) is legal is left to the verifier, which checks the mapped schedule tree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polyopt.analysis import expr as E
+from polyopt.analysis.scop import Scop, Statement
+from polyopt.codegen.ast import IslAstTranslator
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One array read of the product: ``array[index[0], index[1], ...]``, staged as ``value``
+    (an expression of the element, which appears in it as :data:`ELEMENT`, and of scalars)."""
+
+    array: str
+    index: tuple[str, ...]
+    value: E.Expr
+
+
+#: The name standing for an operand's element (or the output's) in a staged value.
+ELEMENT = "_elem"
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """A recognized contraction (module docstring). Indices are the update statement's
+    iterators; ``extent[i]`` is index ``i``'s extent (an expression of the parameters).
+    ``batch``, ``m`` and ``n`` list their indices in the output's order, ``k`` in loop order
+    (the order the sum runs in).
+    ``init`` is the init statement's value with the output element as :data:`ELEMENT` (None:
+    the update starts from the output's values)."""
+
+    output: str
+    output_index: tuple[str, ...]
+    left: Operand
+    right: Operand
+    init: E.Expr | None
+    extent: dict[str, E.Expr]
+    batch: tuple[str, ...]
+    m: tuple[str, ...]
+    n: tuple[str, ...]
+    k: tuple[str, ...]
+    statements: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One line naming the index groups, e.g. ``batch (b, h) x M (q) x N (k) x K (d)``."""
+        groups = (("batch", self.batch), ("M", self.m), ("N", self.n), ("K", self.k))
+        return " x ".join(f"{name} ({', '.join(index)})" for name, index in groups if index)
+
+
+def find_contraction(scop: Scop) -> Contraction | None:
+    """The contraction ``scop`` computes (module docstring), or None."""
+    if not 1 <= len(scop.statements) <= 2:
+        return None
+    *init, update = scop.statements
+    parts = _update_parts(scop, update)
+    if parts is None:
+        return None
+    output_index, left, right = parts
+    extent = _box_extents(scop, update)
+    if extent is None:
+        return None
+    init_value = None
+    if init:
+        init_value = _init_value(scop, init[0], scop.statements[1].target.array, output_index, extent)
+        if init_value is None:
+            return None
+    in_out = set(output_index)
+    in_left, in_right = set(left.index), set(right.index)
+    if any(i not in in_out | in_left | in_right for i in update.iterators):
+        return None  # an index nothing reads: the sum repeats one product
+    batch = tuple(i for i in output_index if (i in in_left) == (i in in_right))
+    m = tuple(i for i in output_index if i in in_left and i not in in_right)
+    n = tuple(i for i in output_index if i in in_right and i not in in_left)
+    k = tuple(i for i in update.iterators if i not in in_out)  # in loop order: the sum's order
+    if not (m and n and k):
+        return None
+    return Contraction(update.target.array, output_index, left, right, init_value, extent,
+                       batch, m, n, k, tuple(s.name for s in scop.statements))
+
+
+def _plain_index(access: E.Access) -> tuple[str, ...] | None:
+    """The iterators subscripting ``access``, when each subscript is one distinct iterator."""
+    names = tuple(i.name for i in access.indices if isinstance(i, E.Var) and i.kind == "iter")
+    return names if len(names) == len(access.indices) == len(set(names)) else None
+
+
+def _only_scalars(e: E.Expr) -> bool:
+    """Whether ``e`` has no array elements and no iterators (constants and scalar arguments)."""
+    return not any(isinstance(x, E.Access) or (isinstance(x, E.Var) and x.kind == "iter")
+                   for x in E.walk(e))
+
+
+def _operand(scop: Scop, e: E.Expr, written: set[str]) -> Operand | None:
+    """``e`` as one staged operand: exactly one read-only array element, scalars around it."""
+    reads = [x for x in E.walk(e) if isinstance(x, E.Access)]
+    if len(reads) != 1 or reads[0].array in written or not scop.arrays[reads[0].array].shape:
+        return None
+    index = _plain_index(reads[0])
+    if index is None:
+        return None
+    element = reads[0]
+    value = E.substitute(e, lambda x: E.Var(ELEMENT, "scalar", x.dtype) if x is element else None)
+    return Operand(element.array, index, value) if _only_scalars(value) else None
+
+
+def _update_parts(scop: Scop, update: Statement):
+    """(output index, left operand, right operand) of ``C[o] = C[o] + L * R``, or None."""
+    target, value = update.target, update.value
+    output_index = _plain_index(target)
+    if output_index is None or not isinstance(value, E.Binary) or value.op != "+":
+        return None
+    if value.lhs == target:
+        product = value.rhs
+    elif value.rhs == target:
+        product = value.lhs
+    else:
+        return None
+    if not isinstance(product, E.Binary) or product.op != "*" or product.dtype != target.dtype:
+        return None
+    written = {s.target.array for s in scop.statements}
+    left, right = _operand(scop, product.lhs, written), _operand(scop, product.rhs, written)
+    if left is None or right is None:
+        return None
+    return output_index, left, right
+
+
+def _init_value(scop: Scop, init: Statement, output: str, output_index: tuple[str, ...],
+                extent: dict[str, E.Expr]) -> E.Expr | None:
+    """The init statement's value with its output element as :data:`ELEMENT`, when it writes
+    every output element once from that element and scalars; else None."""
+    target = init.target
+    index = _plain_index(target)
+    if target.array != output or index is None or len(index) != len(init.iterators):
+        return None
+    mine = _box_extents(scop, init)
+    if mine is None or any(mine[i] != extent[o] for i, o in zip(index, output_index)):
+        return None
+    value = E.substitute(init.value, lambda x: E.Var(ELEMENT, "scalar", x.dtype) if x == target else None)
+    return value if _only_scalars(value) else None
+
+
+def _box_extents(scop: Scop, stmt: Statement) -> dict[str, E.Expr] | None:
+    """Each iterator's extent, when the domain is the box ``0 <= i < extent(params)``."""
+    domain = stmt.domain.intersect_params(scop.context.align_params(stmt.domain.get_space()))
+    if domain.is_empty():
+        return None
+    build = isl.AstBuild.from_context(domain.params())
+    translate = IslAstTranslator(set(scop.params))
+    n = len(stmt.iterators)
+    box, extents = None, {}
+    for d, name in enumerate(stmt.iterators):
+        low, high = domain.dim_min(d), domain.dim_max(d)
+        if low.n_piece() != 1 or high.n_piece() != 1 or not low.is_cst():
+            return None
+        own = domain.project_out(isl.dim_type.set, d + 1, n - d - 1).project_out(isl.dim_type.set, 0, d)
+        box = own if box is None else box.flat_product(own)
+        extents[name] = translate.expr(build.expr_from_pw_aff(high.add(_one(high))))
+    if box is None:  # no iterators: one instance
+        return extents
+    box = box.set_tuple_id(domain.get_tuple_id()) if domain.has_tuple_id() else box
+    return extents if box.is_equal(domain) else None
+
+
+def _one(pa: isl.PwAff) -> isl.PwAff:
+    return isl.PwAff.val_on_domain(pa.domain(), isl.Val.one(pa.get_ctx()))

@@ -1,0 +1,191 @@
+"""The CUDA target's contraction path: a recognized contraction runs as one batched-GEMM kernel.
+
+:func:`contraction_plan` recognizes the contraction (:mod:`polyopt.analysis.contraction`),
+builds the schedule tree the kernel implements -- one kernel, every output index a
+block/thread coordinate, each thread running the init statement and then the K indices in loop
+order -- and has the verifier check it like any GPU mapping, then emits the kernel
+(:mod:`polyopt.codegen.cuda_contraction`). :func:`launch_layout` decides at each launch which
+output indices form the M and N runs of the tiles and which go to the grid's batch dimension,
+from the sizes and the arrays' strides: indices adjacent in memory in every array holding them
+collapse into one run (``bik,kj->bij`` is one GEMM of ``b*i`` rows), the others are decoded
+per block.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import prod
+
+import islpy as isl
+import numpy as np
+
+from polyopt.analysis.contraction import Contraction, find_contraction
+from polyopt.analysis.evaluate import evaluate
+from polyopt.analysis.scop import Scop
+from polyopt.analysis.verify import verify
+from polyopt.codegen.cuda_contraction import (PRECISIONS, VARIANTS, ContractionSource, Slots, Variant,
+                                              contraction_source, engine_for)
+from polyopt.codegen.gpu_mapping import map_to_gpu
+from polyopt.errors import ScheduleError
+from polyopt.schedulers.registry import schedule as run_scheduler
+from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_THREAD_MARK
+from polyopt.transform.schedule import Schedule
+
+#: Most blocks per grid dimension (x, y, z).
+_GRID_LIMIT = (2**31 - 1, 65535, 65535)
+
+
+@dataclass(frozen=True)
+class ContractionPlan:
+    """What the contraction path makes of a kernel: the schedule value (the original order,
+    with the mapping as its last note) and the source (its program is the verified mapping:
+    one kernel whose coordinates are the output indices)."""
+
+    schedule: Schedule
+    source: ContractionSource
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, got {precision!r}")
+    return precision
+
+
+def contraction_plan(scop: Scop, name: str, precision: str = "exact") -> ContractionPlan | None:
+    """The contraction kernel ``name`` of ``scop``, or None where ``scop`` is no contraction of f32/f64
+    data or the verifier refuses the contraction's order (the caller maps it the general way)."""
+    found = find_contraction(scop)
+    if found is None:
+        return None
+    dtype = scop.arrays[found.output].dtype
+    engine = engine_for(dtype.name, check_precision(precision))
+    if engine is None or any(scop.arrays[a].dtype != dtype for a in (found.left.array, found.right.array)):
+        return None
+    program = map_to_gpu(scop, coordinate_tree(scop, found), name)
+    try:
+        verify(scop, program.tree)
+    except ScheduleError:
+        return None  # e.g. the init statement runs after some update in the original order
+    kernel = program.kernels[0].name
+    variant = VARIANTS[(engine, dtype.name)]
+    base = run_scheduler(scop, "original")
+    note = (f"GPU contraction mapping ({variant.engine}, precision={precision!r}): {found.describe()}; "
+            f"one kernel, block tile {variant.bm}x{variant.bn}, K tile {variant.bk}, {variant.threads} threads; "
+            "M/N runs and batch chosen per launch from the strides")
+    schedule = replace(base, notes=tuple(base.notes) + (note,))
+    text = contraction_source(scop, found, kernel, variant)
+    source = ContractionSource(program, text, {}, name, contraction=found, variant=variant, kernel=kernel)
+    return ContractionPlan(schedule, source)
+
+
+def coordinate_tree(scop: Scop, c: Contraction) -> isl.Schedule:
+    """The schedule tree the contraction kernel runs: one coordinate band (under
+    ``gpu_block``/``gpu_thread`` marks) per output index, then per thread the init statement
+    and the update's K loops in loop order (the mapping reads the kernel from it)."""
+    update = scop.statement(c.statements[-1])
+    init = scop.statement(c.statements[0]) if len(c.statements) == 2 else None
+    schedule = isl.Schedule.from_domain(scop.domain)
+    node = schedule.get_root().child(0)
+    if init is not None:
+        filters = isl.UnionSetList.alloc(node.get_ctx(), 2)
+        for stmt in (init, update):
+            filters = filters.add(isl.UnionSet.from_set(stmt.domain))
+        node = node.insert_sequence(filters).child(1).child(0)
+    for index in reversed(c.k):
+        member = _member([(update, update.iterators.index(index))])
+        node = node.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(member))
+    node = node.get_schedule().get_root().child(0)
+    for d in reversed(range(len(c.output_index))):
+        pieces = [(update, update.iterators.index(c.output_index[d]))]
+        if init is not None:
+            pieces.append((init, init.iterators.index(init.target.indices[d].name)))
+        node = node.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(_member(pieces)))
+        node = node.band_member_set_coincident(0, 1)
+        node = node.insert_mark(isl.Id(GPU_THREAD_MARK)).insert_mark(isl.Id(GPU_BLOCK_MARK))
+    return node.get_schedule()
+
+
+def _member(pieces) -> isl.UnionPwAff:
+    """The coordinate that is iterator ``position`` of each ``(statement, position)``."""
+    member = None
+    for stmt, position in pieces:
+        space = isl.LocalSpace.from_space(stmt.domain.get_space())
+        aff = isl.PwAff.from_aff(isl.Aff.var_on_domain(space, isl.dim_type.set, position))
+        piece = isl.UnionPwAff.from_pw_aff(aff.intersect_domain(stmt.domain))
+        member = piece if member is None else member.union_add(piece)
+    return member
+
+
+# ----- launches ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch: the values of the kernel's run arguments (in
+    :func:`~polyopt.codegen.cuda_contraction.extra_arguments` order) and the grid (x, y, z),
+    None when the result is empty."""
+
+    arguments: tuple[int, ...]
+    grid: tuple[int, int, int] | None
+
+
+def array_strides(index: tuple[str, ...], shape: tuple[int, ...]) -> dict[str, int]:
+    """Element strides of a C-contiguous array of ``shape`` subscripted by ``index``."""
+    return {name: prod(shape[d + 1:]) for d, name in enumerate(index)}
+
+
+def launch_layout(c: Contraction, variant: Variant, extent: dict[str, int],
+                  shapes: dict[str, tuple[int, ...]]) -> Launch:
+    """The launch of the contraction kernel for these index extents and array shapes (module
+    docstring): the M, N and K runs, the batch and outer-K slots, the grid."""
+    strides = {c.left.array: array_strides(c.left.index, shapes[c.left.array]),
+               c.right.array: array_strides(c.right.index, shapes[c.right.array]),
+               c.output: array_strides(c.output_index, shapes[c.output])}
+    left, right, out = strides[c.left.array], strides[c.right.array], strides[c.output]
+    m_run, m_rest = _run(c.m, extent, (left, out))
+    n_run, n_rest = _run(c.n, extent, (right, out))
+    k_run, k_rest = _run(c.k, extent, (left, right))
+    size = {name: prod(extent[i] for i in run) for name, run in (("M", m_run), ("N", n_run), ("K", k_run))}
+    values = [size["M"], size["N"], size["K"],
+              left.get(m_run[0], 0), left.get(k_run[0], 0), right.get(k_run[0], 0), right.get(n_run[0], 0),
+              out.get(m_run[0], 0), out.get(n_run[0], 0)]
+    slots = Slots.of(c)
+    batch = [i for i in c.output_index if i in set(c.batch) | set(m_rest) | set(n_rest)]
+    outer_k = [i for i in c.k if i in k_rest]
+    z, ko = prod(extent[i] for i in batch), prod(extent[i] for i in outer_k)
+    values += [z, ko]
+    for i in batch + [None] * (slots.batch - len(batch)):
+        values += [1, 0, 0, 0] if i is None else [extent[i], left.get(i, 0), right.get(i, 0), out.get(i, 0)]
+    for i in outer_k + [None] * (slots.outer_k - len(outer_k)):
+        values += [1, 0, 0] if i is None else [extent[i], left.get(i, 0), right.get(i, 0)]
+    blocks = (-(-size["N"] // variant.bn), -(-size["M"] // variant.bm), z)
+    grid = None if 0 in blocks else tuple(min(b, limit) for b, limit in zip(blocks, _GRID_LIMIT))
+    return Launch(tuple(values), grid)
+
+
+def _run(indices: tuple[str, ...], extent: dict[str, int], arrays) -> tuple[list[str], list[str]]:
+    """The innermost run of ``indices`` (innermost first): the last index and each one before
+    it whose stride in every array is the extent times the stride of the run's outermost
+    index (adjacent in memory); and the indices left out."""
+    run = [indices[-1]]
+    for p in reversed(indices[:-1]):
+        q = run[-1]
+        if not all(a.get(p, 0) == extent[q] * a.get(q, 0) for a in arrays):
+            break
+        run.append(p)
+    return run, [i for i in indices if i not in run]
+
+
+def launch(source: ContractionSource, module, abi_values: list, params: dict[str, int], arrays: dict) -> None:
+    """Launch the contraction kernel of ``source`` (built in ``module``) on the current stream:
+    the kernel's own arguments ``abi_values``, then the layout's (:func:`launch_layout`) from
+    the parameter values and the (C-contiguous) arrays' shapes."""
+    c = source.contraction
+    extent = {i: int(evaluate(e, params, {})) for i, e in c.extent.items()}
+    shapes = {name: tuple(arrays[name].shape) for name in (c.left.array, c.right.array, c.output)}
+    layout = launch_layout(c, source.variant, extent, shapes)
+    if layout.grid is not None:
+        module.get_function(source.kernel)(
+            layout.grid, (source.variant.threads, 1, 1), tuple(abi_values) + tuple(np.int64(v) for v in layout.arguments))
+
+
+__all__ = ["ContractionPlan", "Launch", "array_strides", "check_precision", "contraction_plan", "launch",
+           "coordinate_tree", "launch_layout"]

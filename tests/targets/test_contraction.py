@@ -1,0 +1,195 @@
+"""The CUDA contraction path (issue 17 item 1-2): contractions of any index grouping recognized on
+the Scop, mapped as one verified batched-GEMM kernel, laid out per launch from the strides, and
+computed right in every engine (SIMT f32, TF32 and FP64 tensor cores). The source tests need no
+GPU (nvcc builds each engine); the results are checked on a GPU against numpy in float64."""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import polyopt as po
+from polyopt.analysis.contraction import find_contraction
+from polyopt.codegen.cuda_contraction import ContractionSource, Slots, UnitStrides
+from polyopt.targets.cache import scop_of
+from polyopt.targets.contraction import contraction_plan, launch_layout
+from polyopt.targets.cuda import plan
+
+from conftest import needs_gpu
+
+f32, f64 = po.f32, po.f64
+
+#: einsum contractions as deep-learning code calls them (issue 17), with small odd sizes.
+PATTERNS = [
+    ("bhqd,bhkd->bhqk", [(2, 3, 37, 16), (2, 3, 29, 16)]),
+    ("bhqk,bhkd->bhqd", [(2, 3, 37, 29), (2, 3, 29, 16)]),
+    ("bik,kj->bij", [(3, 45, 70), (70, 33)]),
+    ("ij,jk->ik", [(130, 67), (67, 140)]),
+    ("abcd,cdef->abef", [(5, 6, 7, 3), (7, 3, 4, 9)]),
+    ("nchw,kc->nkhw", [(3, 20, 5, 7), (24, 20)]),
+    ("ij,kj->ki", [(50, 40), (70, 40)]),  # transposed output, B read by rows
+    ("kib,kjb->bij", [(9, 20, 3), (9, 30, 3)]),  # K outermost everywhere, batch innermost
+    ("acb,cbd->ad", [(17, 5, 6), (5, 6, 23)]),  # K = (c, b): one run in A's order
+    ("bca,cd->bad", [(4, 6, 5), (6, 7)]),  # M = (b, a) not adjacent in the output
+]
+
+
+def _einsum_scop(subscripts, shapes, dtype="float32"):
+    return po.einsum_kernel(subscripts, *shapes, dtype=dtype, target="cuda", contraction=False).scop
+
+
+def test_index_groups_of_einsum_contractions():
+    groups = {s: find_contraction(_einsum_scop(s, shapes)).describe() for s, shapes in PATTERNS[:6]}
+    assert groups["bhqd,bhkd->bhqk"] == "batch (i_b, i_h) x M (i_q) x N (i_k) x K (i_d)"
+    assert groups["bik,kj->bij"] == "M (i_b, i_i) x N (i_j) x K (i_k)"
+    assert groups["abcd,cdef->abef"] == "M (i_a, i_b) x N (i_e, i_f) x K (i_c, i_d)"
+    assert groups["nchw,kc->nkhw"] == "M (i_n, i_h, i_w) x N (i_k) x K (i_c)"
+    gemm = find_contraction(scop_of(po.suite.get("gemm").kernel))
+    assert gemm.describe() == "M (i) x N (j) x K (k)" and gemm.left.array == "A"
+    assert str(gemm.init) == str(gemm.init) and gemm.init is not None  # C *= beta is the init
+
+
+@pytest.mark.parametrize("subscripts, shapes", [("ij,j->i", [(3, 4), (4,)]), ("i,i->", [(9,), (9,)]),
+                                                 ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+                                                 ("ij->i", [(3, 4)]), ("i,j->ij", [(3,), (4,)])])
+def test_what_is_no_gemm_is_not_a_contraction(subscripts, shapes):
+    """A matrix-vector product, a dot, a sum and an outer product have no M, N or K; three
+    operands in one nest are no two-operand product."""
+    assert find_contraction(_einsum_scop(subscripts, shapes, "float64")) is None
+
+
+def test_triangular_and_repeated_index_nests_are_not_contractions():
+    assert find_contraction(scop_of(po.suite.get("syrk").kernel)) is None  # j <= i: no box
+    assert find_contraction(_einsum_scop("ii,ij->ij", [(4, 4), (4, 5)], "float64")) is None
+
+
+def test_runs_collapse_where_indices_are_adjacent_in_memory():
+    c = find_contraction(_einsum_scop("bik,kj->bij", [(3, 45, 70), (70, 33)]))
+    variant = contraction_plan(_einsum_scop("bik,kj->bij", [(3, 45, 70), (70, 33)]), "t").source.variant
+    shapes = {"op0": (3, 45, 70), "op1": (70, 33), "out": (3, 45, 33)}
+    extent = {"i_b": 3, "i_i": 45, "i_k": 70, "i_j": 33}
+    layout = launch_layout(c, variant, extent, shapes)
+    # one GEMM of 135 rows: M = b*i, strides of the run's innermost index (i)
+    assert layout.arguments[:9] == (135, 33, 70, 70, 1, 33, 1, 33, 1)
+    assert layout.arguments[9:11] == (1, 1)  # no batch, no outer K
+    assert layout.grid == (1, 2, 1)
+
+
+def test_indices_apart_in_memory_go_to_the_batch():
+    scop = _einsum_scop("nchw,kc->nkhw", [(3, 20, 5, 7), (24, 20)])
+    c, variant = find_contraction(scop), contraction_plan(scop, "t").source.variant
+    shapes = {"op0": (3, 20, 5, 7), "op1": (24, 20), "out": (3, 24, 5, 7)}
+    layout = launch_layout(c, variant, {"i_n": 3, "i_c": 20, "i_h": 5, "i_w": 7, "i_k": 24}, shapes)
+    m, n, k, s_lm, s_lk, s_rk, s_rn, s_cm, s_cn, z, ko = layout.arguments[:11]
+    assert (m, n, k, z, ko) == (35, 24, 20, 3, 1)  # M = h*w, n in the batch
+    assert (s_lm, s_lk, s_rk, s_rn, s_cm, s_cn) == (1, 35, 1, 20, 1, 35)
+    slots = Slots.of(c)
+    assert slots == Slots(batch=2, outer_k=0)
+    assert layout.arguments[11:15] == (3, 20 * 35, 0, 24 * 35)  # n: its strides in A, B (none), C
+    assert layout.arguments[15:19] == (1, 0, 0, 0)  # the unused slot
+    assert UnitStrides.of(c) == UnitStrides(lm=True, lk=False, rk=True, rn=False, cm=True, cn=False)
+
+
+def test_empty_results_launch_nothing():
+    scop = _einsum_scop("ij,jk->ik", [(4, 5), (5, 6)])
+    c, variant = find_contraction(scop), contraction_plan(scop, "t").source.variant
+    layout = launch_layout(c, variant, {"i_i": 0, "i_j": 5, "i_k": 6}, {"op0": (0, 5), "op1": (5, 6), "out": (0, 6)})
+    assert layout.grid is None
+
+
+def test_the_mapping_is_verified_and_inspectable():
+    result = plan(po.suite.get("gemm").kernel)
+    assert isinstance(result.source, ContractionSource)
+    po.verify(result.scop, result.mapped_tree)
+    (kernel,) = result.program.kernels
+    assert len(kernel.coords) == 2 and kernel.statements == {"S0", "S1"}
+    assert "GPU contraction mapping (dmma" in result.schedule.notes[-1]
+    assert "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64" in result.source.source  # FP64 tensor cores
+    four = plan(po.einsum_kernel("abcd,cdef->abef", (2, 3, 4, 5), (4, 5, 6, 7), target="cuda", contraction=False).scop)
+    assert len(four.program.kernels[0].coords) == 4  # every output index is a coordinate
+    po.verify(four.scop, four.mapped_tree)
+
+
+def test_precision_is_opt_in_and_checked():
+    gemm32 = po.suite.get("gemm").kernel.with_dtype("f32")
+    exact = po.cuda_source(gemm32)
+    assert "mma.sync" not in exact and "_acc[_i][_j] = _acc[_i][_j] + _a[_i] * _b[_j];" in exact
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in po.cuda_source(gemm32, precision="tf32")
+    with pytest.raises(ValueError, match="precision must be one of 'exact', 'tf32'"):
+        po.cuda_source(gemm32, precision="fast")
+    # the general mapping when asked for it, or when the user steers the mapping
+    assert "_acc" not in po.cuda_source(gemm32, contraction=False)
+    assert "_acc" not in po.cuda_source(gemm32, block=(8, 32))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_nvcc_builds_every_engine(tmp_path):
+    sources = {"simt32": po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32")),
+               "tf32": po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32"), precision="tf32"),
+               "dmma": po.cuda_source(po.suite.get("gemm").kernel)}
+    for k, (subscripts, shapes) in enumerate(PATTERNS):
+        sources[f"p{k}"] = po.einsum_kernel(subscripts, *shapes, dtype="float32", target="cuda").cuda_source
+    for name, text in sources.items():
+        (tmp_path / f"{name}.cu").write_text(text)
+    result = subprocess.run(["nvcc", "-arch=sm_90", "-c", *(f"{n}.cu" for n in sources)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert len(list(tmp_path.glob("*.o"))) == len(sources)
+
+
+# ----- on the GPU ----------------------------------------------------------------------------------
+
+def _relative_error(result, expected) -> float:
+    return float(np.linalg.norm(result - expected) / max(np.linalg.norm(expected), 1e-300))
+
+
+@needs_gpu
+@pytest.mark.parametrize("precision", ["exact", "tf32"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("subscripts, shapes", PATTERNS)
+def test_contractions_match_numpy(subscripts, shapes, dtype, precision):
+    import cupy
+
+    if dtype == np.float64 and precision == "tf32":
+        pytest.skip("tf32 concerns f32 data")
+    rng = np.random.default_rng(len(subscripts))
+    operands = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    kernel = po.einsum_kernel(subscripts, *operands, target="cuda", precision=precision)
+    assert isinstance(kernel.compiled, ContractionSource)
+    expected = np.einsum(subscripts, *(o.astype(np.float64) for o in operands))
+    result = po.einsum(subscripts, *map(cupy.asarray, operands), precision=precision).get()
+    bound = {"tf32": 5e-3, "exact": 1e-5 if dtype == np.float32 else 1e-13}[precision]
+    assert _relative_error(result, expected) < bound
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_suite_gemm_with_alpha_and_beta(dtype):
+    """The init statement (C *= beta) and the scaled operand (alpha * A) of PolyBench's gemm, at
+    sizes no tile divides, through po.compile as a library call runs it."""
+    entry = po.suite.get("gemm")
+    kernel = entry.kernel.with_dtype(dtype)
+    args = entry.inputs({"NI": 131, "NJ": 77, "NK": 45})
+    if dtype == "f32":
+        args = {k: (v.astype(np.float32) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    expected = {k: (v.astype(np.float64) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    entry.reference(**expected)
+    compiled = po.compile(kernel, target="cuda")
+    assert isinstance(compiled.compiled, ContractionSource)
+    compiled(**args)
+    assert _relative_error(args["C"], expected["C"]) < (1e-5 if dtype == "f32" else 1e-13)
+
+
+@needs_gpu
+def test_exact_f32_is_the_statements_arithmetic():
+    """precision='exact' on f32 sums each element in K order with FMA contraction: bitwise the
+    result of the general mapping (which runs the same order)."""
+    import cupy
+
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((70, 300)).astype(np.float32), rng.standard_normal((300, 50)).astype(np.float32)
+    fast = po.einsum("ij,jk->ik", cupy.asarray(a), cupy.asarray(b)).get()
+    general = po.einsum_kernel("ij,jk->ik", a, b, target="cuda", contraction=False)
+    out = cupy.zeros((70, 50), np.float32)
+    general(op0=cupy.asarray(a), op1=cupy.asarray(b), out=out)
+    np.testing.assert_array_equal(fast, out.get())
