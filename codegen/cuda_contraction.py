@@ -193,50 +193,48 @@ def _batch_offsets(slots: Slots) -> list[str]:
     return out
 
 
-def _k_offsets(slots: Slots, tile: str, dest: str) -> list[str]:
-    """Decode K tile number ``tile`` into ``{dest}k0`` (start in the K run) and the offsets
-    ``{dest}kL``/``{dest}kR`` of its outer-K indices."""
-    out = [f"      const long {dest}k0 = ({tile} % _KT) * BK;"]
-    if not slots.outer_k:
-        return out + [f"      const long {dest}kL = 0, {dest}kR = 0;"]
-    out.append(f"      long {dest}kL = 0, {dest}kR = 0, {dest}kr = {tile} / _KT;")
+def _outer_k_offsets(slots: Slots) -> list[str]:
+    """Decode outer-K number ``_nko`` into the offsets ``_nkL``/``_nkR`` of its indices."""
+    out = ["        _nkL = 0; _nkR = 0;", "        { long _kr = _nko;"]
     for j in reversed(range(slots.outer_k)):
-        out.append(f"      {{ const long _i = {dest}kr % _kE{j}; {dest}kr /= _kE{j}; "
-                   f"{dest}kL += _i * _kL{j}; {dest}kR += _i * _kR{j}; }}")
-    return out
+        out.append(f"          {{ const long _i = _kr % _kE{j}; _kr /= _kE{j}; "
+                   f"_nkL += _i * _kL{j}; _nkR += _i * _kR{j}; }}")
+    return out + ["        }"]
 
 
 def _tile_loads(c: Contraction, scop: Scop, v: Variant, t: str, unit: UnitStrides,
                 k_major_store: bool) -> tuple[list[str], list[str], list[str]]:
-    """Global -> registers (``_ga``/``_gb``) for K tile ``_nk0`` and registers -> shared buffer
-    half ``_st``: (declarations, loads, stores). ``k_major_store``: shared tiles are
+    """Global -> registers (``_ga``/``_gb``) for the K tile at ``_nk0`` and registers -> shared
+    buffer half ``_st``: (declarations, loads, stores). Each thread's elements of a tile are at
+    fixed positions (``_ra + q * step`` rows or ``_ka + q * step`` K values), consecutive
+    threads along the array's contiguous dimension. ``k_major_store``: shared tiles are
     ``[BK][BM+PAD]`` (SIMT), else ``[BM][BK+PADK]`` (tensor cores)."""
-    per_a, per_b = v.bm * v.bk // v.threads, v.bn * v.bk // v.threads
-    decl = [f"    {t} _ga[{per_a}], _gb[{per_b}];"]
-    loads, stores = [], []
-    for reg, count, rows, operand, s_row, s_k, run_unit, k_unit, off, koff, total, buf in (
-            ("_ga", per_a, "BM", c.left, "sLm", "sLk", unit.lm, unit.lk, "_offL", "_nkL", "_M", "_As"),
-            ("_gb", per_b, "BN", c.right, "sRn", "sRk", unit.rn, unit.rk, "_offR", "_nkR", "_N", "_Bs")):
+    decl, loads, stores = [], [], []
+    for name, rows, operand, s_row, s_k, run_unit, k_unit, off, koff, total, buf in (
+            ("a", v.bm, c.left, "sLm", "sLk", unit.lm, unit.lk, "_offL", "_nkL", "_M", "_As"),
+            ("b", v.bn, c.right, "sRn", "sRk", unit.rn, unit.rk, "_offR", "_nkR", "_N", "_Bs")):
+        count = rows * v.bk // v.threads
         walk_rows = run_unit and not k_unit  # consecutive threads along the contiguous dimension
         row0 = "_m0" if operand is c.left else "_n0"
-        loads.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++) {{")
-        loads.append(f"        const int _e = threadIdx.x + _q * {v.threads};")
         if walk_rows:
-            loads.append(f"        const int _r = _e % {rows}, _kk = _e / {rows};")
+            decl.append(f"    const int _r{name} = threadIdx.x % {rows}, _k{name} = threadIdx.x / {rows};")
+            r, kk = f"_r{name}", f"(_k{name} + _q * {v.threads // rows})"
         else:
-            loads.append("        const int _kk = _e % BK, _r = _e / BK;")
-        element = f"{operand.array}[{off} + {koff} + ({row0} + _r) * {s_row} + (_nk0 + _kk) * {s_k}]"
+            decl.append(f"    const int _r{name} = threadIdx.x / {v.bk}, _k{name} = threadIdx.x % {v.bk};")
+            r, kk = f"(_r{name} + _q * {v.threads // v.bk})", f"_k{name}"
+        decl.append(f"    {t} _g{name}[{count}];")
+        pointer = f"_p{name}"
+        loads.append(f"      {{ const {t} *__restrict__ {pointer} = {operand.array} + {off} + {koff} + "
+                     f"{row0} * {s_row} + _nk0 * {s_k};")
+        loads.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++) {{")
+        element = f"{pointer}[(long){r} * {s_row} + (long){kk} * {s_k}]"
         value = _scalar_text(scop, operand.value, element)
-        loads.append(f"        {reg}[_q] = ({row0} + _r < {total} && _nk0 + _kk < _K) ? {value} : ({t})0;")
-        loads.append("      }")
-        stores.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++) {{")
-        stores.append(f"        const int _e = threadIdx.x + _q * {v.threads};")
-        stores.append(f"        const int _r = _e % {rows}, _kk = _e / {rows};" if walk_rows
-                      else "        const int _kk = _e % BK, _r = _e / BK;")
-        target = f"{buf}[_st][_kk][_r]" if k_major_store else f"{buf}[_st][_r][_kk]"
-        value = f"{reg}[_q]" if v.engine != "tf32" else f"pl_tf32({reg}[_q])"
+        loads.append(f"        _g{name}[_q] = ({row0} + {r} < {total} && _nk0 + {kk} < _K) ? {value} : ({t})0;")
+        loads.append("      } }")
+        stores.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++)")
+        target = f"{buf}[_st][{kk}][{r}]" if k_major_store else f"{buf}[_st][{r}][{kk}]"
+        value = f"_g{name}[_q]" if v.engine != "tf32" else f"pl_tf32(_g{name}[_q])"
         stores.append(f"        {target} = {value};")
-        stores.append("      }")
     return decl, loads, stores
 
 
@@ -253,22 +251,27 @@ def _init_text(scop: Scop, c: Contraction, element: str) -> str:
     return element if c.init is None else _scalar_text(scop, c.init, element)
 
 
-def _pipeline(loads: list[str], stores: list[str], compute: list[str], slots: Slots) -> list[str]:
-    """The double-buffered K loop: tile 0 to shared; then per tile, the next tile's loads into
-    registers, the current tile's compute, the next tile's stores into the other half."""
-    out = ["      const long _KT = (_K + BK - 1) / BK, _NT = _KT * _KO;",
-           "      int _st = 0;", "      {"]
-    out += ["      const long _nt = 0;"] + _k_offsets(slots, "_nt", "_n")
+def _pipeline(loads: list[str], stores: list[str], compute, slots: Slots) -> list[str]:
+    """The double-buffered K loop over the tiles of the K run (for each outer-K number): tile 0
+    to shared; then per tile, the next tile's loads into registers, the current tile's compute
+    (``compute(guarded)``: with a bound check on each K step for a partial last tile), the next
+    tile's stores into the other half. ``_nk0``/``_nko`` follow the tile being loaded."""
+    out = ["      const long _NT = (_K + BK - 1) / BK * _KO;",
+           "      long _nk0 = 0, _nko = 0;",
+           "      long _nkL = 0, _nkR = 0;" if slots.outer_k else "      const long _nkL = 0, _nkR = 0;",
+           "      int _st = 0;"]
     out += loads + stores
-    out += ["      }", "      __syncthreads();",
+    out += ["      __syncthreads();",
             "      for (long _tile = 0; _tile < _NT; _tile++) {",
-            "        const int _cur = _st;"]
-    out += ["        if (_tile + 1 < _NT) {", "      const long _nt = _tile + 1;"]
-    out += _k_offsets(slots, "_nt", "_n") + loads + ["        }"]
-    out += ["        { const long _k0 = (_tile % _KT) * BK;",
-            "          const int _kn = (int)(_K - _k0 < BK ? _K - _k0 : BK);"]
-    out += compute
-    out += ["        }", "        if (_tile + 1 < _NT) {", "          _st ^= 1;"]
+            "        const int _cur = _st;",
+            "        const int _kn = (int)(_K - _nk0 < BK ? _K - _nk0 : BK);",
+            "        _nk0 += BK;",
+            "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"]
+    if slots.outer_k:
+        out += _outer_k_offsets(slots)
+    out += ["        }", "        if (_tile + 1 < _NT) {"] + loads + ["        }",
+            "        if (_kn == BK) {"] + compute(False) + ["        } else {"] + compute(True) + ["        }",
+            "        if (_tile + 1 < _NT) {", "          _st ^= 1;"]
     out += stores + ["        }", "        __syncthreads();", "      }"]
     return out
 
@@ -293,17 +296,18 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             f"          _acc[_i][_j] = (_m < _M && _n < _N) ? "
             f"{_init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : ({t})0;",
             "        }", "      }"]
-    compute = ["          #pragma unroll", "          for (int _kk = 0; _kk < BK; _kk++) {",
-               "            if (_kk < _kn) {",
-               f"              {t} _a[TM], _b[TN];",
-               "              #pragma unroll",
-               f"              for (int _i = 0; _i < TM; _i++) _a[_i] = _As[_cur][_kk][(_i % {v.tm // 2}) + _ty * {v.tm // 2} + (_i / {v.tm // 2}) * (BM / 2)];",
-               "              #pragma unroll",
-               f"              for (int _j = 0; _j < TN; _j++) _b[_j] = _Bs[_cur][_kk][(_j % {v.tn // 2}) + _tx * {v.tn // 2} + (_j / {v.tn // 2}) * (BN / 2)];",
-               "              #pragma unroll", "              for (int _i = 0; _i < TM; _i++)",
-               "                #pragma unroll", "                for (int _j = 0; _j < TN; _j++)",
-               "                  _acc[_i][_j] = _acc[_i][_j] + _a[_i] * _b[_j];",
-               "            }", "          }"]
+    def compute(guarded: bool) -> list[str]:
+        return ["          #pragma unroll", "          for (int _kk = 0; _kk < BK; _kk++) {",
+                "            if (_kk < _kn) {" if guarded else "            {",
+                f"              {t} _a[TM], _b[TN];",
+                "              #pragma unroll",
+                f"              for (int _i = 0; _i < TM; _i++) _a[_i] = _As[_cur][_kk][(_i % {v.tm // 2}) + _ty * {v.tm // 2} + (_i / {v.tm // 2}) * (BM / 2)];",
+                "              #pragma unroll",
+                f"              for (int _j = 0; _j < TN; _j++) _b[_j] = _Bs[_cur][_kk][(_j % {v.tn // 2}) + _tx * {v.tn // 2} + (_j / {v.tn // 2}) * (BN / 2)];",
+                "              #pragma unroll", "              for (int _i = 0; _i < TM; _i++)",
+                "                #pragma unroll", "                for (int _j = 0; _j < TN; _j++)",
+                "                  _acc[_i][_j] = _acc[_i][_j] + _a[_i] * _b[_j];",
+                "            }", "          }"]
     out += _pipeline(loads, stores, compute, slots)
     out += ["      #pragma unroll", "      for (int _i = 0; _i < TM; _i++) {",
             "        #pragma unroll", "        for (int _j = 0; _j < TN; _j++) {",
@@ -378,8 +382,9 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
                 f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
                 "                pl_mma_f64(_acc[_i][_j], _a[_i], _b[_j]);"]
     # the K tile in MMA steps; a partial last tile was padded with zeros by the loads
-    compute = [f"          #pragma unroll\n          for (int _kk = 0; _kk < BK; _kk += {fk}) {{",
-               "            if (_kk < _kn) {"] + frag + ["            }", "          }"]
+    def compute(guarded: bool) -> list[str]:
+        return [f"          #pragma unroll\n          for (int _kk = 0; _kk < BK; _kk += {fk}) {{",
+                "            if (_kk < _kn) {" if guarded else "            {"] + frag + ["            }", "          }"]
     out += _pipeline(loads, stores, compute, slots)
     out += [f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
             f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
