@@ -62,22 +62,31 @@ class Variant:
 
 @dataclass(frozen=True)
 class ContractionSource(CudaSource):
-    """A :class:`~polyopt.codegen.cuda.CudaSource` holding one contraction kernel (``program``
-    has its mapped tree and no host steps: the target launches it with
-    :func:`polyopt.targets.contraction.launch`)."""
+    """A :class:`~polyopt.codegen.cuda.CudaSource` holding a contraction's kernels: one per
+    tile shape in ``variants`` ((kernel name, shape), the large tile first); ``program`` has
+    the mapped tree (the kernel under the first name) and no host steps: the target launches
+    one of them with :func:`polyopt.targets.contraction.launch`."""
 
     contraction: Contraction | None = None
-    variant: Variant | None = None
-    kernel: str = ""
+    variants: tuple[tuple[str, Variant], ...] = ()
 
 
-#: Default variants, by engine and element type.
+#: Tile shapes by engine and element type, the large one first: a launch takes the large one
+#: where its grid gives every SM at least :data:`MIN_BLOCKS_PER_SM` blocks, else the small
+#: one (small contractions, e.g. 1024^3, would leave SMs idle). Chosen on an H100 against the
+#: alternatives (docs/performance.md, "GPU contractions").
 VARIANTS = {
-    ("simt", "f32"): Variant("simt", 128, 128, 8, 256, tm=8, tn=8),
-    ("simt", "f64"): Variant("simt", 64, 64, 8, 256, tm=4, tn=4),
-    ("tf32", "f32"): Variant("tf32", 128, 128, 16, 256, warps_m=2, warps_n=4),
-    ("dmma", "f64"): Variant("dmma", 64, 64, 16, 128, warps_m=2, warps_n=2),
+    ("simt", "f32"): (Variant("simt", 128, 128, 8, 256, tm=8, tn=8),
+                      Variant("simt", 64, 128, 16, 128, tm=8, tn=8)),
+    ("simt", "f64"): (Variant("simt", 64, 64, 8, 256, tm=4, tn=4),
+                      Variant("simt", 32, 64, 8, 128, tm=4, tn=4)),
+    ("tf32", "f32"): (Variant("tf32", 64, 128, 16, 128, warps_m=2, warps_n=2),
+                      Variant("tf32", 64, 64, 16, 128, warps_m=2, warps_n=2)),
+    ("dmma", "f64"): (Variant("dmma", 64, 64, 16, 128, warps_m=2, warps_n=2),
+                      Variant("dmma", 32, 64, 16, 64, warps_m=1, warps_n=2)),
 }
+#: Blocks per SM below which a launch takes the small tile.
+MIN_BLOCKS_PER_SM = 2
 
 
 def engine_for(dtype_name: str, precision: str) -> str | None:
@@ -139,20 +148,28 @@ def extra_arguments(slots: Slots) -> tuple[str, ...]:
     return tuple(names)
 
 
-def contraction_source(scop: Scop, c: Contraction, name: str, variant: Variant) -> str:
-    """The CUDA translation unit of one contraction kernel ``name`` (module docstring)."""
+def contraction_source(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant], ...]) -> str:
+    """The CUDA translation unit of a contraction's kernels, one per (name, tile shape) (module
+    docstring)."""
+    lines = [cuda_prelude()]
+    if any(v.engine != "simt" for _, v in kernels):
+        lines.append(_MMA_HELPERS)
+    for name, variant in kernels:
+        lines += _kernel(scop, c, name, variant)
+    return "\n".join(lines) + "\n"
+
+
+def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str]:
+    if variant.threads % variant.bk or variant.threads % variant.bm or variant.threads % variant.bn:
+        raise ValueError(f"contraction tile {variant}: the threads must be a multiple of BM, BN and BK")
     dtype = scop.arrays[c.output].dtype
     body = {"simt": _simt_body, "tf32": _mma_body, "dmma": _mma_body}[variant.engine](
         scop, c, variant, c_type_name(dtype))
     slots = Slots.of(c)
     params = _parameters(scop, c) + [f"long {a}" for a in extra_arguments(slots)]
-    lines = [cuda_prelude(), _MMA_HELPERS if variant.engine != "simt" else "",
-             f'extern "C" __global__ void __launch_bounds__({variant.threads}) {name}(',
+    lines = [f'extern "C" __global__ void __launch_bounds__({variant.threads}) {name}(',
              "    " + ",\n    ".join(params) + ")", "{"]
-    lines += _prologue(c, slots, UnitStrides.of(c))
-    lines += body
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    return lines + _prologue(c, slots, UnitStrides.of(c)) + body + ["}"]
 
 
 def _parameters(scop: Scop, c: Contraction) -> list[str]:

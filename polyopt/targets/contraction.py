@@ -22,8 +22,8 @@ from polyopt.analysis.contraction import Contraction, find_contraction
 from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
-from polyopt.codegen.cuda_contraction import (PRECISIONS, VARIANTS, ContractionSource, Slots, Variant,
-                                              contraction_source, engine_for)
+from polyopt.codegen.cuda_contraction import (MIN_BLOCKS_PER_SM, PRECISIONS, VARIANTS, ContractionSource, Slots,
+                                              Variant, contraction_source, engine_for)
 from polyopt.codegen.gpu_mapping import map_to_gpu
 from polyopt.errors import ScheduleError
 from polyopt.schedulers.registry import schedule as run_scheduler
@@ -66,14 +66,16 @@ def contraction_plan(scop: Scop, name: str, precision: str = "exact") -> Contrac
     except ScheduleError:
         return None  # e.g. the init statement runs after some update in the original order
     kernel = program.kernels[0].name
-    variant = VARIANTS[(engine, dtype.name)]
+    variants = VARIANTS[(engine, dtype.name)]
+    kernels = tuple((kernel if k == 0 else f"{kernel}_{k}", v) for k, v in enumerate(variants))
     base = run_scheduler(scop, "original")
-    note = (f"GPU contraction mapping ({variant.engine}, precision={precision!r}): {found.describe()}; "
-            f"one kernel, block tile {variant.bm}x{variant.bn}, K tile {variant.bk}, {variant.threads} threads; "
-            "M/N runs and batch chosen per launch from the strides")
+    tiles = " or ".join(f"{v.bm}x{v.bn}x{v.bk} ({v.threads} threads)" for v in variants)
+    note = (f"GPU contraction mapping ({engine}, precision={precision!r}): {found.describe()}; "
+            f"one kernel, block tile {tiles}; the tile, the M/N runs and the batch are chosen per launch "
+            "from the sizes and strides")
     schedule = replace(base, notes=tuple(base.notes) + (note,))
-    text = contraction_source(scop, found, kernel, variant)
-    source = ContractionSource(program, text, {}, name, contraction=found, variant=variant, kernel=kernel)
+    text = contraction_source(scop, found, kernels)
+    source = ContractionSource(program, text, {}, name, contraction=found, variants=kernels)
     return ContractionPlan(schedule, source)
 
 
@@ -174,18 +176,31 @@ def _run(indices: tuple[str, ...], extent: dict[str, int], arrays) -> tuple[list
     return run, [i for i in indices if i not in run]
 
 
-def launch(source: ContractionSource, module, abi_values: list, params: dict[str, int], arrays: dict) -> None:
-    """Launch the contraction kernel of ``source`` (built in ``module``) on the current stream:
+def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dict[str, tuple[int, ...]],
+                  sm_count: int) -> tuple[str, Variant, Launch]:
+    """The kernel of ``source`` to launch (name, tile shape, layout): the large tile where its
+    grid has :data:`~polyopt.codegen.cuda_contraction.MIN_BLOCKS_PER_SM` blocks per SM, else
+    the small one."""
+    for name, variant in source.variants:
+        layout = launch_layout(source.contraction, variant, extent, shapes)
+        if layout.grid is None or prod(layout.grid) >= MIN_BLOCKS_PER_SM * sm_count:
+            return name, variant, layout
+    return name, variant, layout
+
+
+def launch(source: ContractionSource, module, abi_values: list, params: dict[str, int], arrays: dict,
+           sm_count: int) -> None:
+    """Launch a contraction kernel of ``source`` (built in ``module``) on the current stream:
     the kernel's own arguments ``abi_values``, then the layout's (:func:`launch_layout`) from
-    the parameter values and the (C-contiguous) arrays' shapes."""
+    the parameter values and the (C-contiguous) arrays' shapes, on a GPU of ``sm_count`` SMs."""
     c = source.contraction
     extent = {i: int(evaluate(e, params, {})) for i, e in c.extent.items()}
     shapes = {name: tuple(arrays[name].shape) for name in (c.left.array, c.right.array, c.output)}
-    layout = launch_layout(c, source.variant, extent, shapes)
+    name, variant, layout = choose_kernel(source, extent, shapes, sm_count)
     if layout.grid is not None:
-        module.get_function(source.kernel)(
-            layout.grid, (source.variant.threads, 1, 1), tuple(abi_values) + tuple(np.int64(v) for v in layout.arguments))
+        module.get_function(name)(layout.grid, (variant.threads, 1, 1),
+                                  tuple(abi_values) + tuple(np.int64(v) for v in layout.arguments))
 
 
-__all__ = ["ContractionPlan", "Launch", "array_strides", "check_precision", "contraction_plan", "launch",
+__all__ = ["ContractionPlan", "Launch", "array_strides", "check_precision", "choose_kernel", "contraction_plan", "launch",
            "coordinate_tree", "launch_layout"]

@@ -215,6 +215,18 @@ def _raw_module(source: str):
     return _MODULES[key]
 
 
+def _sm_count() -> int:
+    """Streaming multiprocessors of the current GPU (the grid's blocks spread over them)."""
+    cupy = cupy_module()
+    device = cupy.cuda.Device().id
+    if device not in _SM_COUNTS:
+        _SM_COUNTS[device] = cupy.cuda.Device(device).attributes["MultiProcessorCount"]
+    return _SM_COUNTS[device]
+
+
+_SM_COUNTS: dict[int, int] = {}
+
+
 def is_cupy(value) -> bool:
     """Whether ``value`` is a CuPy object (without importing CuPy)."""
     return type(value).__module__.split(".")[0] == "cupy"
@@ -297,7 +309,7 @@ class CudaKernel:
                 values.append(arrays[arg.name])
         module = _raw_module(self.compiled.source)
         if isinstance(self.compiled, ContractionSource):  # one launch: nothing to capture
-            launch_contraction(self.compiled, module, values, params, arrays)
+            launch_contraction(self.compiled, module, values, params, arrays, _sm_count())
             return
         if not graph:
             _run_steps(self.program.host, dict(params), values, module, self.compiled)

@@ -12,7 +12,8 @@ import polyopt as po
 from polyopt.analysis.contraction import find_contraction
 from polyopt.codegen.cuda_contraction import ContractionSource, Slots, UnitStrides
 from polyopt.targets.cache import scop_of
-from polyopt.targets.contraction import contraction_plan, launch_layout
+from polyopt.targets import contraction
+from polyopt.targets.contraction import choose_kernel, contraction_plan, launch_layout
 from polyopt.targets.cuda import plan
 
 from conftest import needs_gpu
@@ -65,7 +66,7 @@ def test_triangular_and_repeated_index_nests_are_not_contractions():
 
 def test_runs_collapse_where_indices_are_adjacent_in_memory():
     c = find_contraction(_einsum_scop("bik,kj->bij", [(3, 45, 70), (70, 33)]))
-    variant = contraction_plan(_einsum_scop("bik,kj->bij", [(3, 45, 70), (70, 33)]), "t").source.variant
+    variant = contraction_plan(_einsum_scop("bik,kj->bij", [(3, 45, 70), (70, 33)]), "t").source.variants[0][1]
     shapes = {"op0": (3, 45, 70), "op1": (70, 33), "out": (3, 45, 33)}
     extent = {"i_b": 3, "i_i": 45, "i_k": 70, "i_j": 33}
     layout = launch_layout(c, variant, extent, shapes)
@@ -77,7 +78,7 @@ def test_runs_collapse_where_indices_are_adjacent_in_memory():
 
 def test_indices_apart_in_memory_go_to_the_batch():
     scop = _einsum_scop("nchw,kc->nkhw", [(3, 20, 5, 7), (24, 20)])
-    c, variant = find_contraction(scop), contraction_plan(scop, "t").source.variant
+    c, variant = find_contraction(scop), contraction_plan(scop, "t").source.variants[0][1]
     shapes = {"op0": (3, 20, 5, 7), "op1": (24, 20), "out": (3, 24, 5, 7)}
     layout = launch_layout(c, variant, {"i_n": 3, "i_c": 20, "i_h": 5, "i_w": 7, "i_k": 24}, shapes)
     m, n, k, s_lm, s_lk, s_rk, s_rn, s_cm, s_cn, z, ko = layout.arguments[:11]
@@ -90,9 +91,21 @@ def test_indices_apart_in_memory_go_to_the_batch():
     assert UnitStrides.of(c) == UnitStrides(lm=True, lk=False, rk=True, rn=False, cm=True, cn=False)
 
 
+def test_small_grids_take_the_small_tile():
+    source = contraction_plan(_einsum_scop("ij,jk->ik", [(4, 5), (5, 6)]), "t").source
+    (big_name, big), (small_name, small) = source.variants
+    assert big.bm * big.bn > small.bm * small.bn
+    shapes = {"op0": (4096, 4096), "op1": (4096, 4096), "out": (4096, 4096)}
+    name, _, layout = choose_kernel(source, {"i_i": 4096, "i_j": 4096, "i_k": 4096}, shapes, sm_count=132)
+    assert name == big_name and layout.grid == (32, 32, 1)
+    shapes = {"op0": (1024, 1024), "op1": (1024, 1024), "out": (1024, 1024)}
+    name, _, layout = choose_kernel(source, {"i_i": 1024, "i_j": 1024, "i_k": 1024}, shapes, sm_count=132)
+    assert name == small_name and layout.grid == (8, 16, 1)  # 64 large tiles: half the SMs idle
+
+
 def test_empty_results_launch_nothing():
     scop = _einsum_scop("ij,jk->ik", [(4, 5), (5, 6)])
-    c, variant = find_contraction(scop), contraction_plan(scop, "t").source.variant
+    c, variant = find_contraction(scop), contraction_plan(scop, "t").source.variants[0][1]
     layout = launch_layout(c, variant, {"i_i": 0, "i_j": 5, "i_k": 6}, {"op0": (0, 5), "op1": (5, 6), "out": (0, 6)})
     assert layout.grid is None
 
@@ -120,6 +133,7 @@ def test_precision_is_opt_in_and_checked():
     # the general mapping when asked for it, or when the user steers the mapping
     assert "_acc" not in po.cuda_source(gemm32, contraction=False)
     assert "_acc" not in po.cuda_source(gemm32, block=(8, 32))
+    assert po.cuda_source(gemm32).count("__global__") == 2  # the large and the small tile
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -144,11 +158,14 @@ def _relative_error(result, expected) -> float:
 
 
 @needs_gpu
+@pytest.mark.parametrize("tile", ["large", "small"])
 @pytest.mark.parametrize("precision", ["exact", "tf32"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("subscripts, shapes", PATTERNS)
-def test_contractions_match_numpy(subscripts, shapes, dtype, precision):
+def test_contractions_match_numpy(subscripts, shapes, dtype, precision, tile, monkeypatch):
     import cupy
+
+    monkeypatch.setattr(contraction, "MIN_BLOCKS_PER_SM", 0 if tile == "large" else 10**9)
 
     if dtype == np.float64 and precision == "tf32":
         pytest.skip("tf32 concerns f32 data")
