@@ -210,3 +210,52 @@ def test_exact_f32_is_the_statements_arithmetic():
     out = cupy.zeros((70, 50), np.float32)
     general(op0=cupy.asarray(a), op1=cupy.asarray(b), out=out)
     np.testing.assert_array_equal(fast, out.get())
+
+
+@po.kernel
+def batched_matmul(A: f32["NB", "NI", "NK"], B: f32["NB", "NK", "NJ"], C: f32["NB", "NI", "NJ"]):
+    for b in range(NB):
+        for i in range(NI):
+            for j in range(NJ):
+                C[b, i, j] = 0.0
+                for k in range(NK):
+                    C[b, i, j] += A[b, i, k] * B[b, k, j]
+
+
+@po.kernel
+def conv1x1(X: f32["NN", "NC", "NH", "NW"], Wt: f32["NK", "NC"], Y: f32["NN", "NK", "NH", "NW"]):
+    for n in range(NN):
+        for k in range(NK):
+            for h in range(NH):
+                for w in range(NW):
+                    for c in range(NC):
+                        Y[n, k, h, w] += Wt[k, c] * X[n, c, h, w]
+
+
+def test_dsl_kernels_of_contraction_shape_are_contractions():
+    """A batched matmul and a 1x1 convolution written as loops, as a user writes them: the same
+    mapping as their einsum strings (the init statement of the first, none in the second: the
+    convolution accumulates into Y's values)."""
+    bmm = find_contraction(scop_of(batched_matmul))
+    assert bmm.describe() == "batch (b) x M (i) x N (j) x K (k)" and str(bmm.init.value) == "0.0"
+    conv = find_contraction(scop_of(conv1x1))
+    assert conv.describe() == "M (k) x N (n, h, w) x K (c)" and conv.init is None
+    assert (conv.left.array, conv.right.array) == ("Wt", "X")
+    assert isinstance(plan(conv1x1).source, ContractionSource)
+
+
+@needs_gpu
+def test_dsl_contractions_match_numpy():
+    import cupy
+
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((3, 40, 50)).astype(np.float32), rng.standard_normal((3, 50, 30)).astype(np.float32)
+    c = cupy.full((3, 40, 30), np.nan, np.float32)  # every element written by the init
+    po.compile(batched_matmul, target="cuda")(cupy.asarray(a), cupy.asarray(b), c)
+    assert _relative_error(c.get(), np.einsum("bik,bkj->bij", a.astype(float), b.astype(float))) < 1e-6
+    x, w = rng.standard_normal((2, 16, 5, 7)).astype(np.float32), rng.standard_normal((12, 16)).astype(np.float32)
+    y0 = rng.standard_normal((2, 12, 5, 7)).astype(np.float32)
+    y = cupy.asarray(y0)
+    po.compile(conv1x1, target="cuda")(cupy.asarray(x), cupy.asarray(w), y)
+    expected = y0 + np.einsum("kc,nchw->nkhw", w.astype(float), x.astype(float))
+    assert _relative_error(y.get(), expected) < 1e-6
