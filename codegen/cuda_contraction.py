@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polyopt.analysis import expr as E
+from polyopt.analysis.affine import extent_expr
 from polyopt.analysis.contraction import ELEMENT, Contraction
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.ast import abi_arguments
@@ -148,15 +149,97 @@ def extra_arguments(slots: Slots) -> tuple[str, ...]:
     return tuple(names)
 
 
-def contraction_source(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant], ...]) -> str:
+def contraction_source(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant], ...],
+                       host_function: str) -> str:
     """The CUDA translation unit of a contraction's kernels, one per (name, tile shape) (module
-    docstring)."""
+    docstring), and for nvcc builds the host function ``host_function`` launching them."""
     lines = [cuda_prelude()]
     if any(v.engine != "simt" for _, v in kernels):
         lines.append(_MMA_HELPERS)
     for name, variant in kernels:
         lines += _kernel(scop, c, name, variant)
+    lines += _host_wrapper(scop, c, kernels, host_function)
     return "\n".join(lines) + "\n"
+
+
+#: The class of a K index in the host wrapper's table (C character literal).
+K_CLASS = "'k'"
+
+
+def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant], ...], name: str) -> list[str]:
+    """``extern "C" void name(<the kernel's arguments>)`` for C and C++ callers (device
+    pointers): the launch layout of :func:`polyopt.targets.contraction.launch_layout` written
+    in C for the sizes of the call -- the runs, the batch and outer-K slots, the tile -- and the
+    launch. Strides come from the arrays' declared shapes (C-contiguous)."""
+    emit = CExpr(scop)
+    update = scop.statement(c.statements[-1])
+    index = list(update.iterators)
+    position = {i: k for k, i in enumerate(index)}
+
+    def strides(operand_index: tuple[str, ...], array: str) -> str:
+        shape = [emit(extent_expr(e, scop.params)) for e in scop.arrays[array].shape]
+        by_index = {i: " * ".join(f"({x})" for x in shape[d + 1:]) or "1" for d, i in enumerate(operand_index)}
+        return ", ".join(by_index.get(i, "0") for i in index)
+
+    def positions(group) -> str:
+        return ", ".join(str(position[i]) for i in group)
+
+    classes = {**{i: "'b'" for i in c.batch}, **{i: "'m'" for i in c.m}, **{i: "'n'" for i in c.n}}
+    slots = Slots.of(c)
+    params = [p.replace("const ", "").replace("*__restrict__ ", "*") for p in _parameters(scop, c)]
+    args = [a.name for a in abi_arguments(scop)] + [f"_a[{k}]" for k in range(len(extra_arguments(slots)))]
+    n = len(index)
+    out = ["#ifndef __CUDACC_RTC__",
+           "static long pl_run(const int *ix, int n, const long *ext, const long *s1, const long *s2, char *in_run)",
+           "{ /* the innermost run of ix (outermost first): indices adjacent in memory in both arrays */",
+           "  int q = ix[n - 1]; long size = ext[q]; in_run[q] = 1;",
+           "  for (int j = n - 2; j >= 0; j--) {",
+           "    const int p = ix[j];",
+           "    if (s1[p] != ext[q] * s1[q] || s2[p] != ext[q] * s2[q]) break;",
+           "    in_run[p] = 1; size *= ext[p]; q = p;",
+           "  }",
+           "  return size;",
+           "}",
+           f'extern "C" void {name}({", ".join(params)})', "{",
+           f"  const long ext[{n}] = {{{', '.join(emit(c.extent[i]) for i in index)}}};",
+           f"  const long sL[{n}] = {{{strides(c.left.index, c.left.array)}}};",
+           f"  const long sR[{n}] = {{{strides(c.right.index, c.right.array)}}};",
+           f"  const long sC[{n}] = {{{strides(c.output_index, c.output)}}};",
+           f"  const int out_ix[] = {{{positions(c.output_index)}}}, m_ix[] = {{{positions(c.m)}}}, "
+           f"n_ix[] = {{{positions(c.n)}}}, k_ix[] = {{{positions(c.k)}}};",
+           f"  const char cls[{n}] = {{{', '.join(classes.get(i, K_CLASS) for i in index)}}};",
+           f"  char in_m[{n}] = {{0}}, in_n[{n}] = {{0}}, in_k[{n}] = {{0}};",
+           f"  const long M = pl_run(m_ix, {len(c.m)}, ext, sL, sC, in_m), N = pl_run(n_ix, {len(c.n)}, ext, sR, sC, in_n);",
+           f"  const long K = pl_run(k_ix, {len(c.k)}, ext, sL, sR, in_k);",
+           f"  long _a[{len(extra_arguments(slots))}] = {{M, N, K, sL[m_ix[{len(c.m) - 1}]], sL[k_ix[{len(c.k) - 1}]], "
+           f"sR[k_ix[{len(c.k) - 1}]], sR[n_ix[{len(c.n) - 1}]], sC[m_ix[{len(c.m) - 1}]], sC[n_ix[{len(c.n) - 1}]], 1, 1}};",
+           f"  int _na = {len(RUN_ARGUMENTS)};",
+           "  /* batch slots: the output indices outside the M and N runs, in output order */",
+           f"  for (int j = 0; j < {len(c.output_index)}; j++) {{",
+           "    const int i = out_ix[j];",
+           "    if (cls[i] == 'b' || (cls[i] == 'm' && !in_m[i]) || (cls[i] == 'n' && !in_n[i])) {",
+           "      _a[9] *= ext[i]; _a[_na++] = ext[i]; _a[_na++] = sL[i]; _a[_na++] = sR[i]; _a[_na++] = sC[i];",
+           "    }", "  }",
+           f"  while (_na < {len(RUN_ARGUMENTS) + 4 * slots.batch}) {{ _a[_na++] = 1; _a[_na++] = 0; _a[_na++] = 0; _a[_na++] = 0; }}",
+           "  /* outer-K slots: the K indices outside the K run, in loop order */",
+           f"  for (int j = 0; j < {len(c.k)}; j++) {{",
+           "    const int i = k_ix[j];",
+           "    if (!in_k[i]) { _a[10] *= ext[i]; _a[_na++] = ext[i]; _a[_na++] = sL[i]; _a[_na++] = sR[i]; }",
+           "  }",
+           f"  while (_na < {len(extra_arguments(slots))}) {{ _a[_na++] = 1; _a[_na++] = 0; _a[_na++] = 0; }}",
+           "  if (M <= 0 || N <= 0 || _a[9] <= 0) return;",
+           "  int device = 0, sms = 1;",
+           "  cudaGetDevice(&device);",
+           "  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);",
+           "  const long gz = _a[9] < 65535 ? _a[9] : 65535;"]
+    for k, (kernel, v) in enumerate(kernels):
+        grid = (f"dim3((unsigned)((N + {v.bn - 1}) / {v.bn} < 2147483647L ? (N + {v.bn - 1}) / {v.bn} : 2147483647L), "
+                f"(unsigned)((M + {v.bm - 1}) / {v.bm} < 65535 ? (M + {v.bm - 1}) / {v.bm} : 65535), (unsigned)gz)")
+        out.append(f"  {{ const dim3 grid = {grid};")
+        last = k == len(kernels) - 1
+        test = "" if last else f"if ((long)grid.x * grid.y * grid.z >= {MIN_BLOCKS_PER_SM}L * sms) "
+        out.append(f"    {test}{{ {kernel}<<<grid, dim3({v.threads})>>>({', '.join(args)}); return; }} }}")
+    return out + ["}", "#endif"]
 
 
 def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str]:

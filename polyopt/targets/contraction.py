@@ -74,7 +74,7 @@ def contraction_plan(scop: Scop, name: str, precision: str = "exact") -> Contrac
             f"one kernel, block tile {tiles}; the tile, the M/N runs and the batch are chosen per launch "
             "from the sizes and strides")
     schedule = replace(base, notes=tuple(base.notes) + (note,))
-    text = contraction_source(scop, found, kernels)
+    text = contraction_source(scop, found, kernels, name)
     source = ContractionSource(program, text, {}, name, contraction=found, variants=kernels)
     return ContractionPlan(schedule, source)
 

@@ -259,3 +259,30 @@ def test_dsl_contractions_match_numpy():
     po.compile(conv1x1, target="cuda")(cupy.asarray(x), cupy.asarray(w), y)
     expected = y0 + np.einsum("kc,nchw->nkhw", w.astype(float), x.astype(float))
     assert _relative_error(y.get(), expected) < 1e-6
+
+
+@needs_gpu
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_the_nvcc_host_function_computes_the_same(tmp_path):
+    """The source's extern "C" host function (for C/C++ callers) lays out and launches the
+    kernel as the target does: built with nvcc into a library, called with device pointers."""
+    import ctypes
+
+    import cupy
+
+    subscripts, shapes = "nchw,kc->nkhw", [(3, 20, 5, 7), (24, 20)]
+    kernel = po.einsum_kernel(subscripts, *shapes, dtype="float32", target="cuda")
+    (tmp_path / "k.cu").write_text(kernel.cuda_source)
+    built = subprocess.run(["nvcc", "-arch=native", "-shared", "-Xcompiler", "-fPIC", "k.cu", "-o", "k.so"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    library = ctypes.CDLL(str(tmp_path / "k.so"))
+    rng = np.random.default_rng(7)
+    x, w = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    dx, dw, dy = cupy.asarray(x), cupy.asarray(w), cupy.zeros((3, 24, 5, 7), np.float32)
+    sizes = {"N_n": 3, "N_c": 20, "N_h": 5, "N_w": 7, "N_k": 24}
+    values = [ctypes.c_long(sizes[p]) for p in kernel.scop.params]
+    getattr(library, kernel.compiled.host_function)(*values, ctypes.c_void_p(dx.data.ptr),
+                                                      ctypes.c_void_p(dw.data.ptr), ctypes.c_void_p(dy.data.ptr))
+    cupy.cuda.Device().synchronize()
+    assert _relative_error(dy.get(), np.einsum(subscripts, x.astype(float), w.astype(float))) < 1e-6
