@@ -72,21 +72,29 @@ class ContractionSource(CudaSource):
     variants: tuple[tuple[str, Variant], ...] = ()
 
 
-#: Tile shapes by engine and element type, the large one first: a launch takes the large one
-#: where its grid gives every SM at least :data:`MIN_BLOCKS_PER_SM` blocks, else the small
-#: one (small contractions, e.g. 1024^3, would leave SMs idle). Chosen on an H100 against the
-#: alternatives (docs/performance.md, "GPU contractions").
+#: Tile shapes by engine and element type: the large one first, then a small one and a narrow
+#: one (half as many columns): a launch takes the one that wastes least of its tiles and keeps
+#: the SMs busy (:func:`polyopt.targets.contraction.choose_kernel`). Chosen on an H100 against
+#: the alternatives (docs/performance.md, "Contractions").
 VARIANTS = {
     ("simt", "f32"): (Variant("simt", 128, 128, 8, 256, tm=8, tn=8),
-                      Variant("simt", 64, 128, 16, 128, tm=8, tn=8)),
+                      Variant("simt", 64, 128, 16, 128, tm=8, tn=8),
+                      Variant("simt", 128, 64, 8, 128, tm=8, tn=8)),
     ("simt", "f64"): (Variant("simt", 64, 64, 8, 256, tm=4, tn=4),
-                      Variant("simt", 32, 64, 8, 128, tm=4, tn=4)),
+                      Variant("simt", 32, 64, 8, 128, tm=4, tn=4),
+                      Variant("simt", 64, 32, 8, 128, tm=4, tn=4)),
     ("tf32", "f32"): (Variant("tf32", 64, 128, 16, 128, warps_m=2, warps_n=2),
-                      Variant("tf32", 64, 64, 16, 128, warps_m=2, warps_n=2)),
+                      Variant("tf32", 64, 64, 16, 128, warps_m=2, warps_n=2),
+                      Variant("tf32", 128, 64, 16, 128, warps_m=2, warps_n=2)),
     ("dmma", "f64"): (Variant("dmma", 64, 64, 16, 128, warps_m=2, warps_n=2),
-                      Variant("dmma", 32, 64, 16, 64, warps_m=1, warps_n=2)),
+                      Variant("dmma", 32, 64, 16, 64, warps_m=1, warps_n=2),
+                      Variant("dmma", 64, 32, 16, 64, warps_m=2, warps_n=1)),
 }
-#: Blocks per SM below which a launch takes the small tile.
+#: The share of a large tile's speed the other shapes are assumed to reach (fewer coordinates
+#: per block: more staging per product).
+OTHER_TILE_SPEED = 0.9
+#: Blocks per SM a grid needs to keep the SMs busy (two: while one block waits at a barrier,
+#: the other computes).
 MIN_BLOCKS_PER_SM = 2
 
 
@@ -231,14 +239,21 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
            "  int device = 0, sms = 1;",
            "  cudaGetDevice(&device);",
            "  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);",
-           "  const long gz = _a[9] < 65535 ? _a[9] : 65535;"]
+           "  const long gz = _a[9] < 65535 ? _a[9] : 65535;",
+           "  /* the tile: useful share of the tiles times grid fill (choose_kernel) */",
+           "  int pick = 0; double best = -1.0;"]
+    for k, (_, v) in enumerate(kernels):
+        speed = 1.0 if k == 0 else OTHER_TILE_SPEED
+        out.append(f"  {{ const long bx = (N + {v.bn - 1}) / {v.bn}, by = (M + {v.bm - 1}) / {v.bm};"
+                   f" const double fill = (double)(bx * by * _a[9]) / ({MIN_BLOCKS_PER_SM}.0 * sms);"
+                   f" const double score = (double)M * N / ((double)bx * {v.bn} * by * {v.bm}) * (fill < 1.0 ? fill : 1.0) * {speed};"
+                   f" if (score > best) {{ best = score; pick = {k}; }} }}")
+    out.append("  switch (pick) {")
     for k, (kernel, v) in enumerate(kernels):
         grid = (f"dim3((unsigned)((N + {v.bn - 1}) / {v.bn} < 2147483647L ? (N + {v.bn - 1}) / {v.bn} : 2147483647L), "
                 f"(unsigned)((M + {v.bm - 1}) / {v.bm} < 65535 ? (M + {v.bm - 1}) / {v.bm} : 65535), (unsigned)gz)")
-        out.append(f"  {{ const dim3 grid = {grid};")
-        last = k == len(kernels) - 1
-        test = "" if last else f"if ((long)grid.x * grid.y * grid.z >= {MIN_BLOCKS_PER_SM}L * sms) "
-        out.append(f"    {test}{{ {kernel}<<<grid, dim3({v.threads})>>>({', '.join(args)}); return; }} }}")
+        out.append(f"  case {k}: {kernel}<<<{grid}, dim3({v.threads})>>>({', '.join(args)}); break;")
+    out.append("  }")
     return out + ["}", "#endif"]
 
 

@@ -22,8 +22,8 @@ from polyopt.analysis.contraction import Contraction, find_contraction
 from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
-from polyopt.codegen.cuda_contraction import (MIN_BLOCKS_PER_SM, PRECISIONS, VARIANTS, ContractionSource, Slots,
-                                              Variant, contraction_source, engine_for)
+from polyopt.codegen.cuda_contraction import (MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED, PRECISIONS, VARIANTS,
+                                              ContractionSource, Slots, Variant, contraction_source, engine_for)
 from polyopt.codegen.gpu_mapping import map_to_gpu
 from polyopt.errors import ScheduleError
 from polyopt.schedulers.registry import schedule as run_scheduler
@@ -178,14 +178,23 @@ def _run(indices: tuple[str, ...], extent: dict[str, int], arrays) -> tuple[list
 
 def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dict[str, tuple[int, ...]],
                   sm_count: int) -> tuple[str, Variant, Launch]:
-    """The kernel of ``source`` to launch (name, tile shape, layout): the large tile where its
-    grid has :data:`~polyopt.codegen.cuda_contraction.MIN_BLOCKS_PER_SM` blocks per SM, else
-    the small one."""
-    for name, variant in source.variants:
+    """The kernel of ``source`` to launch (name, tile shape, layout): the one with the best
+    share of useful tile coordinates (M x N over the tiles' area) times grid fill (blocks over
+    :data:`~polyopt.codegen.cuda_contraction.MIN_BLOCKS_PER_SM` per SM, at most 1), the large
+    tile counted at full speed and the others at
+    :data:`~polyopt.codegen.cuda_contraction.OTHER_TILE_SPEED`; the first of equals."""
+    best, best_score = None, -1.0
+    for k, (name, variant) in enumerate(source.variants):
         layout = launch_layout(source.contraction, variant, extent, shapes)
-        if layout.grid is None or prod(layout.grid) >= MIN_BLOCKS_PER_SM * sm_count:
+        if layout.grid is None:
             return name, variant, layout
-    return name, variant, layout
+        m, n = layout.arguments[0], layout.arguments[1]
+        tiles = -(-m // variant.bm) * variant.bm * -(-n // variant.bn) * variant.bn
+        blocks = -(-m // variant.bm) * -(-n // variant.bn) * layout.arguments[9]
+        score = (m * n / tiles) * min(1.0, blocks / (MIN_BLOCKS_PER_SM * sm_count)) * (1.0 if k == 0 else OTHER_TILE_SPEED)
+        if score > best_score:
+            best, best_score = (name, variant, layout), score
+    return best
 
 
 def launch(source: ContractionSource, module, abi_values: list, params: dict[str, int], arrays: dict,

@@ -93,14 +93,18 @@ def test_indices_apart_in_memory_go_to_the_batch():
 
 def test_small_grids_take_the_small_tile():
     source = contraction_plan(_einsum_scop("ij,jk->ik", [(4, 5), (5, 6)]), "t").source
-    (big_name, big), (small_name, small) = source.variants
-    assert big.bm * big.bn > small.bm * small.bn
+    (big_name, big), (small_name, small), (narrow_name, narrow) = source.variants
+    assert big.bm * big.bn > small.bm * small.bn and narrow.bn < big.bn
     shapes = {"op0": (4096, 4096), "op1": (4096, 4096), "out": (4096, 4096)}
     name, _, layout = choose_kernel(source, {"i_i": 4096, "i_j": 4096, "i_k": 4096}, shapes, sm_count=132)
     assert name == big_name and layout.grid == (32, 32, 1)
     shapes = {"op0": (1024, 1024), "op1": (1024, 1024), "out": (1024, 1024)}
     name, _, layout = choose_kernel(source, {"i_i": 1024, "i_j": 1024, "i_k": 1024}, shapes, sm_count=132)
     assert name == small_name and layout.grid == (8, 16, 1)  # 64 large tiles: half the SMs idle
+    # N = 64 (attention's second product): half of each large tile would be wasted
+    shapes = {"op0": (4096, 512), "op1": (512, 64), "out": (4096, 64)}
+    name, _, layout = choose_kernel(source, {"i_i": 4096, "i_j": 512, "i_k": 64}, shapes, sm_count=1)
+    assert name == narrow_name and layout.grid == (1, 32, 1)
 
 
 def test_empty_results_launch_nothing():
@@ -133,7 +137,7 @@ def test_precision_is_opt_in_and_checked():
     # the general mapping when asked for it, or when the user steers the mapping
     assert "_acc" not in po.cuda_source(gemm32, contraction=False)
     assert "_acc" not in po.cuda_source(gemm32, block=(8, 32))
-    assert po.cuda_source(gemm32).count("__global__") == 2  # the large and the small tile
+    assert po.cuda_source(gemm32).count("__global__") == 3  # the large, the small and the narrow tile
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -158,14 +162,18 @@ def _relative_error(result, expected) -> float:
 
 
 @needs_gpu
-@pytest.mark.parametrize("tile", ["large", "small"])
+@pytest.mark.parametrize("tile", [0, 1, 2])
 @pytest.mark.parametrize("precision", ["exact", "tf32"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("subscripts, shapes", PATTERNS)
 def test_contractions_match_numpy(subscripts, shapes, dtype, precision, tile, monkeypatch):
+    """Every pattern in every engine and tile shape (the launch made to take tile ``tile``)."""
     import cupy
 
-    monkeypatch.setattr(contraction, "MIN_BLOCKS_PER_SM", 0 if tile == "large" else 10**9)
+    def forced(source, extent, shapes, sm_count):
+        name, variant = source.variants[tile]
+        return name, variant, launch_layout(source.contraction, variant, extent, shapes)
+    monkeypatch.setattr(contraction, "choose_kernel", forced)
 
     if dtype == np.float64 and precision == "tf32":
         pytest.skip("tf32 concerns f32 data")
