@@ -18,6 +18,14 @@ register-tiled where a register tile fits it
 (:func:`~polyopt.transform.tree.register_plan`: a sum loop whose accumulators stay in registers
 and a stride-1 vector loop). The estimates travel with the schedule (``Schedule.cost``,
 ``CompiledKernel.cost``) and each decision is a step of the trace with the numbers in its note.
+
+After tiling, element-wise epilogues (:func:`epilogue_fusions`: nests right after a contraction's
+nest that read its result only at the point they write, such as a bias, a ReLU or a scaling) run
+inside the contraction's output loops, once per output tile after its reduction completed: each
+such nest saves a read and a write of the output array from memory where the output block of one
+iteration of those loops fits half the L2 cache (it is still there when the epilogue reads it).
+Only the order of the producer's tile loops changes (the reduction's tile loops innermost among
+them); its point loops, register tiles, vector loop and parallel loop stay as they were.
 """
 from __future__ import annotations
 
@@ -128,3 +136,85 @@ def strided_fused_bands(schedule) -> list[tuple[str, ...]]:
         if tree_ops.vector_score(band.members[-1], schedule.scop) == -1:
             found.append(band.names)
     return found
+
+
+@dataclass(frozen=True)
+class EpilogueFusion:
+    """The model's view of the element-wise nests (``consumers``: the loop heading each) after a
+    contraction's nest (``producer``: its outer band's loops): the band's loops with the output
+    loops first (``order``) of which the first ``depth`` also run the consumers, the bytes of
+    the output one iteration of those loops writes (``block_bytes``), the bytes from memory the
+    fusion saves per output element (``saved_bytes``), and the decision."""
+
+    producer: tuple[str, ...]
+    consumers: tuple[str, ...]
+    order: tuple[str, ...]
+    depth: int
+    block_bytes: float
+    saved_bytes: float
+    fuse: bool
+
+    def __str__(self) -> str:
+        fits = "fits" if self.fuse else "does not fit"
+        return (f"epilogue nests ({', '.join(self.consumers)}) into ({', '.join(self.order[:self.depth])}) after the "
+                f"reduction: saves {self.saved_bytes:.3g} B per output element from memory; the output block of "
+                f"{self.block_bytes:.3g} B {fits} half the L2 cache -> {'fuse' if self.fuse else 'separate nests'}")
+
+
+def epilogue_fusions(schedule, costs: Sequence[BandCost]) -> list[EpilogueFusion]:
+    """:class:`EpilogueFusion` of every contraction nest of the outermost sequence (a band with a
+    reduction loop) followed by element-wise nests (bands without one, reading what the
+    contraction writes); ``costs``: the model's band costs, for the tile sizes of tiled bands."""
+    root = schedule.root
+    if not isinstance(root, N.Sequence):
+        return []
+    nests = [f.child for f in root.children]
+    found = []
+    for position, producer in enumerate(nests):
+        if not isinstance(producer, N.Band) or all(producer.flag(k) for k in range(len(producer.members))):
+            continue
+        consumers = _element_wise_consumers(schedule, producer, nests[position + 1:])
+        if consumers:
+            found.append(_epilogue_fusion(schedule, producer, consumers, costs))
+    return [fusion for fusion in found if fusion.depth > 0]
+
+
+def _element_wise_consumers(schedule, producer: N.Band, following: Sequence[N.Node]) -> tuple[N.Band, ...]:
+    """The nests right after ``producer`` without a reduction loop that read an array it writes
+    (the verifier and :func:`~polyopt.transform.primitives` fuse_epilogue check the rest)."""
+    written = _written_arrays(schedule.scop, loop_statements(schedule, producer.names[0]))
+    consumers = []
+    for nest in following:
+        if not isinstance(nest, N.Band) or not all(nest.flag(k) for k in range(len(nest.members))):
+            break
+        statements = loop_statements(schedule, nest.names[0])
+        if not any(ref.array in written for name in statements for ref in schedule.scop.statement(name).reads):
+            break
+        consumers.append(nest)
+    return tuple(consumers)
+
+
+def _written_arrays(scop, statements: Sequence[str]) -> set[str]:
+    return {ref.array for name in statements for ref in scop.statement(name).writes}
+
+
+def _epilogue_fusion(schedule, producer: N.Band, consumers: Sequence[N.Band], costs: Sequence[BandCost]) -> EpilogueFusion:
+    """The model's estimate for fusing ``consumers`` into ``producer`` (see :class:`EpilogueFusion`):
+    a tiled band's output tile loops all go outside its reduction's; an untiled band keeps its
+    order (its innermost loop is the vector loop) and fuses its leading output loops."""
+    n = len(producer.members)
+    outputs = [k for k in range(n) if producer.flag(k)]
+    statements = loop_statements(schedule, producer.names[0])
+    cost = next((c for c in costs if c.statements == statements and c.tile), None)
+    if cost is not None and N.has_band_below(producer):
+        order = [producer.names[k] for k in outputs] + [producer.names[k] for k in range(n) if k not in outputs]
+        depth, extents = len(outputs), [cost.tile_sizes[k] for k in outputs]
+    else:
+        order = list(producer.names)
+        depth = next((k for k in range(n) if not producer.flag(k)), n)
+        extents = [ASSUMED_EXTENT] * len([k for k in outputs if k >= depth])
+    element = max(schedule.scop.arrays[a].dtype.bits // 8 for a in _written_arrays(schedule.scop, statements))
+    block = float(element * _volume(extents))
+    saved = 2.0 * element * len(consumers)  # each consumer nest read and wrote the output once more
+    return EpilogueFusion(producer.names, tuple(c.names[0] for c in consumers), tuple(order), depth, block, saved,
+                          block <= cache_bytes(2) / 2)

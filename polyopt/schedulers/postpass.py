@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from polyopt.errors import ScheduleError
-from polyopt.schedulers.cost import BandCost, auto_tile_sizes
+from polyopt.errors import IllegalScheduleError, ScheduleError
+from polyopt.schedulers.cost import BandCost, EpilogueFusion, auto_tile_sizes
 from polyopt.transform import nodes as N
 from polyopt.transform import tree as tree_ops
 from polyopt.transform.marks import PARALLEL_MARK
@@ -139,4 +139,26 @@ def apply_cost_model(schedule: Schedule, costs: Sequence[BandCost]) -> Schedule:
     for cost in costs:
         if cost.tile:
             schedule = _step(schedule, "tile", cost.loops, f"cost model: {cost}", sizes=list(cost.tile_sizes))
+    return schedule
+
+
+def fuse_epilogues(schedule: Schedule, fusions: Sequence[EpilogueFusion]) -> Schedule:
+    """Run the element-wise nests the cost model says to fuse (:func:`polyopt.schedulers.cost.
+    epilogue_fusions`) inside their producer's output loops: a permute step where the producer's
+    reduction tile loops must move inside its output tile loops, then a ``fuse_epilogue`` step
+    whose note gives the model's numbers. Unlike the other steps, this one is verified at once:
+    where the verifier (or the primitive: a consumer reading the output at another point)
+    refuses it, the nests stay apart."""
+    for fusion in fusions:
+        if not fusion.fuse:
+            continue
+        fused = schedule
+        if fusion.order != fusion.producer:
+            fused = _step(fused, "permute", fusion.order, "cost model: output tile loops outside the "
+                          "reduction's, so that each output tile is complete before its epilogue runs")
+        try:
+            schedule = run(fused, "fuse_epilogue", (fusion.order[0],) + fusion.consumers, note=f"cost model: {fusion}",
+                           depth=fusion.depth)
+        except (IllegalScheduleError, ScheduleError):
+            continue
     return schedule

@@ -130,8 +130,11 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     (rows, columns), "auto" or "row": unroll-and-jam of the innermost band, see
     :func:`polyopt.transform.tree.register_tile_band`), ``model`` (True: where neither ``tile``
     nor ``register_tile`` is given, with ``parallel`` and ``vectorize`` on, the cost model of
-    :mod:`polyopt.schedulers.cost` decides per band whether to tile and register-tile; its
-    estimates are the schedule's ``cost``; False: no tiles unless asked, Pluto as published).
+    :mod:`polyopt.schedulers.cost` decides per band whether to tile and register-tile, and
+    whether element-wise nests after a contraction run inside its output loops; its
+    estimates are the schedule's ``cost``; False: no tiles unless asked, Pluto as published),
+    ``epilogues`` (True: with the model, element-wise epilogues fused where it says so; False:
+    they stay in their own nests).
     """
     from polyopt.schedulers.levels import tree_from_levels
     from polyopt.schedulers.pluto import pluto_levels
@@ -140,7 +143,7 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     from polyopt.transform.tree import register_tile_sizes
 
     _check_options("pluto", options, {"fuse", "negative_coeffs", "param_shifts", "tile", "conflict_free_tiles",
-                                      "tile2", "parallel", "vectorize", "register_tile", "model"})
+                                      "tile2", "parallel", "vectorize", "register_tile", "model", "epilogues"})
     model = (options.get("model", True) and "tile" not in options and "register_tile" not in options
              and options.get("parallel", True) and options.get("vectorize", True))
     registers = options.get("register_tile", "auto" if model else None)
@@ -167,6 +170,8 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     sizes = "auto" if options.get("tile") is True else options.get("tile")  # tile=True: sizes from the caches
     if model:
         made = postpass.apply_cost_model(made, costs)
+        if options.get("epilogues", True):
+            made = postpass.fuse_epilogues(made, cost_model.epilogue_fusions(made, costs))
     elif sizes is not None and sizes is not False:
         made = postpass.tile_bands(made, sizes, second_level=options.get("tile2"), register_tile=registers,
                                    conflict_free=bool(options.get("conflict_free_tiles", False)))
