@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import islpy as isl
+
 from polyopt.schedulers.tilesize import (WAVEFRONT_TILE_CAP, band_references, band_tile_sizes, cache_bytes,
                                         footprint_bytes)
 from polyopt.transform import nodes as N
@@ -180,18 +182,30 @@ def epilogue_fusions(schedule, costs: Sequence[BandCost]) -> list[EpilogueFusion
 
 
 def _element_wise_consumers(schedule, producer: N.Band, following: Sequence[N.Node]) -> tuple[N.Band, ...]:
-    """The nests right after ``producer`` without a reduction loop that read an array it writes
-    (the verifier and :func:`~polyopt.transform.primitives` fuse_epilogue check the rest)."""
+    """The nests right after ``producer`` without a reduction loop whose statements each update
+    an element of an array the producer writes, reading that array only at the element they
+    write (the verifier checks that running them inside the producer's loops is legal)."""
     written = _written_arrays(schedule.scop, loop_statements(schedule, producer.names[0]))
     consumers = []
     for nest in following:
         if not isinstance(nest, N.Band) or not all(nest.flag(k) for k in range(len(nest.members))):
             break
-        statements = loop_statements(schedule, nest.names[0])
-        if not any(ref.array in written for name in statements for ref in schedule.scop.statement(name).reads):
+        statements = [schedule.scop.statement(name) for name in loop_statements(schedule, nest.names[0])]
+        if not all(_reads_where_it_writes(statement, written) for statement in statements):
             break
         consumers.append(nest)
     return tuple(consumers)
+
+
+def _reads_where_it_writes(statement, arrays: set[str]) -> bool:
+    """Whether ``statement`` reads ``arrays`` only at the subscripts of the one element it writes
+    (``C[i, j] = max(C[i, j], 0)``, ``y[i] = alpha * tmp[i]``; not ``C[j, i] = C[i, j]``)."""
+    target = statement.writes[0] if len(statement.writes) == 1 else None
+    reads = [ref for ref in statement.reads if ref.array in arrays]
+    if target is None or not reads:
+        return False
+    return all(ref.relation.set_tuple_name(isl.dim_type.out, target.array).is_equal(target.relation)
+               for ref in reads)
 
 
 def _written_arrays(scop, statements: Sequence[str]) -> set[str]:
