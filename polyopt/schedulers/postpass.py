@@ -142,15 +142,17 @@ def apply_cost_model(schedule: Schedule, costs: Sequence[BandCost]) -> Schedule:
     return schedule
 
 
-def fuse_epilogues(schedule: Schedule, fusions: Sequence[EpilogueFusion]) -> Schedule:
+def fuse_epilogues(schedule: Schedule, fusions: Sequence[EpilogueFusion]) -> tuple[Schedule, tuple[str, ...]]:
     """Run the element-wise nests the cost model says to fuse (:func:`polyopt.schedulers.cost.
     epilogue_fusions`) inside their producer's output loops: a permute step where the producer's
     reduction tile loops must move inside its output tile loops, then a ``fuse_epilogue`` step
     whose note gives the model's numbers. Unlike the other steps, this one is verified at once:
-    where the verifier (or the primitive: a consumer reading the output at another point)
-    refuses it, the nests stay apart."""
+    where the verifier refuses it, the nests stay apart. Also returns a note per fusion not
+    made, with the model's numbers or the verifier's reason (for the schedule's notes)."""
+    apart: list[str] = []
     for fusion in fusions:
         if not fusion.fuse:
+            apart.append(f"cost model: {fusion}")
             continue
         fused = schedule
         if fusion.order != fusion.producer:
@@ -159,6 +161,6 @@ def fuse_epilogues(schedule: Schedule, fusions: Sequence[EpilogueFusion]) -> Sch
         try:
             schedule = run(fused, "fuse_epilogue", (fusion.order[0],) + fusion.consumers, note=f"cost model: {fusion}",
                            depth=fusion.depth)
-        except (IllegalScheduleError, ScheduleError):
-            continue
-    return schedule
+        except (IllegalScheduleError, ScheduleError) as refused:
+            apart.append(f"cost model: {fusion}, but the nests stay apart: {refused}")
+    return schedule, tuple(apart)

@@ -171,7 +171,8 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     if model:
         made = postpass.apply_cost_model(made, costs)
         if options.get("epilogues", True):
-            made = postpass.fuse_epilogues(made, cost_model.epilogue_fusions(made, costs))
+            made, apart = postpass.fuse_epilogues(made, cost_model.epilogue_fusions(made, costs))
+            found = found._replace(notes=found.notes + apart)
     elif sizes is not None and sizes is not False:
         made = postpass.tile_bands(made, sizes, second_level=options.get("tile2"), register_tile=registers,
                                    conflict_free=bool(options.get("conflict_free_tiles", False)))
