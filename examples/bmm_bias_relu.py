@@ -48,7 +48,7 @@ def main(nb: int = 8, n: int = 256, repeat: int = 5) -> None:
     fused = po.compile(bmm_bias_relu)                       # the default: pluto and the cost model
     apart = po.compile(bmm_bias_relu, epilogues=False)      # the same, the epilogues in their own nests
     for step in fused.schedule.trace:
-        if step.primitive == "fuse_epilogue":
+        if step.note.startswith("cost model: epilogue"):
             print(step.as_python(), "#", step.note)
     fused(C, A, B, bias)
     np.testing.assert_allclose(C, np.maximum(A @ B + bias, 0.0), rtol=1e-10, atol=1e-12)

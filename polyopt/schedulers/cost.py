@@ -142,43 +142,50 @@ def strided_fused_bands(schedule) -> list[tuple[str, ...]]:
 
 @dataclass(frozen=True)
 class EpilogueFusion:
-    """The model's view of the element-wise nests (``consumers``: the loop heading each) after a
-    contraction's nest (``producer``: its outer band's loops): the band's loops with the output
-    loops first (``order``) of which the first ``depth`` also run the consumers, the bytes of
-    the output one iteration of those loops writes (``block_bytes``), the bytes from memory the
-    fusion saves per output element (``saved_bytes``), and the decision."""
+    """The model's view of the element-wise nests after a contraction's nest: the producer's
+    outer band's loops (``producer``), the consumers' bands' loops (``consumers``, one tuple per
+    nest), the producer's loops with its output loops first (``order``) of which the first
+    ``depth`` also run the consumers, the tile sizes that make each consumer's outer loops its
+    output tiles (``consumer_tiles``; None: the producer is not tiled), the bytes of the output one
+    iteration of those loops writes (``block_bytes``), the bytes from memory saved per output
+    element (``saved_bytes``), and the decision."""
 
     producer: tuple[str, ...]
-    consumers: tuple[str, ...]
+    consumers: tuple[tuple[str, ...], ...]
     order: tuple[str, ...]
     depth: int
+    consumer_tiles: tuple[int, ...] | None
     block_bytes: float
     saved_bytes: float
     fuse: bool
 
     def __str__(self) -> str:
         fits = "fits" if self.fuse else "does not fit"
-        return (f"epilogue nests ({', '.join(self.consumers)}) into ({', '.join(self.order[:self.depth])}) after the "
+        heads = ", ".join(loops[0] for loops in self.consumers)
+        return (f"epilogue nests ({heads}) into ({', '.join(self.order[:self.depth])}) after the "
                 f"reduction: saves {self.saved_bytes:.3g} B per output element from memory; the output block of "
                 f"{self.block_bytes:.3g} B {fits} half the L2 cache -> {'fuse' if self.fuse else 'separate nests'}")
 
 
 def epilogue_fusions(schedule, costs: Sequence[BandCost]) -> list[EpilogueFusion]:
     """:class:`EpilogueFusion` of every contraction nest of the outermost sequence (a band with a
-    reduction loop) followed by element-wise nests (bands without one, reading what the
-    contraction writes); ``costs``: the model's band costs, for the tile sizes of tiled bands."""
+    reduction loop) followed by element-wise nests whose loops run over the contraction's output
+    in the order of its output loops; ``costs``: the model's band costs (tile sizes)."""
     root = schedule.root
     if not isinstance(root, N.Sequence):
         return []
-    nests = [f.child for f in root.children]
     found = []
-    for position, producer in enumerate(nests):
+    for position, nest in enumerate(root.children):
+        producer = nest.child
         if not isinstance(producer, N.Band) or all(producer.flag(k) for k in range(len(producer.members))):
             continue
-        consumers = _element_wise_consumers(schedule, producer, nests[position + 1:])
-        if consumers:
-            found.append(_epilogue_fusion(schedule, producer, consumers, costs))
-    return [fusion for fusion in found if fusion.depth > 0]
+        consumers = _element_wise_consumers(schedule, producer, [f.child for f in root.children[position + 1:]])
+        fusion = _epilogue_fusion(schedule, producer, consumers, costs) if consumers else None
+        if fusion is not None and fusion.depth > 0 and all(
+                _runs_over_output_tiles(schedule, nest.domain, producer, fusion, consumer.domain, consumer.child)
+                for consumer in root.children[position + 1:position + 1 + len(consumers)]):
+            found.append(fusion)
+    return found
 
 
 def _element_wise_consumers(schedule, producer: N.Band, following: Sequence[N.Node]) -> tuple[N.Band, ...]:
@@ -222,13 +229,35 @@ def _epilogue_fusion(schedule, producer: N.Band, consumers: Sequence[N.Band], co
     cost = next((c for c in costs if c.statements == statements and c.tile), None)
     if cost is not None and N.has_band_below(producer):
         order = [producer.names[k] for k in outputs] + [producer.names[k] for k in range(n) if k not in outputs]
-        depth, extents = len(outputs), [cost.tile_sizes[k] for k in outputs]
+        depth, tiles = len(outputs), tuple(cost.tile_sizes[k] for k in outputs)
+        extents = list(tiles)
     else:
-        order = list(producer.names)
+        order, tiles = list(producer.names), None
         depth = next((k for k in range(n) if not producer.flag(k)), n)
         extents = [ASSUMED_EXTENT] * len([k for k in outputs if k >= depth])
     element = max(schedule.scop.arrays[a].dtype.bits // 8 for a in _written_arrays(schedule.scop, statements))
     block = float(element * _volume(extents))
     saved = 2.0 * element * len(consumers)  # each consumer nest read and wrote the output once more
-    return EpilogueFusion(producer.names, tuple(c.names[0] for c in consumers), tuple(order), depth, block, saved,
+    return EpilogueFusion(producer.names, tuple(c.names for c in consumers), tuple(order), depth, tiles, block, saved,
                           block <= cache_bytes(2) / 2)
+
+
+def _runs_over_output_tiles(schedule, producer_domain, producer: N.Band, fusion: EpilogueFusion,
+                            consumer_domain, consumer: N.Band) -> bool:
+    """Whether the consumer's first ``fusion.depth`` loops (tiled by ``fusion.consumer_tiles``)
+    take, at each of its instances, the values the producer's output loops had where it wrote
+    what the instance reads: fused loop by loop, each output tile then runs its own epilogue."""
+    if len(consumer.members) < fusion.depth or (fusion.consumer_tiles is not None
+                                                and len(consumer.members) != fusion.depth):
+        return False
+    written = schedule.scop.writes.intersect_domain(producer_domain)
+    flow = schedule.scop.reads.intersect_domain(consumer_domain).apply_range(written.reverse())
+    for j, name in enumerate(fusion.order[:fusion.depth]):
+        produced = flow.apply_range(isl.UnionMap.from_union_pw_aff(producer.members[producer.names.index(name)]))
+        own = isl.UnionMap.from_union_pw_aff(consumer.members[j])
+        if fusion.consumer_tiles is not None:
+            size = fusion.consumer_tiles[j]
+            own = own.apply_range(isl.UnionMap(f"{{ [x] -> [x - (x mod {size})] }}"))
+        if not produced.is_subset(own):
+            return False
+    return True

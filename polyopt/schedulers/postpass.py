@@ -15,7 +15,7 @@ from polyopt.schedulers.cost import BandCost, EpilogueFusion, auto_tile_sizes
 from polyopt.transform import nodes as N
 from polyopt.transform import tree as tree_ops
 from polyopt.transform.marks import PARALLEL_MARK
-from polyopt.transform.primitives import loop_statements, run
+from polyopt.transform.primitives import loop_names_of, loop_statements, run
 from polyopt.transform.schedule import Schedule
 
 
@@ -144,23 +144,34 @@ def apply_cost_model(schedule: Schedule, costs: Sequence[BandCost]) -> Schedule:
 
 def fuse_epilogues(schedule: Schedule, fusions: Sequence[EpilogueFusion]) -> tuple[Schedule, tuple[str, ...]]:
     """Run the element-wise nests the cost model says to fuse (:func:`polyopt.schedulers.cost.
-    epilogue_fusions`) inside their producer's output loops: a permute step where the producer's
-    reduction tile loops must move inside its output tile loops, then a ``fuse_epilogue`` step
-    whose note gives the model's numbers. Unlike the other steps, this one is verified at once:
-    where the verifier refuses it, the nests stay apart. Also returns a note per fusion not
-    made, with the model's numbers or the verifier's reason (for the schedule's notes)."""
+    epilogue_fusions`) inside their producer's output loops, after its reduction: where the
+    producer is tiled, its output tile loops move outside its reduction's (permute) and each
+    consumer is tiled by the output tile sizes; then a ``fuse`` step of that depth, whose note
+    gives the model's numbers. Unlike the other steps, the fusion is verified at once: where the
+    verifier refuses it, the nests stay apart. Also returns a note per fusion not made, with the
+    model's numbers or the verifier's reason (for the schedule's notes)."""
     apart: list[str] = []
     for fusion in fusions:
         if not fusion.fuse:
             apart.append(f"cost model: {fusion}")
             continue
-        fused = schedule
-        if fusion.order != fusion.producer:
-            fused = _step(fused, "permute", fusion.order, "cost model: output tile loops outside the "
-                          "reduction's, so that each output tile is complete before its epilogue runs")
         try:
-            schedule = run(fused, "fuse_epilogue", (fusion.order[0],) + fusion.consumers, note=f"cost model: {fusion}",
-                           depth=fusion.depth)
+            schedule = _fused_epilogue(schedule, fusion)
         except (IllegalScheduleError, ScheduleError) as refused:
             apart.append(f"cost model: {fusion}, but the nests stay apart: {refused}")
     return schedule, tuple(apart)
+
+
+def _fused_epilogue(schedule: Schedule, fusion: EpilogueFusion) -> Schedule:
+    """``schedule`` with the steps of one epilogue fusion (see :func:`fuse_epilogues`)."""
+    if fusion.order != fusion.producer:
+        schedule = _step(schedule, "permute", fusion.order, "cost model: output tile loops outside the "
+                         "reduction's, so that each output tile is complete before its epilogue runs")
+    heads = [fusion.order[0]]
+    for loops in fusion.consumers:
+        statement = loop_statements(schedule, loops[0])[0]
+        if fusion.consumer_tiles is not None:
+            schedule = _step(schedule, "tile", loops, "cost model: the epilogue in the output tiles of the "
+                             "reduction it follows", sizes=list(fusion.consumer_tiles))
+        heads.append(loop_names_of(schedule, statement)[0])
+    return run(schedule, "fuse", heads, note=f"cost model: {fusion}", depth=fusion.depth)

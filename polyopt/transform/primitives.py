@@ -437,7 +437,20 @@ def _fuse(schedule, names, depth=1) -> N.Node:
 def _fuse_once(schedule, names):
     """One level of :func:`_fuse`: (new root, path of the fused band, the loops heading the
     nests inside it, empty where some nest has none)."""
-    seq_path, sequence, positions = _consecutive_nests(schedule, names, "fuse")
+    found = [find(schedule, n) for n in names]
+    if any(k != 0 for _, k in found):
+        raise ScheduleError(f"fuse: loops {', '.join(names)} must each be the outermost loop of a nest "
+                            "(the first loop of its band)")
+    paths = [p for p, _ in found]
+    parents = {p[:-2] for p in paths}
+    if len(parents) != 1 or any(len(p) < 2 or p[-1] != 0 for p in paths):
+        raise ScheduleError(f"fuse: loops {', '.join(names)} do not head consecutive nests of one sequence")
+    seq_path = parents.pop()
+    sequence = N.at(schedule.root, seq_path)
+    positions = [p[-2] for p in paths]
+    if not isinstance(sequence, N.Sequence) or positions != list(range(positions[0], positions[0] + len(names))):
+        raise ScheduleError(f"fuse: loops {', '.join(names)} do not head consecutive nests of one sequence, "
+                            "in their order")
     filters = [sequence.children[k] for k in positions]
     heads = [f.child for f in filters]
     fused_member = heads[0].members[0]
@@ -446,91 +459,17 @@ def _fuse_once(schedule, names):
     rests = [_slice(h, 1, len(h.members), h.child) if len(h.members) > 1 else h.child for h in heads]
     inner = N.Sequence(tuple(N.Filter(f.domain, r) for f, r in zip(filters, rests)), sequence.ordered)
     fused = N.Band((fused_member,), (names[0],), inner, True, (False,))
-    root, new_path = _replace_nests(schedule.root, seq_path, sequence, positions, fused)
-    nested = tuple(r.names[0] for r in rests if isinstance(r, N.Band))
-    return root, new_path, nested if len(nested) == len(rests) else ()
-
-
-def _consecutive_nests(schedule, names, primitive: str) -> tuple[tuple[int, ...], N.Sequence, list[int]]:
-    """(path of the sequence, the sequence, positions of the filters) of the nests that ``names``
-    head: each the first loop of the band right below a filter, the filters consecutive and in
-    the order of ``names``."""
-    found = [find(schedule, n) for n in names]
-    if any(k != 0 for _, k in found):
-        raise ScheduleError(f"{primitive}: loops {', '.join(names)} must each be the outermost loop of a nest "
-                            "(the first loop of its band)")
-    paths = [p for p, _ in found]
-    parents = {p[:-2] for p in paths}
-    if len(parents) != 1 or any(len(p) < 2 or p[-1] != 0 for p in paths):
-        raise ScheduleError(f"{primitive}: loops {', '.join(names)} do not head consecutive nests of one sequence")
-    seq_path = parents.pop()
-    sequence = N.at(schedule.root, seq_path)
-    positions = [p[-2] for p in paths]
-    if not isinstance(sequence, N.Sequence) or positions != list(range(positions[0], positions[0] + len(names))):
-        raise ScheduleError(f"{primitive}: loops {', '.join(names)} do not head consecutive nests of one sequence, "
-                            "in their order")
-    return seq_path, sequence, positions
-
-
-def _replace_nests(root: N.Node, seq_path: tuple[int, ...], sequence: N.Sequence, positions: list[int],
-                   fused: N.Band) -> tuple[N.Node, tuple[int, ...]]:
-    """(``root`` with the filters at ``positions`` of ``sequence`` replaced by one filter over
-    ``fused``, the path of ``fused``)."""
-    domain = sequence.children[positions[0]].domain
-    for k in positions[1:]:
-        domain = domain.union(sequence.children[k].domain)
+    domain = filters[0].domain
+    for f in filters[1:]:
+        domain = domain.union(f.domain)
     kids = sequence.children[:positions[0]] + (N.Filter(domain, fused),) + sequence.children[positions[-1] + 1:]
     if len(kids) == 1:
-        return N.replace_at(root, seq_path, fused), seq_path
-    return N.replace_at(root, seq_path, replace(sequence, children=kids)), seq_path + (positions[0], 0)
-
-
-def _fuse_epilogue(schedule, names, depth=1) -> N.Node:
-    """The nests headed by ``names[1:]`` (the consumers) run inside the first ``depth`` loops of
-    the nest headed by ``names[0]`` (the producer), after the producer's inner loops. Each
-    consumer statement takes, for those loops, their value at the producer instances that wrote
-    what it reads (a consumer that reads the producer's result only at the point it writes it,
-    such as a bias or ReLU after a contraction); its own loops stay below, unchanged. Refused
-    where that value is not one per consumer instance."""
-    if len(names) < 2:
-        raise ScheduleError(f"fuse_epilogue takes the producer's loop and one or more consumers', got {len(names)}")
-    seq_path, sequence, positions = _consecutive_nests(schedule, names, "fuse_epilogue")
-    producer_filter = sequence.children[positions[0]]
-    producer = producer_filter.child
-    if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= len(producer.members):
-        raise ScheduleError(f"fuse_epilogue: depth must be an int from 1 to {len(producer.members)} "
-                            f"(the loops of band ({', '.join(producer.names)})), got {depth!r}")
-    consumers = [sequence.children[k] for k in positions[1:]]
-    written = schedule.scop.writes.intersect_domain(producer_filter.domain)
-    members = list(producer.members[:depth])
-    for consumer in consumers:
-        flow = schedule.scop.reads.intersect_domain(consumer.domain).apply_range(written.reverse())
-        for k in range(depth):
-            members[k] = members[k].union_add(_consumer_member(flow, consumer.domain, producer.members[k],
-                                                              producer.names[k]))
-    rest = _slice(producer, depth, len(producer.members), producer.child) if depth < len(producer.members) else producer.child
-    inner = N.Sequence((N.Filter(producer_filter.domain, rest),) + tuple(consumers), sequence.ordered)
-    fused = replace(_slice(producer, 0, depth, inner), members=tuple(members))
-    root, path = _replace_nests(schedule.root, seq_path, sequence, positions, fused)
-    return refresh_flags(schedule, root, path)
-
-
-def _consumer_member(flow: isl.UnionMap, domain: isl.UnionSet, member: isl.UnionPwAff, name: str) -> isl.UnionPwAff:
-    """Loop ``name``'s value (``member``) at the producer instances each consumer instance of
-    ``domain`` reads from through ``flow``, as one quasi-affine function per consumer statement
-    (defined on all of ``domain``: where the producer ran not at all, the same formula)."""
-    values = flow.apply_range(isl.UnionMap.from_union_pw_aff(member))
-    statements: list[isl.Set] = []
-    domain.foreach_set(statements.append)
-    pieces = []
-    for statement in statements:
-        found = maps_of(values.intersect_domain(isl.UnionSet.from_set(statement)))
-        value = found[0].as_pw_multi_aff().get_pw_aff(0) if len(found) == 1 and found[0].is_single_valued() else None
-        if value is None or value.n_piece() != 1:
-            raise ScheduleError(f"fuse_epilogue: {statement.get_tuple_name()} does not read the producer's "
-                                f"result at one value of loop {name} per instance (not an element-wise consumer)")
-        pieces.append(isl.PwAff.from_aff(value.get_pieces()[0][1]).intersect_domain(statement))
-    return _union(pieces)
+        new_path, node = seq_path, fused
+    else:
+        new_path, node = seq_path + (positions[0], 0), replace(sequence, children=kids)
+    root = N.replace_at(schedule.root, seq_path, node)
+    nested = tuple(r.names[0] for r in rests if isinstance(r, N.Band))
+    return root, new_path, nested if len(nested) == len(rests) else ()
 
 
 def _universe(scop: Scop, statements) -> isl.UnionSet:
@@ -819,7 +758,7 @@ def _affine_schedule(schedule, names, tree) -> N.Node:
 
 PRIMITIVES = {
     "tile": _tile, "split": _split, "interchange": _interchange, "permute": _permute, "skew": _skew,
-    "shift": _shift, "reverse": _reverse, "fuse": _fuse, "fuse_epilogue": _fuse_epilogue, "distribute": _distribute, "wavefront": _wavefront,
+    "shift": _shift, "reverse": _reverse, "fuse": _fuse, "distribute": _distribute, "wavefront": _wavefront,
     "parallel": _parallel, "vectorize": _vectorize, "gpu_map": _gpu_map, "unroll": _unroll, "register_tile": _register_tile,
     "affine_schedule": _affine_schedule,
 }
