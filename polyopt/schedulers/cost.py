@@ -25,7 +25,9 @@ inside the contraction's output loops, once per output tile after its reduction 
 such nest saves a read and a write of the output array from memory where the output block of one
 iteration of those loops fits half the L2 cache (it is still there when the epilogue reads it).
 Only the order of the producer's tile loops changes (the reduction's tile loops innermost among
-them); its point loops, register tiles, vector loop and parallel loop stay as they were.
+them); its point loops, register tiles, vector loop and parallel loop stay as they were, and the
+epilogue is tiled by the output tile sizes, its own loops inside the tile unchanged. The verifier
+checks the fusion; one it refuses, or one the model declines, is a note of the schedule.
 """
 from __future__ import annotations
 
