@@ -157,7 +157,7 @@ def _per_coordinate(value, n: int, what: str) -> tuple[int, ...] | None:
 
 # ----- expressions -------------------------------------------------------------------------------
 
-class _CudaExpr(CExpr):
+class CudaExpr(CExpr):
     """C expressions with arrays as flat row-major pointers (CUDA has no VLA types)."""
 
     def emit(self, e: E.Expr) -> tuple[str, int]:
@@ -195,7 +195,7 @@ def cuda_source(scop: Scop, program: GpuProgram, host_function: str, *, block=No
                 tile=None, vector=None, shared: bool = True) -> CudaSource:
     """The CUDA C source of ``program``: device scalars, kernels, and the host wrapper;
     ``shared`` allows shared-memory staging in register-tiled kernels."""
-    emit = _CudaExpr(scop)
+    emit = CudaExpr(scop)
     element_bytes = max((a.dtype.numpy.itemsize for a in scop.arrays.values()), default=8)
     scalars = {name for name, array in scop.arrays.items() if array.local}
     uses_scalars = {k.name: any(ref.array in scalars for s in k.statements

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 
 from polyopt.analysis import expr as E
 from polyopt.analysis.affine import extent_expr
-from polyopt.analysis.contraction import ELEMENT, Contraction
+from polyopt.analysis.contraction import ELEMENT, Contraction, epilogue_indices
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
-from polyopt.codegen.cuda import CudaSource, cuda_prelude
+from polyopt.codegen.cuda import CudaExpr, CudaSource, cuda_prelude
 
 #: The K-loop engines and what they need (element type of the operands and result).
 ENGINES = ("simt", "tf32", "dmma")
@@ -116,10 +116,13 @@ class Slots:
 
     batch: int
     outer_k: int
+    epilogue: int = 0
 
     @staticmethod
     def of(c: Contraction) -> "Slots":
-        return Slots(len(c.batch) + len(c.m) + len(c.n) - 2, len(c.k) - 1)
+        """Also, per output index an epilogue reads by (:func:`epilogue_indices`), where its
+        value comes from: the coordinate (0: M run, 1: N run, 2: batch), divisor, modulus."""
+        return Slots(len(c.batch) + len(c.m) + len(c.n) - 2, len(c.k) - 1, len(epilogue_indices(c)))
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,8 @@ def extra_arguments(slots: Slots) -> tuple[str, ...]:
         names += [f"_zE{j}", f"_zL{j}", f"_zR{j}", f"_zC{j}"]
     for j in range(slots.outer_k):
         names += [f"_kE{j}", f"_kL{j}", f"_kR{j}"]
+    for j in range(slots.epilogue):
+        names += [f"_xs{j}", f"_xd{j}", f"_xm{j}"]
     return tuple(names)
 
 
@@ -180,7 +185,7 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
     in C for the sizes of the call -- the runs, the batch and outer-K slots, the tile -- and the
     launch. Strides come from the arrays' declared shapes (C-contiguous)."""
     emit = CExpr(scop)
-    update = scop.statement(c.statements[-1])
+    update = scop.statement(c.update_statement)
     index = list(update.iterators)
     position = {i: k for k, i in enumerate(index)}
 
@@ -208,6 +213,10 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
            "  }",
            "  return size;",
            "}",
+           "static int pl_in_batch(char cls, char in_m, char in_n)",
+           "{ /* a batch slot's index: a batch index, or an M or N index outside its run */",
+           "  return cls == 'b' || (cls == 'm' && !in_m) || (cls == 'n' && !in_n);",
+           "}",
            f'extern "C" void {name}({", ".join(params)})', "{",
            f"  const long ext[{n}] = {{{', '.join(emit(c.extent[i]) for i in index)}}};",
            f"  const long sL[{n}] = {{{strides(c.left.index, c.left.array)}}};",
@@ -225,7 +234,7 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
            "  /* batch slots: the output indices outside the M and N runs, in output order */",
            f"  for (int j = 0; j < {len(c.output_index)}; j++) {{",
            "    const int i = out_ix[j];",
-           "    if (cls[i] == 'b' || (cls[i] == 'm' && !in_m[i]) || (cls[i] == 'n' && !in_n[i])) {",
+           "    if (pl_in_batch(cls[i], in_m[i], in_n[i])) {",
            "      _a[9] *= ext[i]; _a[_na++] = ext[i]; _a[_na++] = sL[i]; _a[_na++] = sR[i]; _a[_na++] = sC[i];",
            "    }", "  }",
            f"  while (_na < {len(RUN_ARGUMENTS) + 4 * slots.batch}) {{ _a[_na++] = 1; _a[_na++] = 0; _a[_na++] = 0; _a[_na++] = 0; }}",
@@ -234,7 +243,23 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
            "    const int i = k_ix[j];",
            "    if (!in_k[i]) { _a[10] *= ext[i]; _a[_na++] = ext[i]; _a[_na++] = sL[i]; _a[_na++] = sR[i]; }",
            "  }",
-           f"  while (_na < {len(extra_arguments(slots))}) {{ _a[_na++] = 1; _a[_na++] = 0; _a[_na++] = 0; }}",
+           f"  while (_na < {len(RUN_ARGUMENTS) + 4 * slots.batch + 3 * slots.outer_k}) "
+           "{ _a[_na++] = 1; _a[_na++] = 0; _a[_na++] = 0; }",
+           "  /* per output index an epilogue reads: its coordinate, divisor, modulus */"]
+    for i in epilogue_indices(c):
+        p = position[i]
+        out += [f"  if (in_m[{p}] || in_n[{p}]) {{",
+                f"    const int *run = in_m[{p}] ? m_ix : n_ix; const char *in = in_m[{p}] ? in_m : in_n;",
+                f"    const int nrun = in_m[{p}] ? {len(c.m)} : {len(c.n)}; long div = 1; int after = 0;",
+                f"    for (int j = 0; j < nrun; j++) {{ if (after && in[run[j]]) div *= ext[run[j]]; if (run[j] == {p}) after = 1; }}",
+                f"    _a[_na++] = in_m[{p}] ? 0 : 1; _a[_na++] = div; _a[_na++] = ext[{p}];",
+                "  } else {",
+                "    long div = 1; int after = 0;",
+                f"    for (int j = 0; j < {len(c.output_index)}; j++) {{ const int i = out_ix[j];",
+                "      if (after && pl_in_batch(cls[i], in_m[i], in_n[i])) div *= ext[i]; if (i == " + str(p) + ") after = 1; }",
+                f"    _a[_na++] = 2; _a[_na++] = div; _a[_na++] = ext[{p}];",
+                "  }"]
+    out += [
            "  if (M <= 0 || N <= 0 || _a[9] <= 0) return;",
            "  int device = 0, sms = 1;",
            "  cudaGetDevice(&device);",
@@ -362,6 +387,24 @@ def _grid_loops(c: Contraction, slots: Slots, t: str) -> list[str]:
     return out
 
 
+def _store(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
+    """The store of a finished element ``acc`` (at ``_m``, ``_n`` of batch ``_z``): through
+    the epilogue statements in order, each reading the value so far as its element and other
+    arrays at the output indices (decoded from the coordinates with the launch's divisors)."""
+    out = [f"              {t} _v = ({t}){acc};"]
+    names = {}
+    for d, index in enumerate(epilogue_indices(c)):
+        names[index] = f"_x{d}"
+        out.append(f"              const long _x{d} = ((_xs{d} == 0 ? _m : _xs{d} == 1 ? _n : _z) / _xd{d}) % _xm{d};")
+    emit = CudaExpr(scop)
+    for value in c.epilogue:
+        value = E.substitute(value, lambda x: E.Var(names[x.name], "iter", x.dtype)
+                             if isinstance(x, E.Var) and x.kind == "iter" else None)
+        out.append(f"              _v = {emit(E.substitute(value, lambda x: E.Var('_v', 'scalar', x.dtype) if isinstance(x, E.Var) and x.name == ELEMENT else None))};")
+    out.append(f"              {c.output}[_offC + _m * sCm + _n * sCn] = _v;")
+    return out
+
+
 def _init_text(scop: Scop, c: Contraction, element: str) -> str:
     return element if c.init is None else _scalar_text(scop, c.init, element)
 
@@ -428,7 +471,8 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             "        #pragma unroll", "        for (int _j = 0; _j < TN; _j++) {",
             f"          const long _m = _m0 + (_i % {v.tm // 2}) + _ty * {v.tm // 2} + (_i / {v.tm // 2}) * (BM / 2);",
             f"          const long _n = _n0 + (_j % {v.tn // 2}) + _tx * {v.tn // 2} + (_j / {v.tn // 2}) * (BN / 2);",
-            f"          if (_m < _M && _n < _N) {c.output}[_offC + _m * sCm + _n * sCn] = _acc[_i][_j];",
+            "          if (_m < _M && _n < _N) {",
+            *_store(scop, c, "_acc[_i][_j]", t), "          }",
             "        }", "      }",
             "    }", "    }", "  }"]
     return out
@@ -505,7 +549,8 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
             f"          #pragma unroll\n          for (int _r = 0; _r < {per_c}; _r++) {{",
             f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
-            f"            if (_m < _M && _n < _N) {c.output}[_offC + _m * sCm + _n * sCn] = ({t})_acc[_i][_j][_r];",
+            "            if (_m < _M && _n < _N) {",
+            *_store(scop, c, "_acc[_i][_j][_r]", t), "            }",
             "          }",
             "    }", "    }", "  }"]
     return out

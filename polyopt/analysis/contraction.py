@@ -11,7 +11,10 @@ convolutions and attention products:
   distinct iterators, and everything else in them is constants and scalar arguments
   (``alpha * A[i, k]``);
 - optionally, before it, an *init* statement over the output box ``C[out] = f(C[out])`` with
-  constants and scalars (``0``, ``beta * C[i, j]``).
+  constants and scalars (``0``, ``beta * C[i, j]``);
+- optionally, after it, *epilogue* statements over the output box, element-wise on ``C``:
+  ``C[out] = f(C[out], bias[j], ...)`` reading arrays no statement writes at plain iterators
+  (bias, ReLU, scaling: they run on each element once its sum is complete).
 
 The indices group by where they appear: in ``C`` and in both operands (or neither): *batch*; in
 ``C`` and ``L`` only: *M*; in ``C`` and ``R`` only: *N*; not in ``C``: *K* (summed). A
@@ -65,6 +68,8 @@ class Contraction:
     n: tuple[str, ...]
     k: tuple[str, ...]
     statements: tuple[str, ...]
+    update_statement: str = ""
+    epilogue: tuple[E.Expr, ...] = ()
 
     def describe(self) -> str:
         """One line naming the index groups, e.g. ``batch (b, h) x M (q) x N (k) x K (d)``."""
@@ -74,21 +79,29 @@ class Contraction:
 
 def find_contraction(scop: Scop) -> Contraction | None:
     """The contraction ``scop`` computes (module docstring), or None."""
-    if not 1 <= len(scop.statements) <= 2:
-        return None
-    *init, update = scop.statements
-    parts = _update_parts(scop, update)
-    if parts is None:
+    for position in range(min(2, len(scop.statements))):
+        update = scop.statements[position]
+        parts = _update_parts(scop, update)
+        if parts is not None:
+            break
+    else:
         return None
     output_index, left, right = parts
     extent = _box_extents(scop, update)
     if extent is None:
         return None
+    output = update.target.array
     init_value = None
-    if init:
-        init_value = _init_value(scop, init[0], scop.statements[1].target.array, output_index, extent)
+    if position == 1:
+        init_value = _init_value(scop, scop.statements[0], output, output_index, extent)
         if init_value is None:
             return None
+    epilogue = []
+    for stmt in scop.statements[position + 1:]:
+        value = _epilogue_value(scop, stmt, output, output_index, extent)
+        if value is None:
+            return None
+        epilogue.append(value)
     in_out = set(output_index)
     in_left, in_right = set(left.index), set(right.index)
     if any(i not in in_out | in_left | in_right for i in update.iterators):
@@ -99,8 +112,8 @@ def find_contraction(scop: Scop) -> Contraction | None:
     k = tuple(i for i in update.iterators if i not in in_out)  # in loop order: the sum's order
     if not (m and n and k):
         return None
-    return Contraction(update.target.array, output_index, left, right, init_value, extent,
-                       batch, m, n, k, tuple(s.name for s in scop.statements))
+    return Contraction(output, output_index, left, right, init_value, extent, batch, m, n, k,
+                       tuple(s.name for s in scop.statements), update.name, tuple(epilogue))
 
 
 def _plain_index(access: E.Access) -> tuple[str, ...] | None:
@@ -162,6 +175,41 @@ def _init_value(scop: Scop, init: Statement, output: str, output_index: tuple[st
         return None
     value = E.substitute(init.value, lambda x: E.Var(ELEMENT, "scalar", x.dtype) if x == target else None)
     return value if _only_scalars(value) else None
+
+
+def _epilogue_value(scop: Scop, stmt: Statement, output: str, output_index: tuple[str, ...],
+                    extent: dict[str, E.Expr]) -> E.Expr | None:
+    """An element-wise statement after the update (``C[o] = max(C[o] + bias[j], 0)``): its
+    value with the output element as :data:`ELEMENT` and the other reads (arrays no statement
+    writes, subscripted by plain iterators) subscripted by the output indices; None otherwise."""
+    target = stmt.target
+    index = _plain_index(target)
+    if target.array != output or index is None or len(index) != len(stmt.iterators):
+        return None
+    mine = _box_extents(scop, stmt)
+    if mine is None or any(mine[i] != extent[o] for i, o in zip(index, output_index)):
+        return None
+    rename = dict(zip(index, output_index))
+    written = {s.target.array for s in scop.statements}
+    reads = [x for x in E.walk(stmt.value) if isinstance(x, E.Access) and x != target]
+    if any(r.array in written or _plain_index(r) is None for r in reads):
+        return None
+
+    def replace(x: E.Expr) -> E.Expr | None:
+        if x == target:
+            return E.Var(ELEMENT, "scalar", x.dtype)
+        if isinstance(x, E.Access):
+            return E.Access(x.array, tuple(E.Var(rename[i.name], "iter", i.dtype) for i in x.indices), x.dtype)
+        return None
+    value = E.substitute(stmt.value, replace)
+    plain = E.substitute(value, lambda x: E.Const(0, x.dtype) if isinstance(x, E.Access) else None)
+    return value if _only_scalars(plain) else None
+
+
+def epilogue_indices(c: Contraction) -> tuple[str, ...]:
+    """The output indices the epilogue's reads are subscripted by (output order)."""
+    used = {i.name for e in c.epilogue for x in E.walk(e) if isinstance(x, E.Access) for i in x.indices}
+    return tuple(i for i in c.output_index if i in used)
 
 
 def _box_extents(scop: Scop, stmt: Statement) -> dict[str, E.Expr] | None:

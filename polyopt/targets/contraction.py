@@ -18,7 +18,7 @@ from math import prod
 import islpy as isl
 import numpy as np
 
-from polyopt.analysis.contraction import Contraction, find_contraction
+from polyopt.analysis.contraction import Contraction, epilogue_indices, find_contraction
 from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
@@ -81,25 +81,24 @@ def contraction_plan(scop: Scop, name: str, precision: str = "exact") -> Contrac
 
 def coordinate_tree(scop: Scop, c: Contraction) -> isl.Schedule:
     """The schedule tree the contraction kernel runs: one coordinate band (under
-    ``gpu_block``/``gpu_thread`` marks) per output index, then per thread the init statement
-    and the update's K loops in loop order (the mapping reads the kernel from it)."""
-    update = scop.statement(c.statements[-1])
-    init = scop.statement(c.statements[0]) if len(c.statements) == 2 else None
+    ``gpu_block``/``gpu_thread`` marks) per output index, then per thread the init statement,
+    the update's K loops in loop order and the epilogue statements (the mapping reads the
+    kernel from it)."""
+    statements = [scop.statement(name) for name in c.statements]
+    update = scop.statement(c.update_statement)
     schedule = isl.Schedule.from_domain(scop.domain)
     node = schedule.get_root().child(0)
-    if init is not None:
-        filters = isl.UnionSetList.alloc(node.get_ctx(), 2)
-        for stmt in (init, update):
+    if len(statements) > 1:
+        filters = isl.UnionSetList.alloc(node.get_ctx(), len(statements))
+        for stmt in statements:
             filters = filters.add(isl.UnionSet.from_set(stmt.domain))
-        node = node.insert_sequence(filters).child(1).child(0)
+        node = node.insert_sequence(filters).child(statements.index(update)).child(0)
     for index in reversed(c.k):
         member = _member([(update, update.iterators.index(index))])
         node = node.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(member))
     node = node.get_schedule().get_root().child(0)
     for d in reversed(range(len(c.output_index))):
-        pieces = [(update, update.iterators.index(c.output_index[d]))]
-        if init is not None:
-            pieces.append((init, init.iterators.index(init.target.indices[d].name)))
+        pieces = [(stmt, stmt.iterators.index(stmt.target.indices[d].name)) for stmt in statements]
         node = node.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(_member(pieces)))
         node = node.band_member_set_coincident(0, 1)
         node = node.insert_mark(isl.Id(GPU_THREAD_MARK)).insert_mark(isl.Id(GPU_BLOCK_MARK))
@@ -158,6 +157,10 @@ def launch_layout(c: Contraction, variant: Variant, extent: dict[str, int],
         values += [1, 0, 0, 0] if i is None else [extent[i], left.get(i, 0), right.get(i, 0), out.get(i, 0)]
     for i in outer_k + [None] * (slots.outer_k - len(outer_k)):
         values += [1, 0, 0] if i is None else [extent[i], left.get(i, 0), right.get(i, 0)]
+    for i in epilogue_indices(c):  # where an index's value comes from: coordinate, divisor, modulus
+        for source, inner_first in ((0, m_run), (1, n_run), (2, batch[::-1])):
+            if i in inner_first:
+                values += [source, prod(extent[j] for j in inner_first[:inner_first.index(i)]), extent[i]]
     blocks = (-(-size["N"] // variant.bn), -(-size["M"] // variant.bm), z)
     grid = None if 0 in blocks else tuple(min(b, limit) for b, limit in zip(blocks, _GRID_LIMIT))
     return Launch(tuple(values), grid)

@@ -2,8 +2,10 @@
 the Scop, mapped as one verified batched-GEMM kernel, laid out per launch from the strides, and
 computed right in every engine (SIMT f32, TF32 and FP64 tensor cores). The source tests need no
 GPU (nvcc builds each engine); the results are checked on a GPU against numpy in float64."""
+import importlib.util
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -145,6 +147,7 @@ def test_nvcc_builds_every_engine(tmp_path):
     sources = {"simt32": po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32")),
                "tf32": po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32"), precision="tf32"),
                "dmma": po.cuda_source(po.suite.get("gemm").kernel)}
+    sources["epilogue"] = po.cuda_source(_example_kernel("bmm_bias_relu"))
     for k, (subscripts, shapes) in enumerate(PATTERNS):
         sources[f"p{k}"] = po.einsum_kernel(subscripts, *shapes, dtype="float32", target="cuda").cuda_source
     for name, text in sources.items():
@@ -294,3 +297,67 @@ def test_the_nvcc_host_function_computes_the_same(tmp_path):
                                                       ctypes.c_void_p(dw.data.ptr), ctypes.c_void_p(dy.data.ptr))
     cupy.cuda.Device().synchronize()
     assert _relative_error(dy.get(), np.einsum(subscripts, x.astype(float), w.astype(float))) < 1e-6
+
+
+@po.kernel
+def flat_matmul_bias_relu(A: f32["NB", "NI", "NK"], B: f32["NK", "NJ"], bias: f32["NI"], C: f32["NB", "NI", "NJ"]):
+    for b in range(NB):
+        for i in range(NI):
+            for j in range(NJ):
+                C[b, i, j] = 0.0
+                for k in range(NK):
+                    C[b, i, j] += A[b, i, k] * B[k, j]
+    for b in range(NB):
+        for i in range(NI):
+            for j in range(NJ):
+                C[b, i, j] = max(C[b, i, j] + bias[i], 0.0)
+
+
+def _example_kernel(name: str):
+    """The kernel ``name`` of examples/<name>.py."""
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def test_element_wise_epilogues_join_the_kernel():
+    """bias + ReLU after a (batched) matmul run on each element once its sum is complete, in
+    the kernel's store: the mapping is verified with them, and their reads are decoded from the
+    tile coordinates (here i lies inside the collapsed M run b*i)."""
+    bmm_bias_relu = _example_kernel("bmm_bias_relu")
+    c = find_contraction(scop_of(bmm_bias_relu))
+    assert c.describe() == "batch (b) x M (i) x N (j) x K (k)" and len(c.epilogue) == 2
+    made = plan(bmm_bias_relu)
+    assert isinstance(made.source, ContractionSource) and made.program.kernels[0].statements == {"S0", "S1", "S2", "S3"}
+    po.verify(made.scop, made.mapped_tree)
+    flat = find_contraction(scop_of(flat_matmul_bias_relu))
+    variant = plan(flat_matmul_bias_relu).source.variants[0][1]
+    layout = launch_layout(flat, variant, {"b": 3, "i": 5, "j": 7, "k": 4},
+                           {"A": (3, 5, 4), "B": (4, 7), "C": (3, 5, 7)})
+    assert layout.arguments[0] == 15 and layout.arguments[-3:] == (0, 1, 5)  # i = m % 5: M run (b, i)
+    # an epilogue reading what the update writes elsewhere, or writing another array, is none
+    assert find_contraction(scop_of(po.suite.get("2mm").kernel)) is None
+
+
+@needs_gpu
+@pytest.mark.parametrize("tile", [0, 1, 2])
+def test_epilogues_on_the_gpu_match_numpy(tile, monkeypatch):
+    import cupy
+
+    bmm_bias_relu = _example_kernel("bmm_bias_relu")
+
+    def forced(source, extent, shapes, sm_count):
+        name, variant = source.variants[tile]
+        return name, variant, launch_layout(source.contraction, variant, extent, shapes)
+    monkeypatch.setattr(contraction, "choose_kernel", forced)
+    rng = np.random.default_rng(9)
+    a, b, bias = rng.standard_normal((3, 37, 20)), rng.standard_normal((3, 20, 45)), rng.standard_normal(45)
+    c = cupy.zeros((3, 37, 45))
+    po.compile(bmm_bias_relu, target="cuda")(c, cupy.asarray(a), cupy.asarray(b), cupy.asarray(bias))
+    assert _relative_error(c.get(), np.maximum(a @ b + bias, 0)) < 1e-13
+    a, b, bias = (x.astype(np.float32) for x in (a, b[0], rng.standard_normal(37)))
+    c = cupy.zeros((3, 37, 45), np.float32)
+    po.compile(flat_matmul_bias_relu, target="cuda")(cupy.asarray(a), cupy.asarray(b), cupy.asarray(bias), c)
+    assert _relative_error(c.get(), np.maximum(a.astype(float) @ b + bias[:, None], 0)) < 1e-6
