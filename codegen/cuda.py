@@ -248,6 +248,12 @@ def _scalar_homes(scop: Scop, program: GpuProgram) -> tuple[dict[str, list[str]]
 
 def _kernel_parameters(scop: Scop, kernel: Kernel) -> list[str]:
     written = {w.array for s in kernel.statements for w in scop.statement(s).writes}
+    return kernel_parameters(scop, written) + [f"long {v}" for v in kernel.host_vars]
+
+
+def kernel_parameters(scop: Scop, written: set[str]) -> list[str]:
+    """A kernel's C parameters for the native calling convention (``abi_arguments``): size
+    parameters as long, scalars, arrays as restrict pointers (const unless in ``written``)."""
     params = []
     for arg in abi_arguments(scop):
         if arg.kind == "param":
@@ -257,7 +263,7 @@ def _kernel_parameters(scop: Scop, kernel: Kernel) -> list[str]:
         else:
             const = "" if arg.name in written else "const "
             params.append(f"{const}{c_type_name(arg.dtype)} *__restrict__ {arg.name}")
-    return params + [f"long {v}" for v in kernel.host_vars]
+    return params
 
 
 def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, shared: bool) -> str:

@@ -34,7 +34,7 @@ from polyopt.analysis.contraction import ELEMENT, Contraction, epilogue_indices
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
-from polyopt.codegen.cuda import CudaExpr, CudaSource, cuda_prelude
+from polyopt.codegen.cuda import CudaExpr, CudaSource, cuda_prelude, kernel_parameters
 
 #: The K-loop engines and what they need (element type of the operands and result).
 ENGINES = ("simt", "tf32", "dmma")
@@ -199,7 +199,7 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
 
     classes = {**{i: "'b'" for i in c.batch}, **{i: "'m'" for i in c.m}, **{i: "'n'" for i in c.n}}
     slots = Slots.of(c)
-    params = [p.replace("const ", "").replace("*__restrict__ ", "*") for p in _parameters(scop, c)]
+    params = [p.replace("const ", "").replace("*__restrict__ ", "*") for p in kernel_parameters(scop, {c.output})]
     args = [a.name for a in abi_arguments(scop)] + [f"_a[{k}]" for k in range(len(extra_arguments(slots)))]
     n = len(index)
     out = ["#ifndef __CUDACC_RTC__",
@@ -289,23 +289,10 @@ def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str
     body = {"simt": _simt_body, "tf32": _mma_body, "dmma": _mma_body}[variant.engine](
         scop, c, variant, c_type_name(dtype))
     slots = Slots.of(c)
-    params = _parameters(scop, c) + [f"long {a}" for a in extra_arguments(slots)]
+    params = kernel_parameters(scop, {c.output}) + [f"long {a}" for a in extra_arguments(slots)]
     lines = [f'extern "C" __global__ void __launch_bounds__({variant.threads}) {name}(',
              "    " + ",\n    ".join(params) + ")", "{"]
     return lines + _prologue(c, slots, UnitStrides.of(c)) + body + ["}"]
-
-
-def _parameters(scop: Scop, c: Contraction) -> list[str]:
-    params = []
-    for arg in abi_arguments(scop):
-        if arg.kind == "param":
-            params.append(f"long {arg.name}")
-        elif arg.kind == "scalar":
-            params.append(f"{c_type_name(arg.dtype)} {arg.name}")
-        else:
-            const = "" if arg.name == c.output else "const "
-            params.append(f"{const}{c_type_name(arg.dtype)} *__restrict__ {arg.name}")
-    return params
 
 
 def _prologue(c: Contraction, slots: Slots, unit: UnitStrides) -> list[str]:

@@ -162,16 +162,25 @@ def _update_parts(scop: Scop, update: Statement):
     return output_index, left, right
 
 
+def _output_box_index(scop: Scop, stmt: Statement, output: str, output_index: tuple[str, ...],
+                      extent: dict[str, E.Expr]) -> tuple[str, ...] | None:
+    """The iterators subscripting ``stmt``'s target, when it writes each element of the
+    output's box once (``output[its iterators]`` over the same extents); else None."""
+    index = _plain_index(stmt.target)
+    if stmt.target.array != output or index is None or len(index) != len(stmt.iterators):
+        return None
+    mine = _box_extents(scop, stmt)
+    if mine is None or any(mine[i] != extent[o] for i, o in zip(index, output_index)):
+        return None
+    return index
+
+
 def _init_value(scop: Scop, init: Statement, output: str, output_index: tuple[str, ...],
                 extent: dict[str, E.Expr]) -> E.Expr | None:
     """The init statement's value with its output element as :data:`ELEMENT`, when it writes
     every output element once from that element and scalars; else None."""
     target = init.target
-    index = _plain_index(target)
-    if target.array != output or index is None or len(index) != len(init.iterators):
-        return None
-    mine = _box_extents(scop, init)
-    if mine is None or any(mine[i] != extent[o] for i, o in zip(index, output_index)):
+    if _output_box_index(scop, init, output, output_index, extent) is None:
         return None
     value = E.substitute(init.value, lambda x: E.Var(ELEMENT, "scalar", x.dtype) if x == target else None)
     return value if _only_scalars(value) else None
@@ -183,11 +192,8 @@ def _epilogue_value(scop: Scop, stmt: Statement, output: str, output_index: tupl
     value with the output element as :data:`ELEMENT` and the other reads (arrays no statement
     writes, subscripted by plain iterators) subscripted by the output indices; None otherwise."""
     target = stmt.target
-    index = _plain_index(target)
-    if target.array != output or index is None or len(index) != len(stmt.iterators):
-        return None
-    mine = _box_extents(scop, stmt)
-    if mine is None or any(mine[i] != extent[o] for i, o in zip(index, output_index)):
+    index = _output_box_index(scop, stmt, output, output_index, extent)
+    if index is None:
         return None
     rename = dict(zip(index, output_index))
     written = {s.target.array for s in scop.statements}
