@@ -44,7 +44,7 @@ import numpy as np
 from polyopt import einsum_calls
 from polyopt.analysis import expr as E
 from polyopt.targets.contraction import check_precision
-from polyopt.targets.cuda import CudaKernel, cupy_module, is_cupy
+from polyopt.targets.cuda import CudaKernel, as_cupy, cupy_module, is_cupy, is_device_array
 from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, SUM_BLOCK, contraction_path, einsum_scop, is_partial_sum,
                                       iteration_count, label_sizes, parse_subscripts, size_parameter,
@@ -200,13 +200,14 @@ def _long_sums(spec: EinsumSpec, sizes: dict[str, int], target: str) -> bool:
 
 
 def _target_of(target: str | None, operands: list, out) -> str:
-    """Where this call runs: 'cuda' when asked or when an operand or ``out`` is a CuPy array
-    (TargetUnavailableError without CuPy and a GPU), else 'cpu'."""
+    """Where this call runs: 'cuda' when asked or when an operand or ``out`` is a GPU array
+    (:func:`~polyopt.targets.cuda.is_device_array`; TargetUnavailableError without CuPy and a
+    GPU), else 'cpu'."""
     if target not in (None, "cpu", "cuda"):
         raise ValueError(f"einsum: unknown target {target!r}; available: 'cpu', 'cuda'")
-    on_gpu = any(is_cupy(a) for a in [*operands, out])
+    on_gpu = any(is_device_array(a) for a in [*operands, out])
     if target == "cpu" and on_gpu:
-        raise ValueError("einsum: CuPy arrays are on the GPU: pass target='cuda' (or None) for "
+        raise ValueError("einsum: GPU arrays are on the GPU: pass target='cuda' (or None) for "
                          "them, or numpy arrays for target='cpu'")
     if target == "cuda" or on_gpu:
         cupy_module()
@@ -409,6 +410,41 @@ def _kernel_call(plan: _Plan, sizes: dict[str, int], result: np.ndarray, num_thr
                                    num_threads or default_num_threads())
 
 
+def _device_call(plan: _Plan, buffers: dict, cupy) -> einsum_calls.DeviceCall | None:
+    """What a repeat of a GPU call that ran ``plan``'s CUDA kernel on ``buffers`` (CuPy arrays
+    by argument name) needs: the kernel's recorded launches and the result's and temporaries'
+    shapes (see :class:`polyopt.einsum_calls.DeviceCall`); None where the kernel recorded none."""
+    launches = plan.kernel.recorded(plan.kernel.call_key(plan.kernel.named((), buffers)))
+    if launches is None:
+        return None
+    temporaries = tuple((name, buffers[name].shape) for name, _ in plan.temporaries)
+    operands = tuple(name for name in buffers if name.startswith("op"))
+    result = buffers[OUTPUT]
+    return einsum_calls.DeviceCall(launches, cupy.empty, operands, OUTPUT, temporaries, result.shape,
+                                   result.dtype)
+
+
+def _on_cupy_views(operands: tuple, out, **options):
+    """:func:`einsum` on GPU arrays other than CuPy's (PyTorch CUDA tensors, any
+    ``__cuda_array_interface__`` or CUDA DLPack object): computed on CuPy views of the same
+    memory (no copies); returns ``out`` itself when given, else the result as the kind of the
+    first such operand (:func:`_same_kind`)."""
+    like = next(v for v in (*operands, out) if is_device_array(v) and not is_cupy(v))
+    views = tuple(as_cupy(v) if is_device_array(v) else v for v in operands)
+    result = einsum(*views, out=None if out is None else as_cupy(out), **options)
+    return out if out is not None else _same_kind(result, like)
+
+
+def _same_kind(result, like):
+    """The CuPy array ``result`` as the kind of GPU array ``like``, on the same memory: a PyTorch
+    tensor (``torch.as_tensor`` on its ``__cuda_array_interface__``) for a PyTorch operand;
+    the CuPy array itself for others (no general way back to an arbitrary producer's type)."""
+    if type(like).__module__.split(".")[0] != "torch":
+        return result
+    import torch
+    return torch.as_tensor(result, device=like.device)
+
+
 def _gpu_options(where: str, precision: str) -> tuple | None:
     """The plan options of a call: the GPU's precision where it is not the default."""
     return (("precision", precision),) if where == "cuda" and precision != "exact" else None
@@ -435,6 +471,9 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     (10-bit mantissas: results change, like torch's ``allow_tf32``); "exact" (the default)
     keeps each element's arithmetic. The CPU computes exactly either way.
     """
+    if any(is_device_array(v) and not is_cupy(v) for v in (*operands, out)):
+        return _on_cupy_views(operands, out, dtype=dtype, order=order, casting=casting, optimize=optimize,
+                              target=target, num_threads=num_threads, precision=precision)
     # first a call like an earlier one (which passed every check below): see einsum_calls
     check_precision(precision)
     key = einsum_calls.call_key(operands, out, dtype, order, casting, optimize, target, num_threads)
@@ -497,9 +536,12 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     if plan.kernel is not None:
         plan.kernel(**{name: value if name == "num_threads" else _kernel_array(value, storage)
                        for name, value in buffers.items()})
-        if (key is not None and where == "cpu" and storage == result and storage not in _COMPLEX_PARTS
+        if (key is not None and storage == result and storage not in _COMPLEX_PARTS
                 and all(op.dtype == storage and op.flags.c_contiguous for op in ops) and (out is None or direct)):
-            einsum_calls.record(key, _kernel_call(plan, sizes, value, num_threads))
+            if where == "cpu":
+                einsum_calls.record(key, _kernel_call(plan, sizes, value, num_threads))
+            elif order != "F":
+                einsum_calls.record(key, _device_call(plan, buffers, xp))
     else:
         params = {size_parameter(label): size for label, size in sizes.items()}
         interpret_scop(plan.scop, params, {}, buffers)

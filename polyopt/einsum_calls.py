@@ -12,6 +12,11 @@ Only calls that need no conversion are recorded: C-contiguous operands already o
 element type, ``out=`` (if given) C-contiguous, writeable and of that type, a real result; and
 views of one operand, of any strides. Everything else, and a repeat whose ``out=`` overlaps an
 operand, takes the full path.
+
+CuPy operands (other GPU arrays arrive as CuPy views of theirs) count with their shape, dtype,
+strides and device (:func:`polyopt.targets.cuda.array_signature`); a GPU call records the CUDA
+kernel's launches (:class:`DeviceCall`), and its repeat allocates the result and launches them
+with the new addresses.
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from polyopt.targets.cuda import LaunchRecord, array_signature, is_cupy
+
 #: Recorded calls kept at most (the oldest go first).
 MAX_CALLS = 1024
 _CALLS: dict[tuple, "KernelCall | ViewCall"] = {}
@@ -30,21 +37,27 @@ _CALLS: dict[tuple, "KernelCall | ViewCall"] = {}
 def call_key(operands: tuple, out, dtype, order: str, casting: str, optimize, target, num_threads
              ) -> tuple | None:
     """The key of a call of ``einsum(*operands, out=...)``; None for a call that is never
-    recorded (interleaved sublists, operands that are not numpy arrays, an ``out=`` that is not
-    a C-contiguous writeable numpy array). Each operand counts with its shape, dtype and
-    whether it is C-contiguous: only views (:class:`ViewCall`) are recorded for operands that
-    are not. A key with an unhashable option is neither looked up nor recorded."""
+    recorded (interleaved sublists, operands that are neither numpy nor CuPy arrays, an
+    ``out=`` that is not a C-contiguous writeable one). Each numpy operand counts with its
+    shape, dtype and whether it is C-contiguous: only views (:class:`ViewCall`) are recorded for
+    operands that are not; each CuPy operand with its :func:`array_signature`. A key with an
+    unhashable option is neither looked up nor recorded."""
     if not operands or type(operands[0]) is not str:
         return None
     signature = []
     for op in operands[1:]:
-        if type(op) is not np.ndarray:
+        if type(op) is np.ndarray:
+            signature.append((op.shape, op.dtype, op.flags.c_contiguous))
+        elif is_cupy(op):
+            signature.append(("cupy", array_signature(op)))
+        else:
             return None
-        signature.append((op.shape, op.dtype, op.flags.c_contiguous))
     if out is None:
         out_signature = None
     elif type(out) is np.ndarray and out.flags.c_contiguous and out.flags.writeable:
         out_signature = (out.shape, out.dtype)
+    elif is_cupy(out) and out.flags.c_contiguous:
+        out_signature = ("cupy", array_signature(out))
     else:
         return None
     return (operands[0], tuple(signature), out_signature, dtype, order, casting, optimize, target, num_threads)
@@ -197,4 +210,40 @@ class ViewCall:
         return view
 
 
-__all__ = ["KernelCall", "MAX_CALLS", "ViewCall", "call_key", "clear", "record", "recorded"]
+@dataclass(frozen=True)
+class DeviceCall:
+    """Run a CUDA einsum kernel's recorded launches (``launch``) on CuPy operands like the
+    recorded call's: ``operands``, ``output``: the kernel's argument names of the operands and
+    the result; ``temporaries``: (name, shape) of the contraction path's intermediate arrays;
+    ``shape``, ``dtype``: the result's (C order); ``empty``: ``cupy.empty``. The temporaries are
+    allocated per call and stay referenced until every launch is queued; CuPy's memory pool
+    reuses their memory only for work ordered after those launches on the stream."""
+
+    launch: LaunchRecord
+    empty: Callable
+    operands: tuple[str, ...]
+    output: str
+    temporaries: tuple[tuple[str, tuple[int, ...]], ...]
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def __call__(self, operands: tuple, out):
+        """The result (``out`` when given); None where ``out`` overlaps an operand (the full
+        path copies that operand first)."""
+        if out is not None and any(_device_overlap(out, op) for op in operands):
+            return None
+        named = dict(zip(self.operands, operands))
+        named[self.output] = result = self.empty(self.shape, self.dtype) if out is None else out
+        for name, shape in self.temporaries:
+            named[name] = self.empty(shape, self.dtype)
+        self.launch(named)
+        return result
+
+
+def _device_overlap(a, b) -> bool:
+    """Whether two CuPy arrays' memory ranges overlap."""
+    start, other = a.data.ptr, b.data.ptr
+    return bool(a.nbytes and b.nbytes) and start < other + b.nbytes and other < start + a.nbytes
+
+
+__all__ = ["DeviceCall", "KernelCall", "MAX_CALLS", "ViewCall", "call_key", "clear", "record", "recorded"]

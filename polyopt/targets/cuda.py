@@ -232,11 +232,58 @@ def is_cupy(value) -> bool:
     return type(value).__module__.split(".")[0] == "cupy"
 
 
+#: DLPack device types of memory a CUDA kernel can address (kDLCUDA, kDLCUDAManaged).
+_DLPACK_CUDA_DEVICES = (2, 13)
+
+
+def is_device_array(value) -> bool:
+    """Whether ``value`` is an array in GPU memory that CuPy can view without a copy: a CuPy
+    array, an object exporting ``__cuda_array_interface__`` (Numba, PyTorch CUDA tensors, JAX),
+    or a DLPack producer whose ``__dlpack_device__`` is a CUDA device. Neither CuPy nor the
+    producer's library is imported; numpy arrays (also DLPack producers, on the CPU) are not."""
+    if type(value) is np.ndarray or isinstance(value, (int, float, complex, str, bytes)):
+        return False
+    if is_cupy(value) or hasattr(value, "__cuda_array_interface__"):
+        return True
+    device = getattr(value, "__dlpack_device__", None)
+    if device is None:
+        return False
+    try:
+        return device()[0] in _DLPACK_CUDA_DEVICES
+    except Exception:  # a producer that cannot say where its data is: not ours to use
+        return False
+
+
+def as_cupy(value):
+    """A CuPy array viewing the GPU memory of the device array ``value`` (no copy: writes through
+    it change ``value``): CuPy arrays as they are, ``__cuda_array_interface__`` objects through
+    ``cupy.asarray``, other DLPack producers through ``cupy.from_dlpack``."""
+    if is_cupy(value):
+        return value
+    cupy = cupy_module()
+    if hasattr(value, "__cuda_array_interface__"):
+        return cupy.asarray(value)
+    return cupy.from_dlpack(value)
+
+
+def array_signature(array) -> tuple:
+    """What a recorded launch depends on in a CuPy array: shape, dtype, strides and device (the
+    address is read at every call)."""
+    return (array.shape, array.dtype, array.strides, array.data.device_id)
+
+
 @dataclass(eq=False)
 class CudaKernel:
-    """A kernel compiled for CUDA: call it with CuPy arrays (updated in place, no copies) or
-    numpy arrays (copied to the GPU and back). Inspect ``.cuda_source``, ``.schedule`` and
-    ``.program`` (the host loops and kernels; ``.program.pretty()``: the mapped schedule tree)."""
+    """A kernel compiled for CUDA: call it with GPU arrays -- CuPy arrays, PyTorch CUDA tensors,
+    any ``__cuda_array_interface__`` or CUDA DLPack object (:func:`is_device_array`) -- which it
+    updates in place (no copies, no synchronization: later work on the stream sees the result),
+    or numpy arrays (copied to the GPU and back). Inspect ``.cuda_source``, ``.schedule`` and
+    ``.program`` (the host loops and kernels; ``.program.pretty()``: the mapped schedule tree).
+
+    A call on GPU arrays like an earlier one (:meth:`call_key`: same array shapes, dtypes,
+    strides and devices, same other values) replays the earlier call's launches
+    (:class:`LaunchRecord`) with the new arrays' addresses, skipping the argument checks and
+    the host program."""
 
     scop: Scop
     schedule: Schedule
@@ -244,6 +291,7 @@ class CudaKernel:
     compile_times: dict[str, float] = field(default_factory=dict)
     checked_params: dict = field(default_factory=dict, repr=False)
     _graphs: dict = field(default_factory=dict, repr=False)
+    _records: dict = field(default_factory=dict, repr=False)
 
     @property
     def cuda_source(self) -> str:
@@ -254,22 +302,70 @@ class CudaKernel:
         return self.compiled.program
 
     def __call__(self, *args, **kwargs) -> None:
-        cupy = cupy_module()
+        named = self.named(args, kwargs)
+        key = self.call_key(named)
+        known = self.recorded(key)
+        if known is not None:
+            known(named)
+            return
         bound, device, copy_back = self.bind(args, kwargs)
-        self.launch(bound.params, bound.scalars, device)
+        record = self.launch(bound.params, bound.scalars, device, record=not copy_back)
         for name, host in copy_back.items():
             device[name].get(out=host)
-        cupy.cuda.get_current_stream().synchronize()
+        if record is not None and key is not None:
+            self._remember(key, record)
+
+    def named(self, args: tuple, kwargs: dict) -> dict | None:
+        """The call's values by argument name, device arrays as CuPy arrays; None where
+        :meth:`bind` has to sort them out (too many or repeated arguments)."""
+        names = [a.name for a in self.scop.arguments]
+        if len(args) > len(names) or any(k in names[:len(args)] for k in kwargs):
+            return None
+        values = {**dict(zip(names, args)), **kwargs}
+        return {k: as_cupy(v) if is_device_array(v) else v for k, v in values.items()}
+
+    def call_key(self, named: dict | None) -> tuple | None:
+        """The key under which a call with these values (:meth:`named`) is recorded: per
+        argument its name and the CuPy array's :func:`array_signature`, or the type and value of
+        anything else (a scalar's value decides the argument checks); None where the call is
+        not recorded (numpy arrays, copied in and out; unhashable values)."""
+        if named is None:
+            return None
+        key = []
+        for name, value in named.items():
+            if is_cupy(value):
+                key.append((name, array_signature(value)))
+            elif isinstance(value, np.ndarray):
+                return None
+            else:
+                key.append((name, type(value), value))
+        key = tuple(sorted(key, key=lambda item: item[0]))
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def recorded(self, key: tuple | None) -> "LaunchRecord | None":
+        """The launches recorded under ``key`` (None: not recorded)."""
+        return None if key is None else self._records.get(key)
+
+    def _remember(self, key: tuple, record: "LaunchRecord") -> None:
+        if len(self._records) >= MAX_RECORDS:
+            del self._records[next(iter(self._records))]
+        self._records[key] = record
 
     def bind(self, args: tuple, kwargs: dict):
         """Check the arguments (as the CPU target does) and put every array on the GPU:
-        (bound arguments, device arrays by name, written numpy arrays to copy back)."""
+        (bound arguments, device arrays by name as CuPy arrays, written numpy arrays to copy
+        back)."""
         cupy = cupy_module()
         on_device = {}
 
-        def stand_in(name, value):  # CuPy arrays are checked through a numpy stand-in
-            if not is_cupy(value):
+        def stand_in(name, value):  # GPU arrays are checked through a numpy stand-in
+            if not is_device_array(value):
                 return value
+            value = as_cupy(value)
             if not value.flags.c_contiguous:
                 raise ArgumentError(f"{self.scop.name}(): array '{name}' must be C-contiguous")
             on_device[name] = value
@@ -293,12 +389,14 @@ class CudaKernel:
         return bound, device, copy_back
 
     def launch(self, params: dict[str, int], scalars: dict, arrays: dict, *,
-               graph: bool = False) -> None:
+               graph: bool = False, record: bool = False) -> "LaunchRecord | None":
         """Run the host program on the current stream (no checks, no synchronization).
 
         With ``graph``, the launches are captured once per argument set (parameters, scalars,
         array addresses) into a CUDA graph and replayed: no Python work per launch, which
-        matters for host loops of many short kernels (stencil time steps)."""
+        matters for host loops of many short kernels (stencil time steps). With ``record``
+        (and no ``graph``), returns the :class:`LaunchRecord` of these launches (None where
+        there were more than :data:`MAX_RECORDED_LAUNCHES`)."""
         values = []
         for arg in abi_arguments(self.scop):
             if arg.kind == "param":
@@ -308,12 +406,17 @@ class CudaKernel:
             else:
                 values.append(arrays[arg.name])
         module = _raw_module(self.compiled.source)
+        recorder = _Recorder(module, len(values)) if record and not graph else None
         if isinstance(self.compiled, ContractionSource):  # one launch: nothing to capture
-            launch_contraction(self.compiled, module, values, params, arrays, _sm_count())
-            return
-        if not graph:
-            _run_steps(self.program.host, dict(params), values, module, self.compiled)
-            return
+            launch_contraction(self.compiled, recorder or module, values, params, arrays, _sm_count())
+        elif not graph:
+            _run_steps(self.program.host, dict(params), values, recorder or module, self.compiled)
+        else:
+            self._replay_graph(module, params, values)
+        return None if recorder is None else recorder.record(self.scop, params)
+
+    def _replay_graph(self, module, params: dict[str, int], values: list) -> None:
+        """The host program as a CUDA graph captured once per argument set (see :meth:`launch`)."""
         cupy = cupy_module()
         key = tuple(v.data.ptr if is_cupy(v) else v.item() for v in values)
         if key not in self._graphs:
@@ -331,6 +434,70 @@ class CudaKernel:
         stream.wait_event(current.record())
         captured.launch(stream)
         current.wait_event(stream.record())
+
+
+#: Recorded calls one compiled kernel keeps (the oldest go first).
+MAX_RECORDS = 64
+#: Host programs launching more kernels than this are not recorded (a host loop of time
+#: steps is replayed better as a CUDA graph: ``launch(..., graph=True)``).
+MAX_RECORDED_LAUNCHES = 64
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """The launches one call of a :class:`CudaKernel` made, to run again on arrays of the same
+    shapes, dtypes and strides: per ABI argument ``(kind, name, how)`` -- a size parameter's
+    fixed ``np.int64`` value, a scalar's numpy type, or None for an array -- and per launch
+    ``(function, grid, block, trailing arguments)``; the kernel arguments come first in every
+    launch, the host variables and layout values (fixed by the sizes) after them."""
+
+    kernel: str
+    arguments: tuple[tuple[str, str, object], ...]
+    written: frozenset[str]
+    launches: tuple[tuple[object, tuple, tuple, tuple], ...]
+
+    def __call__(self, named: dict) -> None:
+        """Launch on the current stream with the arguments ``named`` (CuPy arrays, scalars),
+        after the overlap check :meth:`CudaKernel.bind` makes (addresses change per call)."""
+        values, arrays = [], {}
+        for kind, name, how in self.arguments:
+            if kind == "param":
+                values.append(how)
+            elif kind == "scalar":
+                values.append(how(named[name]))
+            else:
+                arrays[name] = named[name]
+                values.append(arrays[name])
+        if len(arrays) > 1 and self.written:
+            _check_device_aliasing(self.kernel, arrays, self.written)
+        for function, grid, block, tail in self.launches:
+            function(grid, block, (*values, *tail))
+
+
+class _Recorder:
+    """A stand-in for a built module that launches as the module does and notes each launch's
+    function, grid, block and arguments after the first ``leading`` (the kernel's own)."""
+
+    def __init__(self, module, leading: int):
+        self.module, self.leading, self.launches = module, leading, []
+
+    def get_function(self, name: str):
+        function = self.module.get_function(name)
+
+        def launch(grid, block, args):
+            self.launches.append((function, tuple(grid), tuple(block), tuple(args[self.leading:])))
+            function(grid, block, args)
+        return launch
+
+    def record(self, scop: Scop, params: dict[str, int]) -> LaunchRecord | None:
+        """The :class:`LaunchRecord` of the launches seen (None: too many to record)."""
+        if len(self.launches) > MAX_RECORDED_LAUNCHES:
+            return None
+        arguments = tuple((a.kind, a.name, np.int64(params[a.name]) if a.kind == "param"
+                           else a.dtype.numpy.type if a.kind == "scalar" else None)
+                          for a in abi_arguments(scop))
+        written = frozenset(w.array for s in scop.statements for w in s.writes)
+        return LaunchRecord(scop.name, arguments, written, tuple(self.launches))
 
 
 def _run_steps(steps, env: dict, values: list, module, compiled: CudaSource) -> None:
