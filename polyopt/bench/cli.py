@@ -3,6 +3,7 @@
     polyopt bench gemm 2mm --size LARGE --threads 2 --tile 32 --json out.json --write-docs
     polyopt bench all --size MEDIUM --external pluto:gemm=gemm.pluto.c
     polyopt bench --einsum --threads 2
+    polyopt bench --einsum --target cuda --repeats 20 --json gpu_einsum.json
     polyopt bench gemm syrk jacobi-2d --target cuda --dtype f32 --json gpu.json
 
 Exit status: 0 when every result matched its reference, 1 when one did not (the report still
@@ -19,6 +20,7 @@ import sys
 import polyopt as po
 from polyopt.bench.config import BenchConfig, External
 from polyopt.bench.einsum_cases import bench_einsum
+from polyopt.bench.einsum_cuda import bench_einsum_cuda
 from polyopt.bench.kernels import bench_kernels
 from polyopt.bench.report import (console_text, read_json, summary_lines, table, write_docs,
                                   write_json)
@@ -62,7 +64,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
     bench.add_argument("--dtype", default="f64", choices=("f64", "f32"),
                        help="type of the kernels' floating-point data (default f64)")
     bench.add_argument("--einsum", action="store_true",
-                       help="po.einsum against numpy.einsum and numpy matmul instead of kernels")
+                       help="po.einsum cases instead of kernels: against numpy.einsum and numpy "
+                            "matmul (cpu), or cupy.einsum, torch and cuBLAS (--target cuda)")
     bench.add_argument("--scale", type=float, default=1.0, help="--einsum: scale every extent")
     bench.add_argument("--json", metavar="FILE", help="write the whole report as JSON")
     bench.add_argument("--from-json", metavar="FILE",
@@ -115,12 +118,27 @@ def config_from(args: argparse.Namespace) -> BenchConfig:
 
 def _progress(row: dict) -> None:
     label = row.get("kernel") or row.get("subscripts")
+    if "dtype" in row and "precision" in row:
+        label += f" {row['dtype']} {row['precision']}"
     if "error" in row:
         print(f"{label}: not run: {row['error']}", file=sys.stderr, flush=True)
         return
     times = ", ".join(f"{name} {r['median_s']:.4g} s" if "median_s" in r else f"{name} WRONG"
                       for name, r in row["runners"].items())
     print(f"{label}: {times}", file=sys.stderr, flush=True)
+
+
+def _einsum_report(args: argparse.Namespace, command: str) -> dict:
+    """The ``--einsum`` report of the target asked for: against numpy on the cpu, against
+    cupy.einsum, torch and cuBLAS on cuda (:mod:`polyopt.bench.einsum_cuda`)."""
+    if args.target not in ("cpu", "cuda"):
+        raise BenchmarkError(f"--einsum runs on the cpu and cuda targets, not {args.target!r}")
+    if args.target == "cpu":
+        return bench_einsum(scale=args.scale, repeats=args.repeats, threads=args.threads,
+                            command=command, on_result=_progress)
+    check_target("cuda")
+    return bench_einsum_cuda(scale=args.scale, repeats=args.repeats, command=command,
+                             on_result=_progress)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -134,11 +152,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         elif args.einsum:
             if args.kernels or args.external:
                 raise BenchmarkError("--einsum runs its own cases: give no kernels or --external")
-            if args.target != "cpu":
-                raise BenchmarkError("--einsum runs on the cpu target only")
             _check_counts(args)
-            report = bench_einsum(scale=args.scale, repeats=args.repeats, threads=args.threads,
-                                  command=command, on_result=_progress)
+            report = _einsum_report(args, command)
         else:
             if not args.kernels:
                 raise BenchmarkError("name suite kernels (or 'all'), or pass --einsum")

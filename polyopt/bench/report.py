@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from polyopt.bench import einsum_cuda
 from polyopt.bench.einsum_cases import case_label
 from polyopt.bench.kernels import SLOW_GCC_SECONDS
 from polyopt.bench.runners import BASELINE
@@ -103,14 +104,23 @@ def einsum_table(report: dict) -> Table:
     return header, rows
 
 
+def _cuda_einsum(report: dict) -> bool:
+    """Whether ``report`` is ``polyopt bench --einsum --target cuda``'s (:mod:`polyopt.bench.einsum_cuda`)."""
+    return report["kind"] == "einsum" and _target(report) == "cuda"
+
+
 def table(report: dict) -> Table:
     """The header and rows of either report kind."""
+    if _cuda_einsum(report):
+        return einsum_cuda.table(report)
     return kernel_table(report) if report["kind"] == "kernels" else einsum_table(report)
 
 
 def summary_lines(report: dict) -> list[str]:
     """The geometric means (and targets' inputs) in words, one line each."""
     summary = report["summary"]
+    if _cuda_einsum(report):
+        return einsum_cuda.summary_lines(report)
     if report["kind"] == "einsum":
         lines = [f"geometric-mean speedup of po.einsum over numpy.einsum: "
                  f"{_ratio(summary['geomean_speedup_vs_numpy.einsum'])}"]
@@ -178,6 +188,8 @@ def _chart_series(report: dict) -> tuple[list[str], dict[str, list[float | None]
         names = [n for n in _runner_order(kernels) if n != BASELINE]
         series = {n: [k["runners"].get(n, {}).get("speedup_vs_gcc") for k in kernels] for n in names}
         return [k["kernel"] for k in kernels], series, "speedup over gcc -O3 (original loops)"
+    if _cuda_einsum(report):
+        return einsum_cuda.chart_series(report)
     cases = report["cases"]
     series = {f"vs {n}": [c["runners"]["polyopt"].get(f"speedup_vs_{n}") for c in cases]
               for n in ("numpy.einsum", "numpy matmul")}
@@ -245,9 +257,10 @@ def _context(report: dict) -> str:
         g = m["gpu"]
         gpu = (f"GPU: {g['name']}, {g['memory_gib']} GiB, CUDA driver "
                f"{_cuda_version(g['driver'])}, runtime {_cuda_version(g['cuda_runtime'])}, CuPy "
-               f"{g['cupy']}. Kernel time: CUDA events around the computation on arrays already "
+               f"{g['cupy']}. " + (einsum_cuda.TIMING if _cuda_einsum(report) else
+               "Kernel time: CUDA events around the computation on arrays already "
                "on the GPU (polyopt's host program replayed as a CUDA graph); end-to-end: the "
-               "whole call, copies to the GPU and back included.\n")
+               "whole call, copies to the GPU and back included.") + "\n")
     return (f"`{report['command']}`, {report['date']}\n\n"
             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, load average "
             f"{load} at the start; Python {m['python']}, numpy {m['numpy']}, LLVM {m['llvm']}, "
@@ -259,7 +272,8 @@ def _context(report: dict) -> str:
 
 def docs_section(report: dict, chart: str | None, note: str | None) -> str:
     """The generated markdown for ``report``: context, chart (or the note why not), table."""
-    title = ("po.einsum against numpy" if report["kind"] == "einsum"
+    title = ("po.einsum on the GPU against cupy.einsum, torch and cuBLAS" if _cuda_einsum(report)
+             else "po.einsum against numpy" if report["kind"] == "einsum"
              else "Suite kernels against gcc and numpy" if _target(report) == "cpu"
              else f"Suite kernels on the GPU ({_target(report)}) against gcc and cuBLAS")
     parts = [f"## {title} (generated)", _context(report)]
