@@ -1,0 +1,354 @@
+"""GPU arrays of any library (issue #17 item 3) and the CUDA einsum benchmark (item 4).
+
+Without a GPU: which objects count as GPU arrays (fakes of ``__cuda_array_interface__`` and
+DLPack), the keys under which calls on them are recorded, the replay of recorded launches and
+of recorded einsum calls on fake arrays, the benchmark's precision and table logic and its
+one-line error. With CuPy and a GPU (skipped otherwise): CuPy, torch and bare
+``__cuda_array_interface__`` operands written in place, the same kind returned, repeated calls
+replayed and their host time under 20 us."""
+import time
+
+import numpy as np
+import pytest
+
+import polyopt as po
+from polyopt import einsum_calls
+from polyopt.bench import einsum_cuda
+from polyopt.cli import main
+from polyopt.errors import ArgumentError
+from polyopt.targets.cuda import LaunchRecord, array_signature, as_cupy, is_device_array
+
+from conftest import needs_gpu, needs_no_gpu
+
+
+class Interface:
+    """A GPU array as Numba or JAX export it: only ``__cuda_array_interface__``."""
+
+    def __init__(self, shape=(4,), ptr=1 << 20):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": "<f4", "data": (ptr, False),
+                                         "version": 3, "strides": None}
+
+
+class DLPack:
+    """A DLPack producer on the device ``device_type`` (2: CUDA, 1: CPU)."""
+
+    def __init__(self, device_type):
+        self.device_type = device_type
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("recognizing an array must not export it")
+
+    def __dlpack_device__(self):
+        if self.device_type is None:
+            raise RuntimeError("no device")
+        return (self.device_type, 0)
+
+
+class _Flags:
+    c_contiguous = True
+
+
+class _Data:
+    def __init__(self, ptr, device_id=0):
+        self.ptr, self.device_id = ptr, device_id
+
+
+class FakeCupy:
+    """Enough of a CuPy array for keys, overlap checks and launches (no memory)."""
+
+    def __init__(self, shape, dtype=np.float32, ptr=1 << 20, strides=None, device_id=0):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.size = int(np.prod(shape))
+        self.nbytes = self.size * self.dtype.itemsize
+        self.strides = strides or np.empty(shape, dtype).strides
+        self.data, self.flags = _Data(ptr, device_id), _Flags()
+
+
+FakeCupy.__module__ = "cupy._core.core"  # is_cupy looks at the type's module only
+
+
+def test_gpu_array_protocols_are_recognized_without_importing_anything():
+    assert is_device_array(Interface())
+    assert is_device_array(FakeCupy((2, 2)))
+    assert is_device_array(DLPack(2)) and is_device_array(DLPack(13))
+    for host in (np.zeros(3), DLPack(1), DLPack(None), 1.5, 3, "ij->i", None, [1, 2]):
+        assert not is_device_array(host), host
+
+
+def test_cupy_arrays_are_used_as_they_are():
+    array = FakeCupy((3,))
+    assert as_cupy(array) is array
+    assert array_signature(array) == ((3,), np.dtype(np.float32), (4,), 0)
+
+
+@needs_no_gpu
+def test_other_gpu_arrays_without_cupy_are_a_clear_error():
+    with pytest.raises(po.TargetUnavailableError, match="needs CuPy"):
+        as_cupy(Interface())
+    with pytest.raises(po.TargetUnavailableError, match="needs CuPy"):
+        po.einsum("i->i", Interface())
+
+
+@pytest.fixture(scope="module")
+def scale_kernel():
+    @po.kernel
+    def scale(alpha: po.f32, A: po.f32["N"], B: po.f32["N"]):
+        for i in range(N):
+            B[i] = alpha * A[i]
+    return po.compile(scale, target="cuda")  # compiling needs no GPU
+
+
+def test_call_key_is_the_arrays_signatures_and_the_other_values(scale_kernel):
+    a, b = FakeCupy((8,), ptr=1 << 20), FakeCupy((8,), ptr=1 << 21)
+    key = scale_kernel.call_key(scale_kernel.named((2.0, a, b), {}))
+    # the same call by keyword, other addresses: the same key
+    moved = dict(A=FakeCupy((8,), ptr=1 << 22), B=FakeCupy((8,), ptr=1 << 23), alpha=2.0)
+    assert scale_kernel.call_key(scale_kernel.named((), moved)) == key
+    others = [(3.0, a, b), (2, a, b), (2.0, FakeCupy((9,)), b), (2.0, FakeCupy((8,), np.float64), b),
+              (2.0, FakeCupy((8,), strides=(8,)), b), (2.0, FakeCupy((8,), device_id=1), b)]
+    for args in others:
+        assert scale_kernel.call_key(scale_kernel.named(args, {})) != key, args
+    # numpy arrays are copied in and out by the full path; unhashable or doubled values go there too
+    assert scale_kernel.call_key(scale_kernel.named((2.0, np.zeros(8, np.float32), b), {})) is None
+    assert scale_kernel.call_key(scale_kernel.named(([2.0], a, b), {})) is None
+    assert scale_kernel.named((2.0, a, b), {"A": a}) is None
+    assert scale_kernel.recorded(None) is None and scale_kernel.recorded(key) is None
+
+
+def _recording_function(calls: list):
+    def function(grid, block, args):
+        calls.append((grid, block, args))
+    return function
+
+
+def test_a_launch_record_replays_with_the_new_arrays_and_scalars():
+    calls = []
+    record = LaunchRecord("scale", (("param", "N", np.int64(8)), ("scalar", "alpha", np.float32),
+                                    ("array", "A", None), ("array", "B", None)),
+                          frozenset({"B"}), ((_recording_function(calls), (1, 1, 1), (32, 1, 1), (np.int64(5),)),))
+    a, b = FakeCupy((8,), ptr=1 << 20), FakeCupy((8,), ptr=1 << 21)
+    record({"alpha": 2.5, "A": a, "B": b, "N": 8})
+    ((grid, block, args),) = calls
+    assert (grid, block) == ((1, 1, 1), (32, 1, 1))
+    assert args[0] == 8 and type(args[1]) is np.float32 and args[1] == 2.5
+    assert args[2] is a and args[3] is b and args[4] == 5
+    # a written array overlapping another is refused as the full path refuses it
+    with pytest.raises(ArgumentError, match="overlap"):
+        record({"alpha": 1.0, "A": a, "B": FakeCupy((8,), ptr=(1 << 20) + 4)})
+    assert len(calls) == 1
+
+
+def test_einsum_call_keys_of_cupy_operands_hold_strides_and_device():
+    a, b = FakeCupy((4, 5)), FakeCupy((5, 6), ptr=1 << 22)
+
+    def key(*ops, out=None):
+        return einsum_calls.call_key(("ij,jk->ik", *ops), out, None, "K", "safe", "greedy", None, None)
+
+    assert key(a, b) == key(FakeCupy((4, 5), ptr=1 << 24), FakeCupy((5, 6), ptr=1 << 25))
+    assert key(a, b) != key(FakeCupy((4, 5), strides=(4, 16)), b)
+    assert key(a, b) != key(a, FakeCupy((5, 6), device_id=1))
+    assert key(a, b) != key(np.zeros((4, 5), np.float32), np.zeros((5, 6), np.float32))
+    assert key(a, b, out=FakeCupy((4, 6))) is not None and key(a, b, out=object()) is None
+
+
+def test_a_recorded_device_call_allocates_result_and_temporaries_and_launches():
+    seen = []
+
+    def launch(named):
+        seen.append(dict(named))
+
+    def empty(shape, dtype):
+        return FakeCupy(shape, dtype, ptr=1 << 30)
+
+    call = einsum_calls.DeviceCall(launch, empty, ("op0", "op1"), "out", (("t0", (4, 5)),), (4, 6),
+                                   np.dtype(np.float32))
+    a, b = FakeCupy((4, 5)), FakeCupy((5, 6), ptr=1 << 22)
+    result = call((a, b), None)
+    (named,) = seen
+    assert named["op0"] is a and named["op1"] is b and named["out"] is result
+    assert result.shape == (4, 6) and named["t0"].shape == (4, 5)
+    out = FakeCupy((4, 6), ptr=1 << 26)
+    assert call((a, b), out) is out and seen[-1]["out"] is out
+    # an out= overlapping an operand takes the full path (which copies the operand first)
+    assert call((a, b), FakeCupy((4, 6), ptr=(1 << 20) + 8)) is None and len(seen) == 2
+
+
+# ----- the benchmark -------------------------------------------------------------------------
+
+def test_the_bench_passes_precision_only_where_einsum_takes_it():
+    def old(*operands, out=None):
+        return None
+
+    def new(*operands, out=None, precision="exact"):
+        return None
+
+    assert einsum_cuda.einsum_precisions(old) == ("exact",)
+    assert einsum_cuda.precision_options("exact", old) == {}
+    assert einsum_cuda.einsum_precisions(new) == ("exact", "tf32")
+    assert einsum_cuda.precision_options("tf32", new) == {"precision": "tf32"}
+
+
+def test_event_timing_and_host_time_helpers():
+    clock = iter(range(100))
+    runs = []
+    times = einsum_cuda.event_times(lambda: next(clock), lambda start, stop: float(stop - start),
+                                    lambda: runs.append(1), warmup=2, repeats=3)
+    assert len(runs) == 5 and times == [1e-3] * 3
+    synced = []
+    assert einsum_cuda.host_microseconds(lambda: None, lambda: synced.append(1), 10) > 0
+    assert len(synced) == 2
+
+
+def _result(ms):
+    return {"correct": True, "median_s": ms / 1e3, "min_s": ms / 1e3}
+
+
+def test_the_table_has_dtype_precision_ratios_and_the_overhead_row():
+    exact = {"subscripts": "ij,jk->ik", "shapes": [[8, 8], [8, 8]], "dtype": "f32", "precision": "exact",
+             "correct": True,
+             "runners": {"polyopt": {**_result(2.0), "speedup_vs_cupy.einsum": 1.5, "speedup_vs_torch.einsum": 0.5},
+                         "cupy.einsum": _result(3.0), "torch.einsum": _result(1.0),
+                         "torch.einsum tf32": _result(0.5), "cublas": _result(0.9)}}
+    tf32 = {**exact, "precision": "tf32", "runners": {"polyopt": _result(1.0)}}
+    half = {**exact, "dtype": "bf16", "runners": {"torch.einsum": _result(0.3)}}
+    rows = [exact, tf32, half]
+    report = {"kind": "einsum", "config": {"target": "cuda"}, "cases": rows, "summary": einsum_cuda.summary(rows),
+              "launch_overhead": {"subscripts": "ij,jk->ik", "shapes": [[16, 16], [16, 16]], "calls": 10,
+                                  "host_us": {"po.einsum (cupy)": 12.5, "cupy.einsum": 30.0}}}
+    assert report["summary"]["fraction_of_torch"] == {"ij,jk->ik f32 exact": 0.5, "ij,jk->ik f32 tf32": 0.5,
+                                                      "ij,jk->ik bf16 exact": None}
+    header, lines = einsum_cuda.table(report)
+    cells = [dict(zip(header, line)) for line in lines]
+    assert [c["dtype"] + " " + c["precision"] for c in cells[:3]] == ["f32 exact", "f32 tf32", "bf16 exact"]
+    assert cells[0]["polyopt ms"] == "2" and cells[0]["cuBLAS ms"] == "0.9"
+    assert cells[0]["polyopt vs torch (same mode)"] == "0.50x" and cells[0]["polyopt vs cupy.einsum"] == "1.50x"
+    assert cells[1]["torch TF32 ms"] == "0.5" and cells[1]["polyopt vs torch (same mode)"] == "0.50x"
+    assert cells[2]["polyopt ms"] == "-" and cells[2]["torch.einsum ms (TF32 off)"] == "0.3"
+    assert "launch overhead" in cells[3]["subscripts"] and cells[3]["polyopt ms"] == "12.5 us"
+    assert any("12.5 us" in line for line in einsum_cuda.summary_lines(report))
+
+
+@needs_no_gpu
+def test_bench_einsum_on_cuda_without_gpu_is_one_clear_line(capsys):
+    assert main(["bench", "--einsum", "--target", "cuda"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == ("polyopt bench: error: --target cuda: target 'cuda' needs CuPy "
+                                    "(pip install polyopt[cuda]) and an NVIDIA GPU; CuPy is not installed")
+    assert "Traceback" not in captured.err + captured.out
+
+
+# ----- on a GPU -------------------------------------------------------------------------------
+
+@pytest.fixture
+def cp():
+    import cupy
+    return cupy
+
+
+def _torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    return torch
+
+
+@needs_gpu
+def test_kernel_on_cupy_arrays_in_place_and_replayed(cp, scale_kernel):
+    a = cp.arange(8, dtype=cp.float32)
+    b = cp.zeros(8, dtype=cp.float32)
+    scale_kernel(2.0, a, b)
+    cp.testing.assert_array_equal(b, 2 * a)
+    key = scale_kernel.call_key(scale_kernel.named((2.0, a, b), {}))
+    assert scale_kernel.recorded(key) is not None
+    c, d = cp.arange(8, 16, dtype=cp.float32), cp.zeros(8, dtype=cp.float32)
+    scale_kernel(2.0, c, d)  # replayed on other addresses
+    cp.testing.assert_array_equal(d, 2 * c)
+    e = cp.arange(12, dtype=cp.float32)  # other sizes: the full path, then a record of its own
+    f = cp.zeros(12, dtype=cp.float32)
+    scale_kernel(3.0, e, f)
+    cp.testing.assert_array_equal(f, 3 * e)
+    with pytest.raises(ArgumentError, match="overlap"):
+        scale_kernel(2.0, a, a)
+
+
+@needs_gpu
+def test_kernel_on_a_bare_cuda_array_interface_object(cp, scale_kernel):
+    class Exported:
+        def __init__(self, array):
+            self.array = array
+            self.__cuda_array_interface__ = array.__cuda_array_interface__
+
+    a = cp.arange(8, dtype=cp.float32)
+    b = cp.zeros(8, dtype=cp.float32)
+    scale_kernel(0.5, Exported(a), Exported(b))
+    cp.testing.assert_array_equal(b, a / 2)
+    result = po.einsum("i,i->i", Exported(a), Exported(a))
+    cp.testing.assert_array_equal(result, a * a)  # no way back to an unknown type: CuPy
+
+
+@needs_gpu
+def test_kernel_and_einsum_on_torch_tensors(scale_kernel):
+    torch = _torch()
+    a = torch.arange(8, dtype=torch.float32, device="cuda")
+    b = torch.zeros(8, dtype=torch.float32, device="cuda")
+    scale_kernel(2.0, a, b)
+    torch.testing.assert_close(b, 2 * a)
+    x = torch.randn(6, 5, device="cuda")
+    y = torch.randn(5, 7, device="cuda")
+    for _ in range(2):  # the full path, then the recorded one
+        z = po.einsum("ij,jk->ik", x, y)
+        assert isinstance(z, torch.Tensor) and z.device == x.device
+        torch.testing.assert_close(z, x @ y, rtol=1e-5, atol=1e-5)
+    out = torch.empty(6, 7, device="cuda")
+    assert po.einsum("ij,jk->ik", x, y, out=out) is out
+    torch.testing.assert_close(out, x @ y, rtol=1e-5, atol=1e-5)
+
+
+@needs_gpu
+def test_repeated_einsum_on_cupy_replays_and_keeps_numpy_semantics(cp):
+    rng = np.random.default_rng(0)
+    a, b = (cp.asarray(rng.standard_normal(s).astype(np.float32)) for s in ((5, 4), (4, 3)))
+    first = po.einsum("ij,jk->ik", a, b)
+    again = po.einsum("ij,jk->ik", a, b)
+    assert again is not first and again.data.ptr != first.data.ptr
+    cp.testing.assert_allclose(again, a @ b, rtol=1e-5, atol=1e-5)
+    # three operands (a temporary), then the recorded path with other data of the same shapes
+    c = cp.asarray(rng.standard_normal((3, 2)).astype(np.float32))
+    for scale in (1, 2):
+        got = po.einsum("ij,jk,kl->il", scale * a, b, c)
+        cp.testing.assert_allclose(got, scale * a @ b @ c, rtol=1e-4, atol=1e-4)
+    # out= overlapping an operand: the full path copies the operand first, as numpy does
+    square = cp.asarray(rng.standard_normal((4, 4)).astype(np.float32))
+    expected = square @ square
+    for _ in range(2):
+        s = square.copy()
+        po.einsum("ij,jk->ik", s, s, out=s)
+        cp.testing.assert_allclose(s, expected, rtol=1e-5, atol=1e-5)
+
+
+@needs_gpu
+def test_repeated_call_host_time_is_under_20_us(cp):
+    a = cp.ones((16, 16), cp.float32)
+    b = cp.ones((16, 16), cp.float32)
+    po.einsum("ij,jk->ik", a, b)
+    cp.cuda.get_current_stream().synchronize()
+    samples = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(200):
+            po.einsum("ij,jk->ik", a, b)
+        samples.append((time.perf_counter() - start) / 200 * 1e6)
+        cp.cuda.get_current_stream().synchronize()
+    assert min(samples) < 20, samples
+
+
+@needs_gpu
+def test_bench_einsum_cuda_rows_are_checked(cp):
+    report = einsum_cuda.bench_einsum_cuda(scale=0.125, repeats=2, warmup=1)
+    assert report["correct"], [r for r in report["cases"] if not r["correct"]]
+    f32 = [r for r in report["cases"] if r["dtype"] == "f32" and r["precision"] == "exact"]
+    assert len(f32) == len(einsum_cuda.CASES)
+    assert all(r["runners"]["polyopt"]["median_s"] > 0 and "cupy.einsum" in r["runners"] for r in f32)
+    assert report["launch_overhead"]["host_us"]["po.einsum (cupy)"] > 0
+    header, rows = einsum_cuda.table(report)
+    assert "precision" in header and len(rows) == len(report["cases"]) + 1
