@@ -1,7 +1,9 @@
-"""gemm on the GPU at one size: polyopt's CUDA code for several launch shapes against cuBLAS.
+"""gemm on the GPU at one size: polyopt's CUDA code for several launch shapes against cuBLAS
+and, where torch is importable, torch (cuBLAS through ``torch.addmm``, TF32 off and on).
 
     python benchmarks/gpu_gemm.py --n 4096 --dtype f32 --shape 64x128/8x32 --shape 128x128/16x16
     python benchmarks/gpu_gemm.py --n 1000,1100,1200 --dtype f64
+    python benchmarks/gpu_gemm.py --n 4096 --dtype f32 --precision exact --precision tf32
 
 Each ``--shape TILE/BLOCK[/VECTOR]`` (rows x columns of the block tile / of the thread block /
 adjacent coordinates per run; omitted: polyopt's defaults) is compiled with ``po.compile(gemm, target="cuda", tile=..., block=...)``.
@@ -10,8 +12,11 @@ runs, then ``--repeats`` runs each between two CUDA events (median and best repo
 GPU is at its working clocks and the times compare kernels, not clock ramps. cuBLAS (TF32 off,
 CuPy's default) runs twice: one ``cupy.cublas.gemm`` call (alpha and beta inside SGEMM/DGEMM,
 the baseline of the percentages) and as ``polyopt bench`` runs it (matmul, then the scaling
-kernels). Each result is checked against matmul's (normwise relative error). Needs CuPy and a
-GPU.
+kernels). torch runs ``addmm`` on the same memory (``torch.as_tensor``), timed with torch's CUDA
+events, with ``torch.backends.cuda.matmul.allow_tf32`` off ("exact") and, for f32, on ("tf32").
+polyopt runs each ``--precision`` (default "exact"; others are passed to ``po.compile`` as
+``precision=``). Every row names its dtype and precision mode; each result is checked against
+matmul's (normwise relative error). Needs CuPy and a GPU.
 """
 from __future__ import annotations
 
@@ -19,10 +24,13 @@ import argparse
 import importlib
 import json
 import statistics
+import sys
+from typing import Callable
 
 import numpy as np
 
 import polyopt as po
+from polyopt.codegen.cuda_contraction import ContractionSource
 from polyopt.targets.cuda import cupy_module
 
 
@@ -39,6 +47,63 @@ def timed(cp, run, warmup: int, repeats: int) -> list[float]:
         stop.synchronize()
         times.append(cp.cuda.get_elapsed_time(start, stop))
     return times
+
+
+def timed_torch(torch, run: Callable[[], object], warmup: int, repeats: int) -> list[float]:
+    """Milliseconds of ``repeats`` runs of ``run`` between torch's CUDA events, after ``warmup``."""
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return times
+
+
+def torch_module():
+    """torch with a CUDA device, or None."""
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def torch_rows(cp, torch, A, B, C, C0, alpha: float, beta: float, expected, dtype: str, flops: float,
+               warmup: int, repeats: int) -> list[dict]:
+    """torch's addmm (cuBLAS) on the same arrays, TF32 off and (f32) on: one row each."""
+    a, b, c = (torch.as_tensor(x, device="cuda") for x in (A, B, C))
+    rows = []
+    for precision in ("exact", "tf32") if dtype == "f32" else ("exact",):
+        before = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        try:
+            def run():
+                torch.addmm(c, a, b, beta=beta, alpha=alpha, out=c)
+            times = timed_torch(torch, run, warmup, repeats)
+            C[...] = C0
+            run()
+            torch.cuda.synchronize()
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = before
+        error = float(cp.linalg.norm(C - expected) / cp.linalg.norm(expected))
+        rows.append({"name": f"torch {torch.__version__} addmm", "precision": precision, "error": error,
+                     **_stats(times, flops)})
+    return rows
+
+
+def launched(compiled, ni: int, nj: int) -> dict:
+    """Which kernel variant the update launches at this size, its block and unroll; a contraction
+    kernel (polyopt.targets.contraction) picks its tile per launch, and says so."""
+    if isinstance(compiled.compiled, ContractionSource):
+        return {"kernel": "contraction (tile chosen per launch)", "block": None, "unroll": None}
+    update = compiled.program.kernels[-1]
+    variant, shape, _ = compiled.compiled.choose(update.name, [0, 0], [ni - 1, nj - 1])
+    return {"kernel": variant, "block": shape.block, "unroll": shape.unroll}
 
 
 def parse_shape(text: str) -> dict:
@@ -59,6 +124,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--n", default="4096", help="NI = NJ = NK, or NI,NJ,NK")
     parser.add_argument("--dtype", choices=("f32", "f64"), default="f32")
     parser.add_argument("--shape", action="append", default=None)
+    parser.add_argument("--precision", action="append", default=None,
+                        help="polyopt's precision mode (repeatable; default exact)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--json", help="write the rows here")
@@ -83,16 +150,23 @@ def main(argv=None) -> list[dict]:
     def matmul():  # as polyopt bench's cuBLAS runner: matmul, then the scaling kernels
         cp.add(alpha * (A @ B), beta * C, out=C)
 
-    rows = [{"name": "cublas gemm", **_stats(timed(cp, cublas, args.warmup, args.repeats), flops)},
-            {"name": "cublas matmul+scale", **_stats(timed(cp, matmul, args.warmup, args.repeats),
-                                                       flops)}]
+    rows = [{"name": "cublas gemm", "precision": "exact",
+             **_stats(timed(cp, cublas, args.warmup, args.repeats), flops)},
+            {"name": "cublas matmul+scale", "precision": "exact",
+             **_stats(timed(cp, matmul, args.warmup, args.repeats), flops)}]
     expected = alpha * (A @ B) + beta * C0
     C[...] = C0
     cublas()
     rows[0]["error"] = float(cp.linalg.norm(C - expected) / cp.linalg.norm(expected))
+    torch = torch_module()
+    if torch is not None:
+        rows += torch_rows(cp, torch, A, B, C, C0, alpha, beta, expected, args.dtype, flops, args.warmup,
+                           args.repeats)
     kernel = po.suite.get("gemm").kernel.with_dtype(args.dtype)
-    for text in args.shape or ["default"]:
+    for text, precision in [(t, p) for p in args.precision or ["exact"] for t in args.shape or ["default"]]:
         options = parse_shape(text)
+        if precision != "exact":
+            options["precision"] = precision
         compiled = po.compile(kernel, target="cuda", **options)
         C[...] = C0
         compiled(alpha, beta, C, A, B)
@@ -100,18 +174,19 @@ def main(argv=None) -> list[dict]:
         bound, device, _ = compiled.bind((alpha, beta, C, A, B), {})
         times = timed(cp, lambda: compiled.launch(bound.params, bound.scalars, device),
                       args.warmup, args.repeats)
-        update = compiled.program.kernels[-1]  # the variant the launch takes at this size
-        variant, shape, _ = compiled.compiled.choose(update.name, [0, 0], [ni - 1, nj - 1])
-        rows.append({"name": f"polyopt {text}", "kernel": variant, "block": shape.block,
-                     "unroll": shape.unroll,
+        rows.append({"name": f"polyopt {text}", "precision": precision, **launched(compiled, ni, nj),
                      "error": error, **_stats(times, flops)})
-    best = rows[0]["median_ms"]
+    # the percentages: of cuBLAS in the same mode (TF32: torch's addmm with TF32 on)
+    best = {"exact": rows[0]["median_ms"]}
+    best.update((row["precision"], row["median_ms"]) for row in rows
+                if row["name"].startswith("torch") and row["precision"] != "exact")
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"gemm {ni}x{nj}x{nk} {args.dtype} on {device}, {args.warmup} warm-up + {args.repeats} runs")
     for row in rows:
-        row["of_cublas"] = best / row["median_ms"]
-        print(f"{row['name']:32s} {row['median_ms']:8.3f} ms (best {row['best_ms']:.3f}) "
-              f"{row['tflops']:6.2f} TFLOP/s  {100 * row['of_cublas']:5.1f} % of cuBLAS"
+        row["of_cublas"] = best[row["precision"]] / row["median_ms"] if row["precision"] in best else None
+        print(f"{row['name']:32s} {args.dtype} {row['precision']:5s} {row['median_ms']:8.3f} ms (best {row['best_ms']:.3f}) "
+              f"{row['tflops']:6.2f} TFLOP/s  "
+              + (f"{100 * row['of_cublas']:5.1f} % of cuBLAS ({row['precision']})" if row["of_cublas"] else "")
               + (f"  error {row['error']:.1e}" if "error" in row else ""))
     if args.json:
         with open(args.json, "w") as f:
@@ -125,4 +200,7 @@ def _stats(times: list[float], flops: float) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except po.TargetUnavailableError as error:  # no CuPy or no GPU: one line, no traceback
+        sys.exit(f"gpu_gemm.py: {error}")
