@@ -540,8 +540,10 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
                 and all(op.dtype == storage and op.flags.c_contiguous for op in ops) and (out is None or direct)):
             if where == "cpu":
                 einsum_calls.record(key, _kernel_call(plan, sizes, value, num_threads))
-            elif order != "F":
-                einsum_calls.record(key, _device_call(plan, buffers, xp))
+            elif on_gpu and order != "F":
+                device_call = _device_call(plan, buffers, xp)
+                if device_call is not None:
+                    einsum_calls.record(key, device_call)
     else:
         params = {size_parameter(label): size for label, size in sizes.items()}
         interpret_scop(plan.scop, params, {}, buffers)

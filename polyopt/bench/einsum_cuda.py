@@ -141,20 +141,23 @@ def _measure(cp, events, run: Callable[[], object], expected, tolerance: float, 
 
 
 def _implementations(cp, torch, subscripts: str, ops_cupy: list, dtype: str, precision: str) -> dict:
-    """name -> (events kind, call) of the implementations that hold this dtype."""
-    calls: dict[str, tuple[str, Callable[[], object]]] = {}
+    """name -> (events kind, precision mode, call) of the implementations that hold this dtype:
+    polyopt in ``precision``; in the "exact" row also the libraries (torch in both modes)."""
+    calls: dict[str, tuple[str, str, Callable[[], object]]] = {}
     if dtype != "bf16":
         options = precision_options(precision)
-        calls["polyopt"] = ("cupy", lambda: po.einsum(subscripts, *ops_cupy, **options))
+        calls["polyopt"] = ("cupy", precision, lambda: po.einsum(subscripts, *ops_cupy, **options))
         if precision == "exact":
-            calls["cupy.einsum"] = ("cupy", lambda: cp.einsum(subscripts, *ops_cupy))
+            calls["cupy.einsum"] = ("cupy", "exact", lambda: cp.einsum(subscripts, *ops_cupy))
             if subscripts == "ij,jk->ik":
-                calls["cublas"] = ("cupy", lambda: ops_cupy[0] @ ops_cupy[1])
+                calls["cublas"] = ("cupy", "exact", lambda: ops_cupy[0] @ ops_cupy[1])
     if torch is not None and precision == "exact":
         ops_torch = [_torch_view(torch, cp, op, dtype) for op in ops_cupy]
-        calls["torch.einsum"] = ("torch", _with_tf32(torch, False, lambda: torch.einsum(subscripts, *ops_torch)))
+        calls["torch.einsum"] = ("torch", "exact",
+                                 _with_tf32(torch, False, lambda: torch.einsum(subscripts, *ops_torch)))
         if dtype == "f32":
-            calls["torch.einsum tf32"] = ("torch", _with_tf32(torch, True, lambda: torch.einsum(subscripts, *ops_torch)))
+            calls["torch.einsum tf32"] = ("torch", "tf32",
+                                          _with_tf32(torch, True, lambda: torch.einsum(subscripts, *ops_torch)))
     return calls
 
 
@@ -188,9 +191,8 @@ def bench_row(cp, torch, subscripts: str, shapes, dtype: str, precision: str, *,
     exact = [cp.asarray(_torch_view(torch, cp, op, dtype).float()) if dtype == "bf16" else op for op in ops]
     expected = cp.einsum(subscripts, *[cp.asarray(op, dtype=cp.float64) for op in exact])
     events = {"cupy": _cupy_events(cp), "torch": None if torch is None else _torch_events(torch)}
-    tolerance = TOLERANCE.get((dtype, precision), TOLERANCE[(dtype, "exact")])
-    runners = {name: _measure(cp, events[kind], call, expected, tolerance, warmup, repeats)
-               for name, (kind, call) in _implementations(cp, torch, subscripts, ops, dtype, precision).items()}
+    runners = {name: _measure(cp, events[kind], call, expected, TOLERANCE[(dtype, mode)], warmup, repeats)
+               for name, (kind, mode, call) in _implementations(cp, torch, subscripts, ops, dtype, precision).items()}
     ours = runners.get("polyopt", {}).get("median_s")
     for name, result in runners.items():
         if ours and "median_s" in result and name != "polyopt":

@@ -228,6 +228,37 @@ def test_the_table_has_dtype_precision_ratios_and_the_overhead_row():
     assert any("12.5 us" in line for line in einsum_cuda.summary_lines(report))
 
 
+class NumpyAsCupy:
+    """numpy standing in for CuPy in a benchmark row (events from the host clock)."""
+
+    float64 = np.float64
+    asarray, einsum, max, abs = staticmethod(np.asarray), staticmethod(np.einsum), staticmethod(np.max), \
+        staticmethod(np.abs)
+
+    class cuda:
+        class Event:
+            def record(self):
+                self.at = time.perf_counter()
+
+            def synchronize(self):
+                pass
+
+        @staticmethod
+        def get_elapsed_time(start, stop):
+            return (stop.at - start.at) * 1e3
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_a_bench_row_checks_and_times_every_implementation(dtype):
+    row = einsum_cuda.bench_row(NumpyAsCupy, None, "ij,jk->ik", ((6, 5), (5, 7)), dtype, "exact", scale=1.0,
+                                warmup=1, repeats=3)
+    assert (row["dtype"], row["precision"], row["shapes"]) == (dtype, "exact", [[6, 5], [5, 7]])
+    assert set(row["runners"]) == {"polyopt", "cupy.einsum", "cublas"}  # no torch here
+    assert row["correct"] and all(len(r["times_s"]) == 3 for r in row["runners"].values())
+    assert row["runners"]["polyopt"]["max_rel_error"] < einsum_cuda.TOLERANCE[(dtype, "exact")]
+    assert row["runners"]["polyopt"]["speedup_vs_cupy.einsum"] > 0
+
+
 @needs_no_gpu
 def test_bench_einsum_on_cuda_without_gpu_is_one_clear_line(capsys):
     assert main(["bench", "--einsum", "--target", "cuda"]) == 2
