@@ -17,7 +17,8 @@ import pytest
 import polyopt as po
 from polyopt.bench import (TARGET_RUNNERS, BenchConfig, Runner, bench_einsum, bench_kernels,
                            write_docs, write_json)
-from polyopt.bench.report import section_name, table
+from polyopt.bench import einsum_cuda
+from polyopt.bench.report import section_name, summary_lines, table
 from polyopt.bench.einsum_cases import CASES, case_label
 from polyopt.bench.runners import abi_prototype
 from polyopt.bench.kernels import summarize_kernels
@@ -195,6 +196,7 @@ def test_kernel_only_times_get_their_own_columns_and_docs_section(tmp_path, monk
     (["gemm", "--size", "NI=4,NJ=x"], "expected a preset or KEY=INT"),
     (["gemm", "--threads", "0"], "--threads and --repeats must be at least 1"),
     (["--einsum", "gemm"], "--einsum runs its own cases"),
+    (["--einsum", "--target", "tpu"], "--einsum runs on the cpu and cuda targets, not 'tpu'"),
     (["gemm", "--autotune", "--tile", "32"], "--autotune picks the scheduler"),
     (["gemm", "--autotune", "--target", "cuda"], "--autotune tunes the cpu target only"),
     (["gemm", "--external", "2mm=x.c"], "2mm is not among the kernels"),
@@ -312,3 +314,15 @@ def test_interleave_keeps_runner_reported_kernel_times():
     assert order == ["reset", "a", "reset", "b"] * 2
     assert samples["a"]["kernel"] == [0.25, 0.25] and "kernel" not in samples["b"]
     assert len(samples["a"]["wall"]) == len(samples["b"]["wall"]) == 2
+
+
+def test_a_cuda_einsum_report_gets_its_own_table_and_section_name():
+    row = {"subscripts": "ij,jk->ik", "shapes": [[4, 4], [4, 4]], "dtype": "f32", "precision": "exact",
+           "correct": True, "runners": {"polyopt": {"correct": True, "median_s": 1e-3, "min_s": 1e-3}}}
+    report = {"kind": "einsum", "config": {"target": "cuda"}, "cases": [row], "summary": einsum_cuda.summary([row]),
+              "launch_overhead": {"subscripts": "ij,jk->ik", "shapes": [[16, 16], [16, 16]], "calls": 1,
+                                  "host_us": {"po.einsum (cupy)": 9.0, "cupy.einsum": 20.0}}}
+    header, rows = table(report)
+    assert header[:4] == ["subscripts", "shapes", "dtype", "precision"] and len(rows) == 2
+    assert section_name(report) == "cuda einsum"
+    assert any("9.0 us" in line for line in summary_lines(report))
