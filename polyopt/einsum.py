@@ -25,8 +25,11 @@ numpy's promotion and casting rules. How each dtype runs:
 On the GPU (``target="cuda"``, or any CuPy operand or ``out``) the same Scop is compiled by the
 CUDA backend with the same storage types (so the same widening and reinterpreting rules hold);
 the interpreted dtypes have no GPU code and raise :class:`TargetUnavailableError` naming the
-dtype. CuPy operands give a CuPy result and never leave the GPU; numpy operands with
-``target="cuda"`` are copied to the GPU and the result back (a numpy array, as on the CPU).
+dtype. CuPy operands give a CuPy result and never leave the GPU; PyTorch CUDA tensors give a
+tensor (other ``__cuda_array_interface__`` or CUDA DLPack objects a CuPy array), computed on
+zero-copy CuPy views of their memory; numpy operands with ``target="cuda"`` are copied to the
+GPU and the result back (a numpy array, as on the CPU). A repeat of a call on CuPy arrays
+replays its recorded launches (:mod:`polyopt.einsum_calls`).
 
 numpy (CuPy on the GPU) is used only to allocate, copy, cast and view arrays; every sum of
 products is polyopt's. On the CPU, sums longer than ``SUM_BLOCK`` terms run in blocks whose
@@ -462,8 +465,8 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     is greedy (numpy's default, False, sums all operands in one nest: 'ij,jk,kl->il' then costs
     n^4 instead of two n^3 steps). The arithmetic is polyopt-compiled code (or
     its reference interpreter for complex, longdouble and object data). ``target="cuda"`` or
-    CuPy operands run polyopt's CUDA code (module docstring; without CuPy and a GPU:
-    :class:`TargetUnavailableError`). ``order`` lays the result out as numpy does (on the GPU:
+    GPU operands (CuPy, torch, ``__cuda_array_interface__``) run polyopt's CUDA code (module
+    docstring; without CuPy and a GPU: :class:`TargetUnavailableError`). ``order`` lays the result out as numpy does (on the GPU:
     "F" Fortran order, others C order).
     ``num_threads``: the most threads of the CPU team (default: every core; numpy.einsum uses
     one); below :data:`PARALLEL_MIN_ITERATIONS` statement instances one thread runs.

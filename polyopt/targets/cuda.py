@@ -9,9 +9,11 @@ and the original loop order compete (Pluto's time-tiled stencils have no paralle
 without tiling), and where the better one still runs a one-thread kernel in a host loop or over a
 loop, Pluto without fusion, Feautrier and isl's scheduler too, by an estimate of the mapped
 program's launches and work; ``.schedule.algorithm`` and its last note tell which and why. Calling the compiled kernel needs CuPy and a GPU: the
-source is built with NVRTC (``cupy.RawModule``, cached by source hash), CuPy arrays are used in
-place and numpy arrays are copied in and back, and the host program (loops and launches) runs
-in Python with grid sizes from the parameter values of the call.
+source is built with NVRTC (``cupy.RawModule``, cached by source hash), GPU arrays (CuPy,
+PyTorch CUDA tensors, any ``__cuda_array_interface__`` or CUDA DLPack object) are used in place
+through zero-copy CuPy views and numpy arrays are copied in and back, and the host program
+(loops and launches) runs in Python with grid sizes from the parameter values of the call. A
+repeated call on GPU arrays replays the launches the first one recorded (:class:`LaunchRecord`).
 """
 from __future__ import annotations
 
