@@ -243,7 +243,7 @@ def is_device_array(value) -> bool:
     array, an object exporting ``__cuda_array_interface__`` (Numba, PyTorch CUDA tensors, JAX),
     or a DLPack producer whose ``__dlpack_device__`` is a CUDA device. Neither CuPy nor the
     producer's library is imported; numpy arrays (also DLPack producers, on the CPU) are not."""
-    if type(value) is np.ndarray or isinstance(value, (int, float, complex, str, bytes)):
+    if value is None or type(value) is np.ndarray or isinstance(value, (int, float, complex, str, bytes)):
         return False
     if is_cupy(value) or hasattr(value, "__cuda_array_interface__"):
         return True
