@@ -234,7 +234,7 @@ def _instance(name: str, coords: list[int]) -> str:
 #: isl operations the check may spend on one loop AST; past it the check gives up, says so
 #: (PolyoptWarning), and the code is built from the verified schedule alone. Set above what
 #: every suite kernel needs with the default options.
-CHECK_OPERATIONS = 40_000_000
+CHECK_OPERATIONS = 10_000_000
 
 
 def check_loop_ast(scop: Scop, loops: Node, deps: Dependences | None = None, *,
