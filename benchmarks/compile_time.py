@@ -3,17 +3,19 @@ split into phases (parse, schedule, verify, ast: isl's AST build, ast_check: the
 check, codegen: C and LLVM IR, llvm: optimisation and JIT), each the median over the repeats
 (wall clock; on a loaded machine raise --repeats).
 
-    python benchmarks/compile_time.py [KERNEL ... | all] [--algorithm isl] [--repeats 5]
+    python benchmarks/compile_time.py [KERNEL ... | all] [--algorithm pluto] [--repeats 5]
 """
 from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import statistics
 import textwrap
 import time
 
 import polyopt as po
+from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 from polyopt.targets.cache import clear_cache
 
 PHASES = ("parse", "schedule", "verify", "ast", "ast_check", "codegen", "llvm")
@@ -32,9 +34,10 @@ def fresh_compile_seconds(name: str, algorithm: str) -> tuple[float, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kernels", nargs="*", default=["gemm"])
-    parser.add_argument("--algorithm", default="original")
+    parser.add_argument("--algorithm", default=DEFAULT_ALGORITHM)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    os.environ["POLYOPT_CACHE"] = "0"  # from scratch: no object code from the disk cache either
     names = po.suite.names() if args.kernels == ["all"] else args.kernels
     print(f"{'kernel':<16} {'total s':>8} " + " ".join(f"{p:>9}" for p in PHASES) + "  check %")
     for name in names:
