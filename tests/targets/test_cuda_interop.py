@@ -357,21 +357,6 @@ def test_repeated_einsum_on_cupy_replays_and_keeps_numpy_semantics(cp):
         cp.testing.assert_allclose(s, expected, rtol=1e-5, atol=1e-5)
 
 
-@needs_gpu
-def test_repeated_call_host_time_is_under_20_us(cp):
-    a = cp.ones((16, 16), cp.float32)
-    b = cp.ones((16, 16), cp.float32)
-    po.einsum("ij,jk->ik", a, b)
-    cp.cuda.get_current_stream().synchronize()
-    samples = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(200):
-            po.einsum("ij,jk->ik", a, b)
-        samples.append((time.perf_counter() - start) / 200 * 1e6)
-        cp.cuda.get_current_stream().synchronize()
-    assert min(samples) < 20, samples
-
 
 @needs_gpu
 def test_bench_einsum_cuda_rows_are_checked(cp):
