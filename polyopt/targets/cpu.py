@@ -173,6 +173,9 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
     num_threads = check_num_threads(num_threads)
     if schedule is not None:
         check_given_schedule(scop_of(kernel), schedule, algorithm, schedule_options)
+    if target == "cpu" and "precision" in schedule_options:
+        raise ArgumentError(f"precision={schedule_options['precision']!r} is an option of target='cuda' (tensor "
+                            "cores); target='cpu' computes each element's arithmetic as written")
     if target == "cuda":
         if num_threads is not None or reassociate:
             raise ArgumentError("num_threads and reassociate are options of target='cpu'")

@@ -136,6 +136,8 @@ def test_precision_is_opt_in_and_checked():
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in po.cuda_source(gemm32, precision="tf32")
     with pytest.raises(ValueError, match="precision must be one of 'exact', 'tf32'"):
         po.cuda_source(gemm32, precision="fast")
+    with pytest.raises(ValueError, match="precision=.tf32. is an option of target=.cuda."):
+        po.compile(gemm32, precision="tf32")
     # the general mapping when asked for it, or when the user steers the mapping
     assert "_acc" not in po.cuda_source(gemm32, contraction=False)
     assert "_acc" not in po.cuda_source(gemm32, block=(8, 32))
