@@ -311,9 +311,8 @@ def _check_once(ran: isl.UnionMap, space: isl.Space) -> None:
 def _time_deltas(deps: isl.UnionMap, ran: isl.UnionMap, space: isl.Space) -> isl.Set:
     """How much later (a difference of times) each dependence's sink runs than its source,
     under the loops that ``ran`` reads."""
-    between = ran.apply_range(deps).apply_range(ran.reverse())
-    empty = isl.Set.empty(space)
-    return between.extract_map(isl.Space.map_from_set(space)).deltas() if not between.is_empty() else empty
+    between = ran.apply_range(deps).apply_range(ran.reverse())  # source's time -> sink's time
+    return between.extract_map(isl.Space.map_from_set(space)).deltas()
 
 
 def _zero_before(space: isl.Space, position: int) -> isl.Set:
