@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 import polyopt as po
+from polyopt.bench.einsum_cuda import torch_module
 from polyopt.codegen.cuda_contraction import ContractionSource
 from polyopt.targets.cuda import cupy_module
 
@@ -62,15 +63,6 @@ def timed_torch(torch, run: Callable[[], object], warmup: int, repeats: int) -> 
         stop.synchronize()
         times.append(start.elapsed_time(stop))
     return times
-
-
-def torch_module():
-    """torch with a CUDA device, or None."""
-    try:
-        torch = importlib.import_module("torch")
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
 
 
 def torch_rows(cp, torch, A, B, C, C0, alpha: float, beta: float, expected, dtype: str, flops: float,

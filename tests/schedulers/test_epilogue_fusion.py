@@ -3,7 +3,6 @@ bias, a ReLU or a scaling inside the contraction's output tile loops, after the 
 reduction, where it saves a pass over the output; the verifier checks it; epilogues that read
 the output elsewhere, that would break a dependence or that do not pay stay in their nests."""
 import runpy
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,27 +14,12 @@ from polyopt.islutil import tuple_names
 from polyopt.schedulers import cost
 from polyopt.transform import nodes as N
 from polyopt.transform.primitives import run
+from example_kernels import EXAMPLES, example_kernel
 from suite_reference import check_against_reference
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-@po.kernel
-def bmm_bias_relu(C: f64["NB", "NI", "NJ"], A: f64["NB", "NI", "NK"], B: f64["NB", "NK", "NJ"], bias: f64["NJ"]):
-    for b in range(NB):
-        for i in range(NI):
-            for j in range(NJ):
-                C[b, i, j] = 0.0
-                for k in range(NK):
-                    C[b, i, j] += A[b, i, k] * B[b, k, j]
-    for b in range(NB):
-        for i in range(NI):
-            for j in range(NJ):
-                C[b, i, j] += bias[j]
-    for b in range(NB):
-        for i in range(NI):
-            for j in range(NJ):
-                C[b, i, j] = max(C[b, i, j], 0.0)
+bmm_bias_relu = example_kernel("bmm_bias_relu")
 
 
 @po.kernel

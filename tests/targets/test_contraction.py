@@ -2,10 +2,8 @@
 the Scop, mapped as one verified batched-GEMM kernel, laid out per launch from the strides, and
 computed right in every engine (SIMT f32, TF32 and FP64 tensor cores). The source tests need no
 GPU (nvcc builds each engine); the results are checked on a GPU against numpy in float64."""
-import importlib.util
 import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +17,7 @@ from polyopt.targets.contraction import choose_kernel, contraction_plan, launch_
 from polyopt.targets.cuda import plan
 
 from conftest import needs_gpu
+from example_kernels import example_kernel
 
 f32, f64 = po.f32, po.f64
 
@@ -149,7 +148,7 @@ def test_nvcc_builds_every_engine(tmp_path):
     sources = {"simt32": po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32")),
                "tf32": po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32"), precision="tf32"),
                "dmma": po.cuda_source(po.suite.get("gemm").kernel)}
-    sources["epilogue"] = po.cuda_source(_example_kernel("bmm_bias_relu"))
+    sources["epilogue"] = po.cuda_source(example_kernel("bmm_bias_relu"))
     for k, (subscripts, shapes) in enumerate(PATTERNS):
         sources[f"p{k}"] = po.einsum_kernel(subscripts, *shapes, dtype="float32", target="cuda").cuda_source
     for name, text in sources.items():
@@ -315,20 +314,11 @@ def flat_matmul_bias_relu(A: f32["NB", "NI", "NK"], B: f32["NK", "NJ"], bias: f3
                 C[b, i, j] = max(C[b, i, j] + bias[i], 0.0)
 
 
-def _example_kernel(name: str):
-    """The kernel ``name`` of examples/<name>.py."""
-    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, name)
-
-
 def test_element_wise_epilogues_join_the_kernel():
     """bias + ReLU after a (batched) matmul run on each element once its sum is complete, in
     the kernel's store: the mapping is verified with them, and their reads are decoded from the
     tile coordinates (here i lies inside the collapsed M run b*i)."""
-    bmm_bias_relu = _example_kernel("bmm_bias_relu")
+    bmm_bias_relu = example_kernel("bmm_bias_relu")
     c = find_contraction(scop_of(bmm_bias_relu))
     assert c.describe() == "batch (b) x M (i) x N (j) x K (k)" and len(c.epilogue) == 2
     made = plan(bmm_bias_relu)
@@ -348,7 +338,7 @@ def test_element_wise_epilogues_join_the_kernel():
 def test_epilogues_on_the_gpu_match_numpy(tile, monkeypatch):
     import cupy
 
-    bmm_bias_relu = _example_kernel("bmm_bias_relu")
+    bmm_bias_relu = example_kernel("bmm_bias_relu")
 
     def forced(source, extent, shapes, sm_count):
         name, variant = source.variants[tile]
