@@ -13,6 +13,7 @@ import pytest
 import polyopt as po
 from polyopt import f32, f64, i32, i64
 from conftest import ALGORITHMS, run_everywhere
+from polyopt.targets.cache import clear_cache
 
 # ----- arithmetic with Python semantics ---------------------------------------------------------
 
@@ -606,7 +607,9 @@ def test_c_source_computes_the_same(tmp_path, rng):
                 np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
-def test_llvm_ir_text():
+def test_llvm_ir_text(monkeypatch):
+    monkeypatch.setenv("POLYOPT_CACHE", "0")  # compiled here: every phase timed
+    clear_cache()
     for kernel in TEXT_KERNELS:
         ck = po.compile(kernel)
         for text in (ck.llvm_ir, ck.optimized_ir):
