@@ -137,9 +137,11 @@ def _with_mark_depths(tree: isl.Schedule) -> isl.Schedule:
     return tree.map_schedule_node_bottom_up(stamp)
 
 
-def generate_loop_ast(scop: Scop, tree: isl.Schedule) -> Node:
-    """The loop AST isl's AST builder writes for schedule ``tree`` over ``scop``'s domain,
-    unchecked: :func:`build_loop_ast` is what emitters are handed."""
+def build_loop_ast(scop: Scop, tree: isl.Schedule) -> Node:
+    """Generate the loop AST of schedule ``tree`` over ``scop``'s domain with isl's AST builder,
+    checked against the domain and the dependences (:mod:`polyopt.codegen.ast_check`): isl's
+    generator has been seen to drop instances, and no emitter may be handed such loops."""
+
     build = isl.AstBuild.from_context(scop.context)
     prefix = iterator_prefix(scop)
     iterator_names = tuple(f"{prefix}{k}" for k in range(MAX_LOOP_DEPTH))
@@ -148,14 +150,7 @@ def generate_loop_ast(scop: Scop, tree: isl.Schedule) -> Node:
         names = names.add(isl.Id(name))
     build = build.set_iterators(names)
     root = build.node_from_schedule(_with_mark_depths(tree).intersect_domain(scop.domain))
-    return IslAstTranslator(set(scop.params), iterator_names).node(root)
-
-
-def build_loop_ast(scop: Scop, tree: isl.Schedule) -> Node:
-    """Generate the loop AST of schedule ``tree`` over ``scop``'s domain with isl's AST builder,
-    checked against the domain and the dependences (:mod:`polyopt.codegen.ast_check`): isl's
-    generator has been seen to drop instances, and no emitter may be handed such loops."""
-    loops = generate_loop_ast(scop, tree)
+    loops = IslAstTranslator(set(scop.params), iterator_names).node(root)
     check_loop_ast(scop, loops)
     return loops
 

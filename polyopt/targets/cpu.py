@@ -17,8 +17,7 @@ import islpy as isl
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
 from polyopt.codegen.loop_nodes import Node, loop_ast_text
-from polyopt.codegen.ast import build_loop_ast, generate_loop_ast
-from polyopt.codegen.ast_check import check_loop_ast
+from polyopt.codegen.ast import build_loop_ast
 from polyopt.codegen.c import c_function
 from polyopt.codegen.llvm import STATUS_OK, STATUS_ZERO_DIVISION, NativeFunction, jit_compile, jit_load, llvm_ir
 from polyopt.errors import ArgumentError, KernelZeroDivisionError
@@ -211,18 +210,14 @@ def _compile_cuda(kernel, algorithm: str, schedule: Schedule | None, options: di
 def _compile(scop: Scop, algorithm: str, schedule_options: dict, reassociate: bool,
              parse_seconds: float, schedule: Schedule | None = None, object_sink=None) -> CompiledKernel:
     """The whole chain after parsing (``parse_seconds``), uncached: schedule (unless given),
-    verify, loop AST and its check, C and LLVM, native code (each phase timed in
-    ``compile_times``)."""
+    verify, loop AST, C and LLVM, native code."""
     times = {"parse": parse_seconds}
     start = time.perf_counter() - parse_seconds
     sched = schedule if schedule is not None else run_scheduler(scop, algorithm, **schedule_options)
     times["schedule"] = time.perf_counter() - start - sum(times.values())
     verify(scop, sched)
     times["verify"] = time.perf_counter() - start - sum(times.values())
-    loops = generate_loop_ast(scop, sched.tree)
-    times["ast"] = time.perf_counter() - start - sum(times.values())
-    check_loop_ast(scop, loops)  # (build_loop_ast in two timed steps)
-    times["ast_check"] = time.perf_counter() - start - sum(times.values())
+    loops = build_loop_ast(scop, sched.tree)
     name = f"polyopt_{scop.name}"
     c_source = c_function(scop, loops, name, openmp=True)
     ir_text = llvm_ir(scop, loops, name, reassociate=reassociate)
