@@ -12,6 +12,7 @@ cannot be carried out (unknown loop, sizes that do not fit, loops of different b
 from __future__ import annotations
 
 import inspect
+import itertools
 from dataclasses import replace
 
 import islpy as isl
@@ -29,6 +30,11 @@ from polyopt.transform.trace import Step
 #: Most iterations a loop may have for a complete unroll.
 MAX_FULL_UNROLL = 64
 
+#: The primitives whose ``within=`` isolates the named statements by distributing the loop
+#: first (:func:`_isolated`); permute, interchange, skew, shift and reverse change the named
+#: statements' members in place instead (their ``within=`` reaches the primitive itself).
+ISOLATING = {"tile", "split", "unroll", "register_tile", "parallel", "vectorize", "gpu_map", "wavefront"}
+
 
 # ----- the way in --------------------------------------------------------------------------------
 
@@ -39,6 +45,11 @@ def run(schedule, primitive: str, loops=(), *, check: bool = True, note: str = "
     if function is None:
         raise ScheduleError(f"unknown primitive {primitive!r}; available: {', '.join(sorted(PRIMITIVES))}")
     names = tuple(_name(schedule, loop) for loop in loops)
+    if primitive in ISOLATING:
+        within = options.pop("within", None)
+        if within is not None:
+            with ISL_LOCK:
+                return _isolated(schedule, primitive, names, within, options, check=check, note=note)
     try:
         inspect.signature(function).bind(schedule, names, **options)
     except TypeError as exc:
@@ -54,6 +65,46 @@ def run(schedule, primitive: str, loops=(), *, check: bool = True, note: str = "
                 exc.args = (f"{step.as_python()}: {exc}",)
                 raise
     return new
+
+
+def _isolated(schedule, primitive: str, names: tuple[str, ...], within, options: dict, *, check: bool,
+              note: str):
+    """``primitive(*names, **options)`` on the statements ``within`` only, as loopy does it: where
+    the outermost of the loops also runs other statements, a ``distribute`` step splits it first
+    (one group per run of named or other statements, in the order the loop runs them, so no
+    statement moves), then the primitive is applied to each copy holding named statements, on
+    that copy's loop names. Where ``within`` covers the loop's statements: the primitive alone."""
+    outermost = min((find(schedule, n) for n in names), key=lambda found: (len(found[0]), found[1]), default=None)
+    if outermost is None:
+        raise ScheduleError(f"{primitive}: within= needs the loops it applies to")
+    path, k = outermost
+    loop = N.at(schedule.root, path).names[k]
+    named = _check_within(schedule, path, within, primitive)
+    order = _run_order(schedule.scop, N.at(schedule.root, path), set(tuple_names(domain_at(schedule, path))))
+    groups = [list(part) for _, part in itertools.groupby(order, key=lambda s: s in named)]
+    if len(groups) == 1:
+        return run(schedule, primitive, names, check=check, note=note, **options)
+    call = Step.make(primitive, names, **options, within=list(within)).as_python()
+    try:
+        distributed = run(schedule, "distribute", (loop,), check=check, note=f"for {call}", groups=groups)
+    except (ScheduleError, IllegalScheduleError) as exc:  # the message says which step failed
+        exc.args = (f"{call}: within= needs loop {loop} distributed first: {exc}",)
+        raise
+    copies = [dict(zip(loop_names_of(schedule, group[0]), loop_names_of(distributed, group[0])))
+              for group in groups if group[0] in named]  # a copy's loops around one of its statements
+    result = distributed
+    for renamed in copies:
+        result = run(result, primitive, tuple(renamed.get(n, n) for n in names), check=check, note=note, **options)
+    return result
+
+
+def _run_order(scop: Scop, node: N.Node, statements: set[str]) -> list[str]:
+    """``statements`` in the order the subtree at ``node`` runs them (a sequence's children in
+    order; statements that share a loop body in textual order)."""
+    if isinstance(node, N.Sequence):
+        return [s for f in node.children for s in _run_order(scop, f.child, statements & set(tuple_names(f.domain)))]
+    below = N.children(node)
+    return _run_order(scop, below[0], statements) if below else _ordered(scop, statements)
 
 
 def _name(schedule, loop) -> str:
@@ -123,9 +174,9 @@ def loop_names_of(schedule, statement: str | None) -> list[str]:
     return names
 
 
-def _check_within(schedule, path: tuple[int, ...], within, primitive: str, *, partial: bool) -> set[str] | None:
-    """The statements ``within`` names (None: all); refused when it names unknown statements,
-    none below the loop, or (``partial=False``) not all of them."""
+def _check_within(schedule, path: tuple[int, ...], within, primitive: str) -> set[str] | None:
+    """The statements ``within`` names (None: all); refused when it is not a list of names, names
+    unknown statements or none that run below the loop at ``path``."""
     if within is None:
         return None
     if isinstance(within, str) or not all(isinstance(w, str) for w in within):
@@ -137,9 +188,6 @@ def _check_within(schedule, path: tuple[int, ...], within, primitive: str, *, pa
     if not set(within) & below:
         raise ScheduleError(f"{primitive}: statements {', '.join(within)} do not run in this loop "
                             f"(it runs {', '.join(sorted(below))})")
-    if not partial and not below <= set(within):
-        raise ScheduleError(f"{primitive}: the band also runs {', '.join(sorted(below - set(within)))}; "
-                            "distribute those statements first (within= must cover the whole band here)")
     return set(within)
 
 
@@ -250,7 +298,7 @@ def _isl_tile(domain: isl.UnionSet, band: N.Band, sizes: list[int]) -> tuple[N.B
     return read(outer), read(point)
 
 
-def _tile(schedule, names, sizes, within=None) -> N.Node:
+def _tile(schedule, names, sizes) -> N.Node:
     if not names or len(set(names)) != len(names):
         raise ScheduleError(f"tile: name each loop once, got {', '.join(names) or 'none'}")
     path, band, counts = _merged(schedule, names, "tile")  # loops of directly nested bands: one band
@@ -258,7 +306,6 @@ def _tile(schedule, names, sizes, within=None) -> N.Node:
     if positions != list(range(positions[0], positions[0] + len(positions))):
         raise ScheduleError(f"tile: loops {', '.join(names)} are not consecutive loops of one band "
                             f"({', '.join(band.names)}) in this order; permute them first")
-    _check_within(schedule, path, within, "tile", partial=False)
     levels = _size_levels(sizes, len(names), "tile")
     first, stop = positions[0], positions[-1] + 1
     rest = _slice(band, stop, len(band.members), band.child) if stop < len(band.members) else band.child
@@ -334,7 +381,7 @@ def _replace_merged(schedule, top, merged, counts, refresh: bool) -> N.Node:
 
 def _permute(schedule, names, within=None) -> N.Node:
     top, merged, counts = _merged(schedule, names, "permute")
-    within = _check_within(schedule, top, within, "permute", partial=True)
+    within = _check_within(schedule, top, within, "permute")
     positions = [merged.names.index(n) for n in names]
     slots = sorted(positions)
     order = list(range(len(merged.members)))
@@ -367,7 +414,7 @@ def _skew(schedule, names, factor=1, within=None) -> N.Node:
     if not isinstance(factor, int) or isinstance(factor, bool) or factor == 0:
         raise ScheduleError(f"skew: factor must be a non-zero int, got {factor!r}")
     top, merged, counts = _merged(schedule, names, "skew")
-    within = _check_within(schedule, top, within, "skew", partial=True)
+    within = _check_within(schedule, top, within, "skew")
     outer, inner = (merged.names.index(n) for n in names)
     source = _pieces(merged.members[outer])
     skewed = _map_member(merged.members[inner],
@@ -381,7 +428,7 @@ def _change_one(schedule, names, primitive: str, change, within) -> N.Node:
     if len(names) != 1:
         raise ScheduleError(f"{primitive} takes one loop, got {len(names)}")
     path, k = find(schedule, names[0])
-    within = _check_within(schedule, path, within, primitive, partial=True)
+    within = _check_within(schedule, path, within, primitive)
     band = N.at(schedule.root, path)
     _not_register_tiled(band, primitive)
     members = list(band.members)

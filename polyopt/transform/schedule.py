@@ -130,7 +130,10 @@ class Schedule:
         """Rectangular tiling of consecutive loops of one band (or of directly nested bands);
         ``sizes``: one int, one per loop, or a list of such lists for several levels (outer first).
         Loop ``x`` becomes ``x_0`` (the tiles) and ``x_1`` (inside a tile), with more levels
-        ``x_0, x_1, x_2``; refused (IllegalScheduleError) where the tiles would break a dependence:
+        ``x_0, x_1, x_2``; refused (IllegalScheduleError) where the tiles would break a dependence.
+        With ``within=`` (statement names) only those statements' loops are tiled: where the loops
+        also run others, a ``distribute`` step first gives the named statements a copy of their own
+        (statement order kept), and the tiling applies to that copy (loops ``i@S1``, ...):
 
         >>> s = po.schedule(scale, "original")
         >>> print(s.loops_c())
@@ -146,8 +149,9 @@ class Schedule:
         """
         return P.run(self, "tile", loops, sizes=sizes, within=within)
 
-    def split(self, loop: Loop | str, *, factor: int) -> "Schedule":
-        """Strip-mine one loop: ``x`` becomes ``x_0`` (steps of ``factor``) and ``x_1`` (inside one):
+    def split(self, loop: Loop | str, *, factor: int, within: Seq[str] | None = None) -> "Schedule":
+        """Strip-mine one loop: ``x`` becomes ``x_0`` (steps of ``factor``) and ``x_1`` (inside one);
+        ``within=`` distributes first as :meth:`tile` does:
 
         >>> s = po.schedule(scale, "original")
         >>> print(s.loops_c())
@@ -159,8 +163,21 @@ class Schedule:
           for (int c1 = 0; c1 < N; c1 += 4)
             for (int c2 = 0; c2 <= min(3, N - c1 - 1); c2 += 1)
               S0(c0, c1 + c2);
+        >>> s = po.schedule(pair, "original").split("i", factor=4, within=["S1"])
+        >>> print(s.trace.as_python())
+        # for split('i', factor=4, within=['S1'])
+        s = s.distribute('i', groups=[['S0'], ['S1']])
+        s = s.split('i@S1', factor=4)
+        >>> print(s.loops_c())
+        {
+          for (int c0 = 0; c0 < N; c0 += 1)
+            S0(c0);
+          for (int c0 = 0; c0 < N; c0 += 4)
+            for (int c1 = 0; c1 <= min(3, N - c0 - 1); c1 += 1)
+              S1(c0 + c1);
+        }
         """
-        return P.run(self, "split", (loop,), factor=factor)
+        return P.run(self, "split", (loop,), factor=factor, within=within)
 
     def interchange(self, a: Loop | str, b: Loop | str, *, within: Seq[str] | None = None) -> "Schedule":
         """Swap two loops of one band (or of directly nested bands); with ``within=``, for those
@@ -250,7 +267,8 @@ class Schedule:
 
     def fuse(self, *loops: Loop | str, depth: int = 1) -> "Schedule":
         """Fuse the loops heading consecutive nests of one sequence into one loop (``depth``: how
-        many levels, the fusion point):
+        many levels, the fusion point). It takes no ``within=``: the loops it names choose the
+        statements:
 
         >>> s = po.schedule(apart, "original")
         >>> print(s.loops_c())
@@ -271,7 +289,8 @@ class Schedule:
     def distribute(self, loop: Loop | str, *, groups: Seq[Seq[str]] | None = None) -> "Schedule":
         """Split a loop (and the loops inside it in its band) into one copy per group of
         statements, in order (default: one per statement or per nest below); a copy's loops are
-        renamed where their names are taken (``i@S1``):
+        renamed where their names are taken (``i@S1``). It takes no ``within=``: ``groups=``
+        names the statements of each copy:
 
         >>> s = po.schedule(pair, "original")
         >>> print(s.loops_c())
@@ -289,9 +308,10 @@ class Schedule:
         """
         return P.run(self, "distribute", (loop,), groups=groups)
 
-    def wavefront(self, outer: Loop | str, inner: Loop | str) -> "Schedule":
+    def wavefront(self, outer: Loop | str, inner: Loop | str, *, within: Seq[str] | None = None) -> "Schedule":
         """``outer`` becomes ``outer + inner``: a wavefront; with both loops' dependences
-        non-negative, ``inner`` is then parallel (mark it with :meth:`parallel`, which is checked):
+        non-negative, ``inner`` is then parallel (mark it with :meth:`parallel`, which is checked);
+        ``within=`` distributes first as :meth:`tile` does:
 
         >>> s = po.schedule(sweep, "original")
         >>> print(s.loops_c())
@@ -303,11 +323,13 @@ class Schedule:
           for (int c1 = max(1, -T + c0 + 1); c1 < min(N, c0); c1 += 1)
             S0(c0 - c1, c1);
         """
-        return P.run(self, "wavefront", (outer, inner))
+        return P.run(self, "wavefront", (outer, inner), within=within)
 
-    def parallel(self, loop: Loop | str) -> "Schedule":
+    def parallel(self, loop: Loop | str, *, within: Seq[str] | None = None) -> "Schedule":
         """Run the loop's iterations on a thread team: a ``parallel`` mark above it (refused,
-        RacyParallelLoopError, if it carries a dependence; nested teams are refused too):
+        RacyParallelLoopError, if it carries a dependence; nested teams are refused too); with
+        ``within=``, the named statements' copy of the loop after a ``distribute`` step (as
+        :meth:`tile` does):
 
         >>> print(po.schedule(scale, "original").parallel("i").pretty())
         mark parallel
@@ -315,12 +337,21 @@ class Schedule:
             i = [N] -> { S0[i, j] -> [(i)] }
             band (j)
               j = [N] -> { S0[i, j] -> [(j)] }
+        >>> print(po.schedule(pair, "original").parallel("i", within=["S1"]).pretty())
+        sequence
+          filter [N] -> { S0[i] }
+            band (i)  [permutable; coincident: i]
+              i = [N] -> { S0[i] -> [(i)] }
+          filter [N] -> { S1[i] }
+            mark parallel
+              band (i@S1)  [permutable; coincident: i@S1]
+                i@S1 = [N] -> { S1[i] -> [(i)] }
         """
-        return P.run(self, "parallel", (loop,))
+        return P.run(self, "parallel", (loop,), within=within)
 
-    def vectorize(self, loop: Loop | str) -> "Schedule":
+    def vectorize(self, loop: Loop | str, *, within: Seq[str] | None = None) -> "Schedule":
         """Make the loop the innermost of its (innermost) band, for LLVM's vectorizer; refused if
-        it carries a dependence there:
+        it carries a dependence there; ``within=`` distributes first as :meth:`tile` does:
 
         >>> s = po.schedule(mm, "original")
         >>> print(s.loops_c())
@@ -334,13 +365,14 @@ class Schedule:
             for (int c2 = 0; c2 < N; c2 += 1)
               S0(c0, c1, c2);
         """
-        return P.run(self, "vectorize", (loop,))
+        return P.run(self, "vectorize", (loop,), within=within)
 
-    def gpu_map(self, *loops: Loop | str) -> "Schedule":
+    def gpu_map(self, *loops: Loop | str, within: Seq[str] | None = None) -> "Schedule":
         """One CUDA kernel whose block/thread coordinates are ``loops`` (consecutive loops, one to
         three, the last one threadIdx.x); the loops outside run on the host, those inside in each
         thread. Each coordinate gets a band under ``gpu_block``/``gpu_thread`` marks, which the
-        verifier checks (RacyParallelLoopError for a coordinate that carries a dependence):
+        verifier checks (RacyParallelLoopError for a coordinate that carries a dependence);
+        ``within=`` distributes first as :meth:`tile` does:
 
         >>> print(po.schedule(scale, "original").gpu_map("i", "j").pretty())
         mark gpu_block
@@ -352,11 +384,12 @@ class Schedule:
                   band (j)  [coincident: j]
                     j = [N] -> { S0[i, j] -> [(j)] }
         """
-        return P.run(self, "gpu_map", loops)
+        return P.run(self, "gpu_map", loops, within=within)
 
-    def unroll(self, loop: Loop | str, *, factor: int | None = None) -> "Schedule":
+    def unroll(self, loop: Loop | str, *, factor: int | None = None, within: Seq[str] | None = None) -> "Schedule":
         """Unroll the loop completely (when it runs at most 64 iterations), or by ``factor``
-        (strip-mined: ``x_0`` steps by ``factor``, ``x_1`` is unrolled):
+        (strip-mined: ``x_0`` steps by ``factor``, ``x_1`` is unrolled); ``within=`` distributes
+        first as :meth:`tile` does:
 
         >>> s = po.schedule(scale, "original")
         >>> print(s.loops_c())
@@ -371,18 +404,19 @@ class Schedule:
               S0(c0, c1 + 1);
           }
         """
-        return P.run(self, "unroll", (loop,), factor=factor)
+        return P.run(self, "unroll", (loop,), factor=factor, within=within)
 
-    def register_tile(self, *loops: Loop | str, sizes: Seq[int]) -> "Schedule":
+    def register_tile(self, *loops: Loop | str, sizes: Seq[int], within: Seq[str] | None = None) -> "Schedule":
         """Unroll-and-jam: tile ``loops`` of an innermost band by ``sizes`` and unroll the points
         of whole tiles (their accumulators stay in registers); the last loop is the vector loop.
-        The parallel tile loops go outside the others, the points innermost:
+        The parallel tile loops go outside the others, the points innermost; ``within=``
+        distributes first as :meth:`tile` does:
 
         >>> s = po.schedule(mm, "original").register_tile("i", "j", sizes=(2, 4))
         >>> [loop.name for loop in s.loops("S0")]
         ['j_0', 'i_0', 'k', 'i_1', 'j_1']
         """
-        return P.run(self, "register_tile", loops, sizes=sizes)
+        return P.run(self, "register_tile", loops, sizes=sizes, within=within)
 
     def affine_schedule(self, *, tree: dict) -> "Schedule":
         """Replace the whole tree by ``tree`` (the JSON form of :func:`~polyopt.transform.

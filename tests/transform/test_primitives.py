@@ -11,6 +11,8 @@ import pytest
 import polyopt as po
 from polyopt import f64
 from polyopt.errors import RacyParallelLoopError
+from polyopt.islutil import tuple_names
+from polyopt.transform import nodes
 from polyopt.transform.primitives import tree_spec
 
 # ----- kernels --------------------------------------------------------------------------------
@@ -529,11 +531,6 @@ def test_within_of_statements_outside_the_loop():
         original(independent).reverse("i", within="S0")
 
 
-def test_within_on_tile_must_cover_the_band():
-    with pytest.raises(po.ScheduleError, match="within= must cover the whole band"):
-        original(independent).tile("i", "j", sizes=4, within=["S0"])
-
-
 def test_illegal_interchange_within_one_statement():
     with pytest.raises(po.IllegalScheduleError, match=r"^interchange\('i', 'j', within=\['S1'\]\): illegal") as caught:
         original(producer_consumer).interchange("i", "j", within=["S1"])
@@ -580,3 +577,126 @@ def test_refusals_leave_no_step_behind():
     with pytest.raises(po.ScheduleError):
         s.shift("i", offset=0)
     assert len(s.trace) == 0
+
+
+# ----- within= by distribution -------------------------------------------------------------------
+
+@po.kernel
+def triple(A: f64["N"], B: f64["N"], C: f64["N"], X: f64["N"]):
+    """Three independent statements in one loop."""
+    for i in range(N):
+        A[i] = X[i] * 2.0
+        B[i] = X[i] + 1.0
+        C[i] = X[i] * 3.0
+
+
+@po.kernel
+def reads_ahead(A: f64["N"], B: f64["N"], X: f64["N"]):
+    """S1 reads what S0 writes one iteration later: the loop cannot run all of S0 first."""
+    for i in range(N - 1):
+        A[i] = X[i] * 2.0
+        B[i] = A[i + 1] + 1.0
+
+
+#: primitive -> (kernel, a call of it that passes ``within=`` on, S1's loops after
+#: ``within=["S1"]``): S1 gets a copy of the loops (``i@S1``), S0 keeps theirs.
+WITHIN_CASES = {
+    "tile": (independent, lambda s, **w: s.tile("i", "j", sizes=4, **w), ["i@S1_0", "j@S1_0", "i@S1_1", "j@S1_1"]),
+    "split": (independent, lambda s, **w: s.split("j", factor=3, **w), ["i", "j@S1_0", "j@S1_1"]),
+    "unroll": (independent, lambda s, **w: s.unroll("j", factor=2, **w), ["i", "j@S1_0", "j@S1_1"]),
+    "register_tile": (independent, lambda s, **w: s.register_tile("i", "j", sizes=[2, 2], **w),
+                      ["j@S1_0", "i@S1_0", "i@S1_1", "j@S1_1"]),
+    "parallel": (independent, lambda s, **w: s.parallel("i", **w), ["i@S1", "j@S1"]),
+    "vectorize": (independent, lambda s, **w: s.tile("i", "j", sizes=4).vectorize("i_1", **w),
+                  ["i_0", "j_0", "j_1@S1", "i_1@S1"]),
+    "gpu_map": (independent, lambda s, **w: s.gpu_map("i", "j", **w), ["i@S1", "j@S1"]),
+    "wavefront": (producer_consumer, lambda s, **w: s.wavefront("i", "j", **w), ["i@S1", "j@S1"]),
+}
+
+
+def copy_of(s, statement: str) -> dict:
+    """The subtree (as a tree spec) of the outermost filter that runs ``statement`` alone."""
+    return next(tree_spec(node) for _, node in nodes.walk(s.root)
+                if isinstance(node, nodes.Filter) and tuple_names(node.domain) == [statement])
+
+
+def assert_replays(s, kernel) -> None:
+    """``s``'s trace replays, from JSON and as Python, to ``s``'s map."""
+    assert po.Trace.from_json(s.trace.to_json()).apply(original(kernel)).map.is_equal(s.map)
+    scope = {"s": original(kernel)}
+    exec(s.trace.as_python(), {}, scope)
+    assert scope["s"].map.is_equal(s.map)
+
+
+@pytest.mark.parametrize("primitive", WITHIN_CASES)
+def test_within_a_subset_distributes_and_acts_on_that_copy(primitive):
+    kernel, call, loops_of_s1 = WITHIN_CASES[primitive]
+    s = call(original(kernel), within=["S1"])
+    distribute, last = s.trace[-2], s.trace[-1]
+    assert distribute.as_python() == f"distribute({distribute.loops[0]!r}, groups=[['S0'], ['S1']])"
+    assert distribute.note.startswith(f"for {primitive}(") and distribute.note.endswith("within=['S1'])")
+    assert last.primitive == primitive and "within" not in last.kwargs and last.loops[-1].endswith("@S1")
+    assert names(s, "S1") == loops_of_s1
+    distributed = po.Trace(s.trace[:-1]).apply(original(kernel))
+    assert copy_of(s, "S0") == copy_of(distributed, "S0")
+    assert_replays(s, kernel)
+    if primitive != "gpu_map":  # (the GPU mapping compiles to CUDA; its tests are elsewhere)
+        assert_computes_like_interpreter(kernel, s, sizes=(1, 6), num_threads=2)
+
+
+@pytest.mark.parametrize("primitive", WITHIN_CASES)
+def test_within_every_statement_is_the_primitive_alone(primitive):
+    kernel, call, _ = WITHIN_CASES[primitive]
+    s = call(original(kernel), within=["S1", "S0"])
+    assert s.map.is_equal(call(original(kernel)).map)
+    assert "distribute" not in s.trace.as_python()
+
+
+def test_within_statements_apart_treats_each_copy():
+    s = original(triple).parallel("i", within=["S0", "S2"])
+    assert s.trace.as_python().splitlines()[1:] == [
+        "s = s.distribute('i', groups=[['S0'], ['S1'], ['S2']])", "s = s.parallel('i')", "s = s.parallel('i@S2')"]
+    assert [line.strip() for line in s.pretty().splitlines() if not line.startswith("    ")] == [
+        "sequence", "filter [N] -> { S0[i] }", "filter [N] -> { S1[i] }", "filter [N] -> { S2[i] }"]
+    assert s.pretty().count("mark parallel") == 2 and names(s, "S1") == ["i@S1"]
+    assert_replays(s, triple)
+    assert_computes_like_interpreter(triple, s, sizes=(1, 6), num_threads=2)
+
+
+def test_within_keeps_the_statement_order_of_the_loop():
+    s = original(triple).split("i", factor=2, within=["S1"])
+    assert s.trace[-2].kwargs["groups"] == [["S0"], ["S1"], ["S2"]]
+    assert names(s, "S1") == ["i@S1_0", "i@S1_1"] and names(s, "S2") == ["i@S2"]
+    assert_computes_like_interpreter(triple, s, sizes=(1, 6))
+
+
+@pytest.mark.parametrize("primitive", WITHIN_CASES)
+def test_within_refusals(primitive):
+    kernel, call, _ = WITHIN_CASES[primitive]
+    s = original(kernel)
+    with pytest.raises(po.ScheduleError, match=rf"^{primitive}: no statement\(s\) S7 in"):
+        call(s, within=["S7"])
+    with pytest.raises(po.ScheduleError, match=rf"^{primitive}: within= takes a list of statement names"):
+        call(s, within="S1")
+    with pytest.raises(po.ScheduleError, match=rf"^{primitive}: statements S1 do not run in this loop \(it runs S0\)"):
+        call(original(nests), within=["S1"])  # the loops named are those of S0's nest
+
+
+@pytest.mark.parametrize("call", [lambda s, **w: s.split("i", factor=2, **w), lambda s, **w: s.tile("i", sizes=2, **w),
+                                  lambda s, **w: s.unroll("i", factor=2, **w), lambda s, **w: s.parallel("i", **w),
+                                  lambda s, **w: s.vectorize("i", **w), lambda s, **w: s.gpu_map("i", **w)],
+                         ids=["split", "tile", "unroll", "parallel", "vectorize", "gpu_map"])
+def test_within_that_needs_an_illegal_distribution(call):
+    with pytest.raises(po.IllegalScheduleError) as caught:
+        call(original(reads_ahead), within=["S1"])
+    message = str(caught.value)
+    assert "within=['S1']): within= needs loop i distributed first: distribute('i', groups=[['S0'], ['S1']]): " \
+           "illegal schedule:" in message
+    assert "witness (N=" in message
+
+
+def test_within_that_cannot_distribute():
+    s = original(independent).register_tile("i", "j", sizes=[2, 2])
+    with pytest.raises(po.ScheduleError, match=r"^unroll\('i_1', within=\['S1'\]\): within= needs loop i_1 "
+                       r"distributed first: distribute: band \(.*\) is register tiled"):
+        s.unroll("i_1", within=["S1"])
