@@ -12,7 +12,7 @@ import islpy as isl
 
 from polyopt.analysis import expr as E
 from polyopt.codegen.ast_check import check_loop_ast
-from polyopt.errors import CodegenError
+from polyopt.errors import CodegenError, LoopTranslationError
 from polyopt.analysis.scop import Argument, Scop, Statement
 from polyopt.transform.marks import PARALLEL_MARK
 from polyopt.codegen.loop_nodes import Block, For, If, Node, Run
@@ -140,8 +140,22 @@ def _with_mark_depths(tree: isl.Schedule) -> isl.Schedule:
 def build_loop_ast(scop: Scop, tree: isl.Schedule) -> Node:
     """Generate the loop AST of schedule ``tree`` over ``scop``'s domain with isl's AST builder,
     checked against the domain and the dependences (:mod:`polyopt.codegen.ast_check`): isl's
-    generator has been seen to drop instances, and no emitter may be handed such loops."""
+    generator has been seen to drop instances, and no emitter may be handed such loops.
 
+    Where the check finds such loops, the AST is generated again with every band member's loop
+    type *atomic* (one loop per member, no separation into pieces: the separation is where the
+    instances went missing on the random nests that showed it) and checked again; if those
+    loops are wrong too, the first :class:`~polyopt.errors.LoopTranslationError` is raised."""
+    try:
+        return _checked_loops(scop, tree)
+    except LoopTranslationError as first:
+        try:
+            return _checked_loops(scop, tree.map_schedule_node_bottom_up(_atomic))
+        except LoopTranslationError:
+            raise first from None
+
+
+def _checked_loops(scop: Scop, tree: isl.Schedule) -> Node:
     build = isl.AstBuild.from_context(scop.context)
     prefix = iterator_prefix(scop)
     iterator_names = tuple(f"{prefix}{k}" for k in range(MAX_LOOP_DEPTH))
@@ -153,6 +167,15 @@ def build_loop_ast(scop: Scop, tree: isl.Schedule) -> Node:
     loops = IslAstTranslator(set(scop.params), iterator_names).node(root)
     check_loop_ast(scop, loops)
     return loops
+
+
+def _atomic(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    """A band node with every member's AST loop type (and isolated part's) atomic."""
+    if node.get_type() == isl.schedule_node_type.band:
+        for k in range(node.band_n_member()):
+            node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.atomic)
+            node = node.band_member_set_isolate_ast_loop_type(k, isl.ast_loop_type.atomic)
+    return node
 
 
 def instantiate(stmt: Statement, args: tuple[E.Expr, ...]) -> tuple[E.Access, E.Expr]:

@@ -778,7 +778,7 @@ def llvm_ir(scop: Scop, loops: Node, function_name: str, *, parallel: bool | Non
     (partial sums in vector lanes, as numpy's own reductions and einsum do); by default they
     keep the program's order."""
     module = ir.Module(name=function_name)
-    module.triple, module.data_layout = _host_layout()
+    module.triple, module.data_layout = host_layout()
     emitter = _FunctionEmitter.kernel(module, scop, function_name,
                                       openmp_available() if parallel is None else parallel, reassociate)
     emitter.emit(loops)
@@ -864,7 +864,7 @@ def _new_target_machine() -> llvm.TargetMachine:
 
 
 @lru_cache(maxsize=None)
-def _host_layout() -> tuple[str, str]:
+def host_layout() -> tuple[str, str]:
     """(triple, data layout) of the host, for the IR module header."""
     tm = _new_target_machine()
     return tm.triple, str(tm.target_data)
@@ -932,7 +932,7 @@ def jit_load(object_code: bytes, function_name: str, optimized_ir: str = "") -> 
     where the engine finds no ``function_name`` in it."""
     openmp_available()  # loads libgomp (and libm) before the object's symbols are resolved
     with _LLVM_LOCK:
-        module = llvm.parse_assembly('target triple = "{}"\ntarget datalayout = "{}"\n'.format(*_host_layout()))
+        module = llvm.parse_assembly('target triple = "{}"\ntarget datalayout = "{}"\n'.format(*host_layout()))
         engine = llvm.create_mcjit_compiler(module, _new_target_machine())
         engine.set_object_cache(getbuffer_func=lambda _module: object_code)
         engine.finalize_object()

@@ -6,8 +6,8 @@ the schedulers and the verifier consume.
 
 The exact analysis is a parametric integer lexmax per sink, which strided domains and subscripts
 with coefficients other than 1 can make explode (minutes for five statements). Each dependence
-kind of each array is therefore analysed under an isl operation budget; where it runs out, that
-part is replaced by its *memory-based* dependences (every earlier access of the element, no
+kind of each array is therefore analysed under an isl operation budget; where it runs out (or
+isl's dataflow analysis fails on its own, as it does on rare random nests), that part is replaced by its *memory-based* dependences (every earlier access of the element, no
 kills): a superset of the value-based ones, so every schedule legal for it is legal, at the
 price of fewer legal schedules. ``Dependences.approximated`` (and so ``summary()`` and the
 Schedule's trace) names each part so replaced.
@@ -88,15 +88,14 @@ def _analysis(scop: Scop) -> tuple[isl.UnionMap, isl.UnionMap, isl.UnionMap, tup
                     relation = _flow(sinks, must, may, schedule)
                     if kind == "WAR":
                         relation = relation.intersect_domain(r.domain())
-            except isl.Error as exc:
-                if "operations exceeded" not in str(exc):
-                    raise
+            except isl.Error as exc:  # past the budget, or an internal error of isl's dataflow
                 if not before:
                     before.append(schedule.lex_lt_union_map(schedule))
                 sources = r if kind == "WAR" else w
                 relation = _memory_based(sources, sinks, before[0])
-                approximated.append(f"{kind} on {array}: memory-based (the exact analysis exceeded "
-                                    f"{FLOW_BUDGET} isl operations)")
+                why = (f"exceeded {FLOW_BUDGET} isl operations" if "operations exceeded" in str(exc)
+                       else f"failed inside isl: {str(exc).splitlines()[0]}")
+                approximated.append(f"{kind} on {array}: memory-based (the exact analysis {why})")
             found[kind] = found[kind].union(relation.intersect_params(scop.context))
     return found["RAW"], found["WAR"], found["WAW"], tuple(approximated)
 
@@ -108,7 +107,7 @@ class Dependences:
     Each is an isl union map from source to sink statement instances. ``tagged_*`` keep the
     reference tags (which access of which statement) for reporting. ``approximated`` names the
     parts (kind and array) that are memory-based supersets of the value-based dependences,
-    because their exact analysis exceeded its budget (empty: all exact).
+    because their exact analysis exceeded its budget or failed inside isl (empty: all exact).
     """
 
     scop: Scop
@@ -168,7 +167,7 @@ _CACHE_ATTRIBUTE = "_polyopt_dependences"
 
 def dependences(scop: Scop) -> Dependences:
     """The value-based dependences of ``scop`` against its original schedule (cached on it);
-    memory-based for the parts whose exact analysis exceeds its budget (``approximated``)."""
+    memory-based for the parts whose exact analysis exceeds its budget or fails (``approximated``)."""
     cached = scop.__dict__.get(_CACHE_ATTRIBUTE)
     if cached is not None:
         return cached

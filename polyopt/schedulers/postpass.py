@@ -155,6 +155,8 @@ def fuse_epilogues(schedule: Schedule, fusions: Sequence[EpilogueFusion]) -> tup
         if not fusion.fuse:
             apart.append(f"cost model: {fusion}")
             continue
+        if not all(loop_statements(schedule, loops[0]) for loops in fusion.consumers):
+            continue  # an epilogue nest of statements that never run: nothing to fuse
         try:
             schedule = _fused_epilogue(schedule, fusion)
         except (IllegalScheduleError, ScheduleError) as refused:

@@ -215,5 +215,5 @@ def band_tile_sizes(partial: isl.MultiUnionPwAff, scop: Scop, *,
 def _streams_rows(G: np.ndarray, member: int) -> bool:
     """Whether ``member`` indexes only the last subscript of a reference with subscript matrix
     ``G`` (for the reference with the most subscripts: a transposition's input, read along its
-    rows)."""
-    return bool(G[-1, member]) and not G[:-1, member].any()
+    rows). False for a reference without subscripts (nothing to stream)."""
+    return G.shape[0] > 0 and bool(G[-1, member]) and not G[:-1, member].any()

@@ -102,9 +102,9 @@ def environment() -> str:
     import llvmlite.binding as llvm
 
     import polyopt
-    from polyopt.codegen.llvm import _host_layout, openmp_available
+    from polyopt.codegen.llvm import host_layout, openmp_available
     openmp = openmp_available()  # also initializes LLVM's native target
-    triple, layout = _host_layout()
+    triple, layout = host_layout()
     return json.dumps({
         "polyopt": getattr(polyopt, "__version__", "?"), "sources": _source_digest(),
         "llvmlite": llvmlite.__version__, "llvm": list(llvm.llvm_version_info),
