@@ -50,7 +50,7 @@ from polyopt.targets.contraction import check_precision
 from polyopt.targets.cuda import CudaKernel, as_cupy, cupy_module, is_cupy, is_device_array
 from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, SUM_BLOCK, contraction_path, einsum_scop, is_partial_sum,
-                                      iteration_count, label_sizes, parse_subscripts, size_parameter,
+                                      iteration_count, label_sizes, merge_summed_runs, parse_subscripts, size_parameter,
                                       sublists_to_subscripts)
 from polyopt.targets.interpreter import run as interpret_scop
 from polyopt.schedulers.registry import DEFAULT_ALGORITHM
@@ -507,6 +507,8 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
             einsum_calls.record(key, view)
             return view((single,))
     arrays, spec, sizes, broadcast, path, result = _prepare(subscripts, ops, dtype, casting, out, optimize)
+    if where == "cpu":  # summed labels adjacent in memory as one long sum, as numpy's iterator does
+        spec, sizes, broadcast, arrays = merge_summed_runs(spec, sizes, broadcast, arrays)
     storage = _storage_dtype(result)
     shape = tuple(sizes[label] for label in spec.output)
     # the result in numpy's layout: the kernel writes it as a C-contiguous array whose output

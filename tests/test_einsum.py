@@ -518,6 +518,28 @@ def test_long_sums_have_numpys_accuracy():
     _check(po.einsum("i->", small[:0]), np.einsum("i->", small[:0]))
 
 
+
+def test_many_short_rows_sum_as_one_run_like_numpy():
+    """Summed labels adjacent in memory are one long sum, as numpy's iterator coalesces them:
+    'ij->' over a million rows of 3 sums 3e6 terms in numpy's blocks (it summed 3-term rows
+    into one accumulator, 1e-13 off); first call and repeat; a transposed or strided operand,
+    whose dimensions do not merge, still sums right."""
+    import math
+    x = np.full((10**6, 3), 1 + 8196 * np.finfo(float).eps)
+    exact = math.fsum(x.ravel())
+    numpy_error = abs(np.einsum("ij->", x) - exact)
+    for subscripts, ops in [("ij->", [x]), ("ij,ij->", [x, np.ones_like(x)]),
+                            ("bij->b", [x.reshape(2, -1, 3)])]:
+        for _ in range(2):
+            total = float(np.sum(po.einsum(subscripts, *ops, num_threads=1)))
+            assert abs(total - exact) <= 4 * numpy_error + 1e-9, subscripts
+    a = _operand((3, 5, 7, 2))
+    for subscripts in ["bijk->b", "bijk->k", "bijk->bk", "bijk,bijk->i"]:
+        ops = [a, a] if "," in subscripts else [a]
+        _check(po.einsum(subscripts, *ops), np.einsum(subscripts, *ops))
+    for view in [a.transpose(0, 2, 1, 3), a[:, ::2]]:
+        _check(po.einsum("bijk->b", view), np.einsum("bijk->b", view))
+
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
 def test_complex_data_is_compiled_as_real_and_imaginary_parts(dtype):
     """Complex einsums are compiled: every array is its (real, imaginary) pairs, each statement
