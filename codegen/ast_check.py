@@ -243,9 +243,11 @@ def _sample(values: isl.Set | isl.Map) -> tuple[dict[str, int], list[int]]:
 
 def _coalesce(relation: isl.UnionMap) -> isl.UnionMap:
     """``relation`` coalesced (fewer, larger pieces), or as it is where isl's coalescing fails
-    on it (an internal error seen on rare random nests; the relation is the same either way)."""
+    on it (an internal error seen on rare random nests; the relation is the same either way).
+    Redundant constraints go first: isl's coalescing crashed the interpreter (a segmentation
+    fault) on one random nest's relation as the check had built it, and not after that step."""
     try:
-        return relation.coalesce()
+        return relation.remove_redundancies().coalesce()
     except isl.Error as exc:
         if "operations exceeded" in str(exc):
             raise

@@ -11,6 +11,8 @@ CI runs a fixed set of examples. A longer fuzz (docs/architecture.md, "Testing")
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -276,6 +278,20 @@ LONG_FUZZ_CASES = [
 @pytest.mark.parametrize("source, n, options", LONG_FUZZ_CASES, ids=range(len(LONG_FUZZ_CASES)))
 def test_nests_found_by_the_long_fuzz(source, n, options):
     _run_checks(source, n, configurations=DEFAULTS + [options], may_decline=True)
+
+# Found by the long fuzz: isl's coalescing crashed the interpreter (segmentation fault) inside
+# the loop-AST check of pluto's default schedule of this nest. Run in a child process, so that
+# a crash fails this test instead of ending the test run.
+COALESCE_CRASH = 'def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f64["3 * N + 8"]):\n    for i0_1 in range(N - 1 - 2, -1, -1):\n        if i0_1 <= i0_1:\n            B[6] += max(0.5 * A[5, (N - 1 - i0_1) + 10] + -0.5 * A[(N - 1 - i0_1) + 1, (N - 1 - i0_1) + 4], A[5, (N - 1 - i0_1) + 10] - 1.0)\n        for i0_2 in range(i0_1, N):\n            B[i0_2 + 5] = max(0.5 * A[i0_1 + 10, 3], A[i0_1 + 10, 3] - 1.0)\n        B[6] = max(0.75 * B[8] + 0.5 * B[1], B[8] - 1.0)\n'
+
+
+def test_loop_check_survives_isls_coalescing_crash():
+    code = ("import sys; sys.path.insert(0, {tests!r}); import test_random_nests as T; "
+            "T._run_checks(T.COALESCE_CRASH, 2, configurations=[('pluto', {{}}, None)]); print('ok')"
+            ).format(tests=os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "POLYOPT_CACHE": "0"})
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
 
 def test_strided_and_guarded_domains_with_every_algorithm():
     """Domains with existentially quantified variables (strides, ``%`` guards)."""
