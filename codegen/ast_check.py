@@ -31,6 +31,7 @@ import islpy as isl
 
 from polyopt.analysis import expr as E
 from polyopt.codegen.loop_nodes import Block, For, If, Node, Run, children
+from polyopt.codegen.ast_check_sizes import check_at_sizes, instance_text
 from polyopt.analysis.deps import Dependences, dependences
 from polyopt.errors import CodegenError, LoopTranslationError, PolyoptWarning
 from polyopt.islutil import isl_options, maps_of
@@ -46,16 +47,16 @@ def _depth(node: Node) -> int:
 class _Reader:
     """Reads a loop AST into a relation from times (one isl set space for all) to instances."""
 
-    def __init__(self, scop: Scop, deps: Dependences, depth: int):
+    def __init__(self, scop: Scop, deps: Dependences, depth: int, context: isl.Set):
         self.scop = scop
-        self.deps = deps.all.intersect_params(scop.context)
+        self.deps = deps.all.intersect_params(context)
         self.depth = depth
         space = isl.Space.set_alloc(isl.DEFAULT_CONTEXT, len(scop.params), depth)
         for k, name in enumerate(scop.params):
             space = space.set_dim_name(isl.dim_type.param, k, name)
         self.space = space
         self.local = isl.LocalSpace.from_space(space)
-        self.universe = isl.Set.universe(space).intersect_params(scop.context)
+        self.universe = isl.Set.universe(space).intersect_params(context)
         self.any_pair = isl.Map.universe(isl.Space.map_from_set(space))
 
     # ----- expressions -------------------------------------------------------------------------
@@ -254,14 +255,10 @@ def _coalesce(relation: isl.UnionMap) -> isl.UnionMap:
         return relation
 
 
-def _instance(name: str, coords: list[int]) -> str:
-    return f"{name}({', '.join(map(str, coords))})"
-
-
 #: isl operations the check may spend on one loop AST. Deeply tiled stencils (jacobi-2d with
 #: tile=32, cholesky with tile=4) make its relations grow past what a compile can afford; past
-#: this budget the check gives up, says so (PolyoptWarning), and the code is built from the
-#: verified schedule alone.
+#: this budget the loops are checked at fixed small sizes by running them
+#: (:mod:`polyopt.codegen.ast_check_sizes`), and a PolyoptWarning says so.
 CHECK_OPERATIONS = 4_000_000
 
 
@@ -271,33 +268,38 @@ def check_loop_ast(scop: Scop, loops: Node, deps: Dependences | None = None, *,
     of ``scop``'s domain exactly once, nothing else, every dependence in order, and no loop
     marked parallel carries a dependence -- for every parameter value of the context.
 
-    True once checked; False (with a :class:`~polyopt.errors.PolyoptWarning`) where the check
-    needed more than ``max_operations`` isl operations and gave up."""
+    True once checked for all sizes. Where that needs more than ``max_operations`` isl
+    operations, the same properties are checked at small fixed sizes by running the loops
+    (:func:`~polyopt.codegen.ast_check_sizes.check_at_sizes`): False, with a
+    :class:`~polyopt.errors.PolyoptWarning` naming the sizes checked."""
     deps = deps or dependences(scop)
     try:
         with isl_options(max_operations=max_operations):
-            _check(scop, loops, deps)
+            _check(scop, loops, deps, scop.context)
+        return True
     except isl.Error as exc:
         if "maximal number of operations exceeded" not in str(exc):
             raise
-        warnings.warn(f"{scop.name}: the loop AST check gave up after {max_operations} isl "
-                      "operations; the code is built from the verified schedule unchecked",
-                      PolyoptWarning, stacklevel=3)
-        return False
-    return True
+    checked = check_at_sizes(scop, loops, deps)
+    largest = ", ".join(f"{name}={max(point[name] for point in checked)}" for name in scop.params)
+    sizes = (f"{len(checked)} fixed sizes (up to {largest})" if checked and largest
+             else "its one size" if checked else "no size (the smallest exceeded the budget)")
+    warnings.warn(f"{scop.name}: the loop AST check for all sizes at once gave up after {max_operations} isl "
+                  f"operations; the loops were run and checked at {sizes}", PolyoptWarning, stacklevel=3)
+    return False
 
 
-def _check(scop: Scop, loops: Node, deps: Dependences) -> None:
-    reader = _Reader(scop, deps, max(_depth(loops), 1))
-    executed = reader.walk(loops, reader.universe, 0, {}).range().intersect_params(scop.context)
+def _check(scop: Scop, loops: Node, deps: Dependences, context: isl.Set) -> None:
+    reader = _Reader(scop, deps, max(_depth(loops), 1), context)
+    executed = reader.walk(loops, reader.universe, 0, {}).range().intersect_params(context)
     for stmt in scop.statements:
-        wanted = stmt.domain.intersect_params(scop.context)
+        wanted = stmt.domain.intersect_params(context)
         ran = executed.extract_set(wanted.get_space())
         for problem, points in (("never runs", wanted.subtract(ran)),
                                 ("is not in the domain but runs", ran.subtract(wanted))):
             if not points.is_empty():
                 params, coords = _sample(points)
-                raise LoopTranslationError(stmt.name, _instance(stmt.name, coords), params, problem)
+                raise LoopTranslationError(stmt.name, instance_text(stmt.name, coords), params, problem)
 
 
 def _twice(first: isl.UnionMap, second: isl.UnionMap, times: isl.Map) -> None:
@@ -307,7 +309,7 @@ def _twice(first: isl.UnionMap, second: isl.UnionMap, times: isl.Map) -> None:
         if not piece.is_empty():  # instance -> its second time
             params, coords = _sample(piece)
             name = piece.get_tuple_name(isl.dim_type.in_)
-            raise LoopTranslationError(name, _instance(name, coords[:piece.dim(isl.dim_type.in_)]), params,
+            raise LoopTranslationError(name, instance_text(name, coords[:piece.dim(isl.dim_type.in_)]), params,
                                        "runs more than once")
 
 
@@ -320,8 +322,8 @@ def _dependent(deps: isl.UnionMap, sources: isl.UnionMap, sinks: isl.UnionMap, t
         if not piece.is_empty():
             params, coords = _sample(piece)
             n_in = piece.dim(isl.dim_type.in_)
-            source = _instance(piece.get_tuple_name(isl.dim_type.in_), coords[:n_in])
-            sink = _instance(piece.get_tuple_name(isl.dim_type.out), coords[n_in:])
+            source = instance_text(piece.get_tuple_name(isl.dim_type.in_), coords[:n_in])
+            sink = instance_text(piece.get_tuple_name(isl.dim_type.out), coords[n_in:])
             raise LoopTranslationError(piece.get_tuple_name(isl.dim_type.out), sink, params,
                                        problem.format(source=source, sink=sink))
 

@@ -22,7 +22,8 @@ _layout.mount(__name__, _Path(__file__).resolve().parent)
 
 from polyopt.types import DType, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64  # noqa: E402
 from polyopt.errors import (CodegenError, FrontendError, IllegalScheduleError,  # noqa: E402
-                            IncompleteScheduleError, LoopTranslationError, PolyoptError, ScheduleError)
+                            IncompleteScheduleError, LoopTranslationError, PolyoptError,
+                            PolyoptWarning, ScheduleError)
 from polyopt.analysis.scop import Array, Argument, Scop, Statement  # noqa: E402
 from polyopt.analysis.deps import Dependences, dependences  # noqa: E402
 from polyopt.transform.schedule import Loop, Schedule  # noqa: E402
@@ -58,7 +59,7 @@ def __getattr__(name: str):
 __all__ = [
     "DType", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
     "PolyoptError", "FrontendError", "IllegalScheduleError", "IncompleteScheduleError", "ScheduleError", "CodegenError",
-    "LoopTranslationError",
+    "LoopTranslationError", "PolyoptWarning",
     "Array", "Argument", "Scop", "Statement", "Dependences", "dependences",
     "Schedule", "Loop", "Trace", "Step", "algorithms", "schedule", "verify", "is_legal", "interpret",
     "carried_dependences", "tree_statistics", "Dependence", "DependenceAtLoop", "LoopAnalysis", "LoopInfo",

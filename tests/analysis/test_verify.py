@@ -334,6 +334,47 @@ def test_loop_check_catches_a_parallel_loop_that_carries_a_dependence():
         For("c0", _int(0), _op("<", _var("c0"), _var("N")), 1, Run("S1", (_var("c0"),)), True))))
 
 
+# ----- the same properties at fixed sizes, by running the loops (codegen/ast_check_sizes.py) ----
+
+from polyopt.codegen.ast_check_sizes import check_at_sizes  # noqa: E402
+
+
+def test_size_check_accepts_the_schedules_loops_at_every_size():
+    checked = check_at_sizes(recurrence.scop, _recurrence_loop(), po.dependences(recurrence.scop))
+    assert [point["N"] for point in checked] == list(range(0, 18))
+
+
+@pytest.mark.parametrize("loops, problem", [
+    # a bound wrong only at N = 7: S0(6) never runs there
+    (lambda: _recurrence_loop(cond=_op("and", _op("<", _var("c0"), _var("N")),
+                                       _op("or", _op("!=", _var("N"), _int(7)), _op("<", _var("c0"), _int(6))))),
+     "never runs"),
+    (lambda: _recurrence_loop(cond=_op("<=", _var("c0"), _var("N"))), "is not in the domain but runs"),
+    (lambda: For("c0", _int(1), _op("<", _var("c0"), _var("N")), 1,
+                 Block((Run("S0", (_var("c0"),)), If(_op("==", _var("c0"), _int(3)), Run("S0", (_var("c0"),)))))),
+     "runs more than once"),
+    (lambda: _recurrence_loop(arg=_op("-", _var("N"), _var("c0"))), "runs before S0("),
+    (lambda: _recurrence_loop(parallel=True), "runs in another iteration of the parallel loop c0"),
+], ids=["missing-at-one-size", "outside", "twice", "reversed", "parallel"])
+def test_size_check_names_what_the_loops_do_wrong(loops, problem):
+    with pytest.raises(LoopTranslationError) as info:
+        check_at_sizes(recurrence.scop, loops(), po.dependences(recurrence.scop))
+    assert info.value.problem.startswith(problem)
+    if problem == "never runs":
+        assert info.value.instance == "S0(6)" and info.value.parameters == {"N": 7}
+
+
+def test_loop_check_past_its_budget_checks_fixed_sizes():
+    """Past its isl budget the symbolic check runs the loops at fixed sizes: a loop wrong only
+    at N = 7 is still caught, and right loops pass with a warning naming the sizes."""
+    wrong_at_7 = _recurrence_loop(cond=_op("and", _op("<", _var("c0"), _var("N")),
+                                           _op("or", _op("!=", _var("N"), _int(7)), _op("<", _var("c0"), _int(6)))))
+    with pytest.raises(LoopTranslationError) as info:
+        check_loop_ast(recurrence.scop, wrong_at_7, max_operations=1)
+    assert info.value.parameters == {"N": 7}
+    with pytest.warns(po.PolyoptWarning, match=r"checked at 18 fixed sizes \(up to N=17\)"):
+        assert check_loop_ast(recurrence.scop, _recurrence_loop(), max_operations=1) is False
+
 def test_loop_check_follows_a_loop_that_stops_at_its_first_failing_condition():
     # "c0 != 4" is not an upper bound: the loop runs 1, 2, 3 and stops, so S0(4..N-1) never run
     with pytest.raises(LoopTranslationError) as info:

@@ -1,0 +1,159 @@
+"""The loop-AST check at fixed sizes, by running the loops.
+
+Where the symbolic check (:mod:`polyopt.codegen.ast_check`) needs more isl operations than a
+compile can afford for all sizes at once (deeply tiled stencils, tiles of fused and shifted
+nests), the loops are run here at small sizes -- their bounds and conditions only, no statement
+bodies -- and every instance they run is held against what isl enumerates at the same sizes:
+the domain (each instance exactly once, nothing else) and the dependences (source before sink,
+no dependence between two iterations of a loop marked parallel). Fixing the sizes makes isl's
+side cheap; running the loops costs a Python step per instance, so the sizes are taken smallest
+first until :data:`INSTANCE_BUDGET` instances and :data:`PAIR_BUDGET` dependence pairs are
+spent. isl's dropped instances showed at sizes 5 to 15 on every nest found so far.
+"""
+from __future__ import annotations
+
+from itertools import zip_longest
+
+import islpy as isl
+
+from polyopt.analysis.deps import Dependences
+from polyopt.analysis.evaluate import evaluate
+from polyopt.analysis.scop import Scop
+from polyopt.codegen.loop_nodes import Block, For, If, Node, Run
+from polyopt.errors import LoopTranslationError
+from polyopt.islutil import maps_of
+
+#: The size values tried, in order: every size parameter at each value, then (with several
+#: parameters) each one at each value with the others at :data:`OTHER_SIZE`.
+SIZES = range(0, 18)
+OTHER_SIZE = 9
+#: Statement instances the loops may run over all sizes checked (a Python step each).
+INSTANCE_BUDGET = 50_000
+#: Dependence pairs compared over all sizes checked.
+PAIR_BUDGET = 100_000
+
+
+class _Spent(Exception):
+    """A budget ran out at the current size."""
+
+
+def check_at_sizes(scop: Scop, loops: Node, deps: Dependences) -> list[dict[str, int]]:
+    """Raise :class:`~polyopt.errors.LoopTranslationError` where ``loops``, run at one of the
+    sizes of :data:`SIZES`, misses an instance of ``scop``'s domain, runs one twice or one
+    outside it, runs a dependence's sink before its source, or runs the two ends of a
+    dependence in different iterations of a parallel loop. Returns the sizes checked (within
+    the budgets)."""
+    checked: list[dict[str, int]] = []
+    budget = {"instances": INSTANCE_BUDGET, "pairs": PAIR_BUDGET}
+    for point in _points(scop):
+        context = scop.context
+        for name, value in point.items():
+            context = context.fix_val(isl.dim_type.param, context.find_dim_by_name(isl.dim_type.param, name),
+                                      isl.Val(value))
+        if context.is_empty():
+            continue
+        try:
+            _check_at(scop, loops, deps, point, context, budget)
+        except _Spent:
+            break
+        checked.append(point)
+    return checked
+
+
+def _points(scop: Scop) -> list[dict[str, int]]:
+    points = [{p: v for p in scop.params} for v in SIZES]
+    if len(scop.params) > 1:
+        points += [{**{q: OTHER_SIZE for q in scop.params}, p: v} for p in scop.params for v in SIZES]
+    unique = {tuple(sorted(p.items())): p for p in points}
+    return list(unique.values())
+
+
+def _check_at(scop: Scop, loops: Node, deps: Dependences, point: dict[str, int], context: isl.Set,
+              budget: dict[str, int]) -> None:
+    times = _run(scop, loops, point, budget)
+    wanted = {(stmt.name, coords) for stmt in scop.statements
+              for coords in _points_of(stmt.domain.intersect_params(context), budget, "instances")}
+    for problem, instances in (("never runs", wanted - times.keys()),
+                               ("is not in the domain but runs", times.keys() - wanted)):
+        if instances:
+            name, coords = min(instances)
+            raise LoopTranslationError(name, instance_text(name, coords), point, problem)
+    for piece in maps_of(deps.all.intersect_params(context)):
+        source_name, sink_name = piece.get_tuple_name(isl.dim_type.in_), piece.get_tuple_name(isl.dim_type.out)
+        n_in = piece.dim(isl.dim_type.in_)
+        for coords in _points_of(piece.wrap(), budget, "pairs"):
+            (before, parallel), (after, _) = times[(source_name, coords[:n_in])], times[(sink_name, coords[n_in:])]
+            _ordered(before, after, parallel, instance_text(source_name, coords[:n_in]),
+                     instance_text(sink_name, coords[n_in:]), sink_name, point)
+
+
+def _ordered(before: tuple, after: tuple, parallel: dict[int, str], source: str, sink: str, sink_name: str,
+             point: dict[str, int]) -> None:
+    """Raise unless time ``before`` precedes ``after`` at a position that is not a parallel loop
+    (``parallel``: position -> loop variable of the parallel loops around the source)."""
+    for position, (a, b) in enumerate(zip_longest(before, after, fillvalue=0)):
+        if a == b:
+            continue
+        if a > b:
+            break
+        if position in parallel:
+            raise LoopTranslationError(sink_name, sink, point, f"runs in another iteration of the parallel "
+                                       f"loop {parallel[position]} than {source}, on which it depends")
+        return
+    raise LoopTranslationError(sink_name, sink, point, f"runs before {source}, on which it depends")
+
+
+def _run(scop: Scop, loops: Node, point: dict[str, int], budget: dict[str, int]) -> dict:
+    """(statement, coordinates) -> (time, positions of parallel loops around it), for every
+    instance ``loops`` runs at sizes ``point``."""
+    times: dict = {}
+
+    def walk(node: Node, env: dict, time: tuple, parallel: dict[int, str]) -> None:
+        if isinstance(node, Block):
+            for k, child in enumerate(node.body):
+                walk(child, env, time + (k,), parallel)
+        elif isinstance(node, If):
+            if evaluate(node.cond, env, {}):
+                walk(node.then, env, time, parallel)
+            elif node.otherwise is not None:
+                walk(node.otherwise, env, time, parallel)
+        elif isinstance(node, For):
+            inner = {**parallel, len(time): node.var} if node.parallel else parallel
+            value = evaluate(node.init, env, {})
+            while evaluate(node.cond, {**env, node.var: value}, {}):
+                walk(node.body, {**env, node.var: value}, time + (value,), inner)
+                value += node.step
+        elif isinstance(node, Run):
+            key = (node.statement, tuple(int(evaluate(arg, env, {})) for arg in node.args))
+            if key in times:
+                raise LoopTranslationError(node.statement, instance_text(*key), point, "runs more than once")
+            budget["instances"] -= 1
+            if budget["instances"] < 0:
+                raise _Spent
+            times[key] = (time, parallel)
+
+    walk(loops, dict(point), (), {})
+    return times
+
+
+def _points_of(points: isl.Set, budget: dict[str, int], kind: str) -> list[tuple[int, ...]]:
+    """The integer points of ``points`` (no parameters left), charged to ``budget[kind]``."""
+    found: list[tuple[int, ...]] = []
+    n = points.dim(isl.dim_type.set)
+
+    def take(p: isl.Point) -> None:
+        found.append(tuple(p.get_coordinate_val(isl.dim_type.set, k).to_python() for k in range(n)))
+
+    points.foreach_point(take)
+    budget[kind] -= len(found)
+    if budget[kind] < 0:
+        raise _Spent
+    return found
+
+
+def instance_text(name: str, coords) -> str:
+    """An instance as errors name it: ``S1(3, 4)``."""
+    return f"{name}({', '.join(map(str, coords))})"
+
+
+__all__ = ["INSTANCE_BUDGET", "PAIR_BUDGET", "SIZES", "check_at_sizes", "instance_text"]
