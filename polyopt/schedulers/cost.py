@@ -17,7 +17,9 @@ no parallel loop (its tiles run as a wavefront), by :data:`WAVEFRONT_TILE_GAIN` 
 register-tiled where a register tile fits it
 (:func:`~polyopt.transform.tree.register_plan`: a sum loop whose accumulators stay in registers
 and a stride-1 vector loop). The estimates travel with the schedule (``Schedule.cost``,
-``CompiledKernel.cost``) and each decision is a step of the trace with the numbers in its note.
+``CompiledKernel.cost``) and each decision is a step of the trace with the numbers in its note;
+each :class:`BandCost` also gives its tile footprint and tiled traffic as sympy formulas in the tile
+sizes (:mod:`polyopt.schedulers.cost_formulas`, derived on demand).
 
 After tiling, element-wise epilogues (:func:`epilogue_fusions`: nests right after a contraction's
 nest that read its result only at the point they write, such as a bias, a ReLU or a scaling) run
@@ -31,8 +33,8 @@ checks the fusion; one it refuses, or one the model declines, is a note of the s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
 
 import islpy as isl
 
@@ -41,6 +43,9 @@ from polyopt.schedulers.tilesize import (WAVEFRONT_TILE_CAP, band_references, ba
 from polyopt.transform import nodes as N
 from polyopt.transform import tree as tree_ops
 from polyopt.transform.primitives import loop_statements
+
+if TYPE_CHECKING:
+    import sympy
 
 #: The extent assumed for every loop of a band (a LARGE problem: far bigger than the caches).
 ASSUMED_EXTENT = 1000
@@ -56,7 +61,10 @@ WAVEFRONT_TILE_GAIN = 8.0
 class BandCost:
     """The model's view of one band: estimated bytes per iteration from memory untiled and with
     ``tile_sizes``, whether a loop is parallel without a wavefront, the register tile plan (a
-    size per loop; None: none fits), and the decisions."""
+    size per loop; None: none fits), the decisions, and the band's references the estimates
+    count ((element bytes, subscript rows over ``loops``) each, as
+    :func:`~polyopt.schedulers.tilesize.band_references` gives them), from which
+    :attr:`footprint_formula` and :attr:`traffic_formula` are derived when asked for."""
 
     loops: tuple[str, ...]
     statements: tuple[str, ...]
@@ -67,13 +75,51 @@ class BandCost:
     register_plan: tuple[int, ...] | None
     tile: bool
     registers: bool
+    references: tuple[tuple[int, tuple[tuple[float, ...], ...]], ...] = field(default=(), repr=False)
 
-    def __str__(self) -> str:
+    def __post_init__(self) -> None:
+        # tuples all the way down, also from the disk cache's JSON lists: records compare equal
+        references = tuple((int(e), tuple(tuple(float(c) for c in row) for row in rows)) for e, rows in self.references)
+        object.__setattr__(self, "references", references)
+
+    @property
+    def size_symbols(self) -> list[sympy.Symbol]:
+        """The formulas' tile-size symbols in the order of ``loops`` (and of ``tile_sizes``)."""
+        from polyopt.schedulers.cost_formulas import tile_symbols
+        return tile_symbols(self.loops)
+
+    @property
+    def footprint_formula(self) -> sympy.Expr | None:
+        """Bytes one tile touches as a sympy expression in the tile sizes ``T_<loop>`` (gemm's
+        update: ``8*T_i*T_j + 8*T_i*T_k + 8*T_j*T_k``); None where the model has no exact formula
+        (:func:`~polyopt.schedulers.cost_formulas.footprint_formula`)."""
+        from polyopt.schedulers.cost_formulas import footprint_formula
+        return footprint_formula(self.references, self.loops)
+
+    @property
+    def traffic_formula(self) -> sympy.Expr | None:
+        """Bytes per iteration from memory with tiles of sizes ``T_<loop>`` (gemm's update:
+        ``8/T_k + 8/T_j + 8/T_i``): :attr:`tiled_bytes` at ``tile_sizes``; None as above."""
+        from polyopt.schedulers.cost_formulas import traffic_formula
+        return traffic_formula(self.references, self.loops)
+
+    def describe(self, formulas: bool = False) -> str:
+        """The estimates and decisions in a line (``str``), with ``formulas`` also the footprint
+        and traffic formulas on a second one."""
         sizes = "x".join(map(str, self.tile_sizes))
         chosen = " + ".join(x for x, on in (("tile", self.tile), ("register tile", self.registers)) if on) or "untiled"
         why = "" if self.parallel else " (tiles as a wavefront)"
-        return (f"band ({', '.join(self.loops)}): {self.untiled_bytes:.3g} B/iteration from memory untiled, "
+        line = (f"band ({', '.join(self.loops)}): {self.untiled_bytes:.3g} B/iteration from memory untiled, "
                 f"{self.tiled_bytes:.3g} with {sizes} tiles{why} -> {chosen}")
+        if not formulas:
+            return line
+        footprint = self.footprint_formula
+        if footprint is None:
+            return line + "\n  no exact formula for this band's footprint (cost_formulas.footprint_formula says why)"
+        return line + f"\n  tile footprint {footprint} B, traffic {self.traffic_formula} B/iteration"
+
+    def __str__(self) -> str:
+        return self.describe()
 
 
 def untiled_bytes(references: list[tuple[int, object]], n_members: int, extent: float = ASSUMED_EXTENT) -> float:
@@ -113,7 +159,8 @@ def band_cost(schedule, band: N.Band, register_sizes: Sequence[int] | None) -> B
     tiled = footprint_bytes(references, sizes) / float(_volume(sizes)) if references else 0.0
     tile = references != [] and untiled >= (TILE_GAIN if parallel else WAVEFRONT_TILE_GAIN) * tiled
     return BandCost(band.names, loop_statements(schedule, band.names[0]), untiled, tiled, tuple(sizes), parallel,
-                    tuple(plan[0]) if plan else None, tile, plan is not None)
+                    tuple(plan[0]) if plan else None, tile, plan is not None,
+                    tuple((e, tuple(map(tuple, G.tolist()))) for e, G in references))
 
 
 def _volume(sizes: Sequence[int]) -> int:

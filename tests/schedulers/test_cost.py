@@ -1,11 +1,17 @@
 """The cost model behind pluto's defaults: its estimates and decisions on kernels whose best
 configuration the autotuner measured (docs/performance.md), and how they reach the user."""
+import itertools
+import subprocess
+import sys
+
 import pytest
+import sympy
 
 import polyopt as po
 from suite_reference import check_against_reference
 from polyopt.schedulers.cost import TILE_GAIN, WAVEFRONT_TILE_GAIN, untiled_bytes
-from polyopt.schedulers.tilesize import band_references
+from polyopt.schedulers.cost_formulas import footprint_formula, tile_symbols
+from polyopt.schedulers.tilesize import band_references, footprint_bytes
 
 
 def _costs(name):
@@ -105,3 +111,44 @@ def test_fusion_that_walks_an_array_with_a_stride_is_undone(name):
     assert chosen.map.is_equal(po.schedule(kernel, "pluto", model=False, fuse="no").map) or \
         any(step.primitive == "tile" for step in chosen.trace)
     assert not any("separate nests" in note for note in po.schedule(kernel, "pluto", fuse="smart").notes)
+
+
+def test_gemm_formulas_print_and_evaluate_at_other_tile_sizes():
+    update = [c for c in _costs("gemm") if len(c.loops) == 3][0]
+    assert str(update.footprint_formula) == "8*T_i*T_j + 8*T_i*T_k + 8*T_j*T_k"  # C, A, B
+    assert str(update.traffic_formula) == "8/T_k + 8/T_j + 8/T_i"
+    assert update.traffic_formula.subs({"T_i": 64, "T_k": 64, "T_j": 64}) == sympy.Rational(3, 8)
+    at_chosen = update.traffic_formula.subs(dict(zip(update.size_symbols, update.tile_sizes)))
+    assert float(at_chosen) == update.tiled_bytes
+    shown = update.describe(formulas=True)
+    assert shown.startswith(str(update)) and "tile footprint 8*T_i*T_j + 8*T_i*T_k + 8*T_j*T_k B" in shown
+
+
+@pytest.mark.parametrize("name", po.suite.names())
+def test_footprint_formulas_agree_with_the_numeric_model(name):
+    # two derivations of one rule: sympy's formula (cost_formulas) against numpy's footprint_bytes,
+    # on every band of pluto's schedule at sizes from 1 to past the candidates; cholesky's
+    # subscripts split in thirds (0.333333333) have no exact formula
+    from polyopt.transform import nodes as N
+    kernel = po.suite.get(name).kernel
+    for _, band in N.bands(po.schedule(kernel, "pluto", model=False).root):
+        if not band.permutable or len(band.members) < 2:
+            continue
+        references = band_references(band.partial(), kernel.scop)
+        formula = footprint_formula([(e, G.tolist()) for e, G in references], band.names)
+        assert formula is not None or name == "cholesky"
+        if formula is None:
+            continue
+        for sizes in itertools.product((1, 3, 32, 257), repeat=len(band.names)):
+            exact = formula.subs(dict(zip(tile_symbols(band.names), sizes)))
+            assert float(exact) == footprint_bytes(references, sizes), (band.names, sizes)
+    for cost in _costs(name):  # the formulas users get reproduce the estimates they see
+        if cost.traffic_formula is not None:
+            assert float(cost.traffic_formula.subs(dict(zip(cost.size_symbols, cost.tile_sizes)))) == cost.tiled_bytes
+
+
+def test_the_default_compile_path_does_not_import_sympy():
+    code = ("import sys, polyopt as po; k = po.suite.get('gemm').kernel; po.schedule(k, 'pluto'); "
+            "print(po.compile(k).cost[0]); assert 'sympy' not in sys.modules")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
