@@ -412,3 +412,45 @@ def test_isl_loops_that_drop_instances_are_never_handed_on():
             po.interpret(strided_rows, expected)
             run_loop_ast(scop, loops, {"N": n}, {}, {"A": got})
             assert (got == expected).all()
+
+
+# ----- the gpu_reduce mark: a reduction loop split over lanes -------------------------------------
+
+from polyopt.analysis.verify import GPU_REDUCE_MARK, verify as _verify  # noqa: E402
+from polyopt.errors import RacyParallelLoopError  # noqa: E402
+
+
+def _reduce_marked(source: str) -> tuple:
+    """The kernel of ``source`` and its original tree with the inner loop (below the outer
+    band) under a gpu_reduce mark."""
+    kernel = po.kernel_from_source(source)
+    tree = po.schedule(kernel, "original").tree
+    inner = tree.get_root().child(0).child(0)
+    assert inner.get_type() == isl.schedule_node_type.band
+    return kernel, inner.insert_mark(isl.Id(f"{GPU_REDUCE_MARK} warp")).get_schedule()
+
+
+def test_gpu_reduce_accepts_matvec_and_transposed_reductions():
+    for body in ("y[i] += A[i, j] * x[j]", "y[i] = x[j] * A[j, i] + y[i]"):
+        kernel, tree = _reduce_marked(f'''def k(A: f64["N", "N"], x: f64["N"], y: f64["N"]):
+    for i in range(N):
+        for j in range(N):
+            {body}
+''')
+        _verify(kernel.scop, tree)
+
+
+def test_gpu_reduce_refuses_what_is_no_plain_sum():
+    cases = [  # another statement reads the sum in the loop; a multiplicative update; e reads y
+        "y[i] += A[i, j] * x[j]\n            z[i, j] = y[i]",
+        "y[i] = y[i] * A[i, j] + 1.0",
+        "y[i] = y[i] + y[i] * A[i, j]",
+    ]
+    for body in cases:
+        kernel, tree = _reduce_marked(f'''def k(A: f64["N", "N"], x: f64["N"], y: f64["N"], z: f64["N", "N"]):
+    for i in range(N):
+        for j in range(N):
+            {body}
+''')
+        with pytest.raises(RacyParallelLoopError, match=GPU_REDUCE_MARK):
+            _verify(kernel.scop, tree)
