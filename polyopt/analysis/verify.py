@@ -80,7 +80,6 @@ def verify(scop: Scop, schedule, deps: Dependences | None = None) -> None:
     if isinstance(tree, isl.Schedule):
         check_parallel(scop, tree, deps)
         check_gpu_mapping(scop, tree, deps)
-        check_gpu_reductions(scop, tree, deps)
 
 
 def _marked_bands(tree: isl.Schedule, names: tuple[str, ...]
@@ -158,80 +157,6 @@ def check_gpu_mapping(scop: Scop, tree: isl.Schedule, deps: Dependences) -> None
         where = f" of kernel {kernel}" if kernel else " (outside any gpu_kernel mark)"
         _check_band(scop, tree, deps, band,
                     f" ({'/'.join(dict.fromkeys(marks))}: a GPU {roles} coordinate{where})")
-
-
-#: Above a band whose outermost member is a reduction loop whose iterations a GPU kernel spreads
-#: over the lanes of a warp or the warps of a block (partial sums combined in a fixed tree); the
-#: mark's name is this word, optionally followed by a space and the way ("gpu_reduce warp").
-GPU_REDUCE_MARK = "gpu_reduce"
-
-
-def reduction_array(stmt) -> str | None:
-    """The array ``X`` when ``stmt`` is a floating-point update ``X[f] = X[f] + e`` (or ``e +
-    X[f]``) whose ``e`` does not read ``X``: an associative-commutative update whose instances
-    on one element may run in any order (equal up to rounding); else None."""
-    from polyopt.analysis import expr as E
-    target, value = stmt.target, stmt.value
-    if not (isinstance(value, E.Binary) and value.op == "+" and target.dtype.is_float):
-        return None
-    if value.lhs == target:
-        rest = value.rhs
-    elif value.rhs == target:
-        rest = value.lhs
-    else:
-        return None
-    if any(isinstance(n, E.Access) and n.array == target.array for n in E.walk(rest)):
-        return None
-    return target.array
-
-
-def _same_element(scop: Scop, source: str, sink: str) -> isl.Map | None:
-    """Pairs of instances of ``source`` and ``sink`` that are reduction updates of one array and
-    write the same element of it (None where either is no such update or the arrays differ)."""
-    a, b = scop.statement(source), scop.statement(sink)
-    array = reduction_array(a)
-    if array is None or reduction_array(b) != array:
-        return None
-    write_a, write_b = a.writes[0].relation, b.writes[0].relation
-    return write_a.apply_range(write_b.reverse())
-
-
-def check_gpu_reductions(scop: Scop, tree: isl.Schedule, deps: Dependences) -> None:
-    """Every loop under a ``gpu_reduce`` mark carries only dependences between reduction updates
-    (:func:`reduction_array`) of one array on the same element: its iterations may then be
-    split over lanes and combined in another order. Anything else it carries (another
-    statement reading or writing the array, a non-additive update) raises
-    :class:`~polyopt.RacyParallelLoopError`, as a racy parallel loop does."""
-    found: list[tuple[isl.ScheduleNode, str]] = []
-
-    def visit(node: isl.ScheduleNode, kernel: str) -> None:
-        if node.get_type() == isl.schedule_node_type.mark:
-            word, _, rest = node.mark_get_id().get_name().partition(" ")
-            kernel = rest if word == GPU_KERNEL_MARK else kernel
-            if word == GPU_REDUCE_MARK:
-                below = node.child(0)
-                while below.get_type() == isl.schedule_node_type.mark:
-                    below = below.child(0)
-                if below.get_type() == isl.schedule_node_type.band:
-                    found.append((below, kernel))
-        for k in range(node.n_children()):
-            visit(node.child(k), kernel)
-
-    visit(tree.get_root(), "")
-    for band, kernel in found:
-        member = band.band_get_partial_schedule().get_at(0)
-        carried = carried_dependences(scop, deps, band.get_domain(),
-                                      band.get_prefix_schedule_union_map(), member)
-        for piece in maps_of(carried):
-            allowed = _same_element(scop, piece.get_space().get_tuple_name(isl.dim_type.in_),
-                                    piece.get_space().get_tuple_name(isl.dim_type.out))
-            if allowed is not None and piece.is_subset(allowed.intersect_params(scop.context)):
-                continue
-            params, src, sink, _, _ = _witness(piece, tree.get_map().intersect_domain(scop.domain), scop)
-            where = f" of kernel {kernel}" if kernel else ""
-            raise RacyParallelLoopError(
-                f"{member} ({GPU_REDUCE_MARK}: a GPU reduction loop{where}; it may carry only "
-                "updates X = X + e of one element)", str(piece), src, sink, params)
 
 
 def is_legal(scop: Scop, schedule, deps: Dependences | None = None) -> bool:
