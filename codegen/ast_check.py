@@ -34,7 +34,7 @@ from polyopt.codegen.loop_nodes import Block, For, If, Node, Run, children
 from polyopt.codegen.ast_check_sizes import check_at_sizes, instance_text
 from polyopt.analysis.deps import Dependences, dependences
 from polyopt.errors import CodegenError, LoopTranslationError, PolyoptWarning
-from polyopt.islutil import isl_options, maps_of
+from polyopt.islutil import coalesced, isl_options, maps_of
 from polyopt.analysis.scop import Scop
 
 
@@ -138,7 +138,7 @@ class _Reader:
                 here = where.fix_val(isl.dim_type.set, position, isl.Val(k))
                 this = self.project(self.walk(child, here, position + 1, positions), position)
                 self.check_block(ran, this, position)
-                ran = _coalesce(ran.union(this))
+                ran = coalesced(ran.union(this))
             return ran
         if isinstance(node, For):
             inner = {**positions, node.var: position}
@@ -154,7 +154,7 @@ class _Reader:
         for d in range(self.depth):
             zero = (zero.equate(isl.dim_type.in_, d, isl.dim_type.out, d) if d < position
                     else zero.fix_val(isl.dim_type.out, d, isl.Val(0)))
-        return _coalesce(ran.apply_domain(isl.UnionMap.from_map(zero)))
+        return coalesced(ran.apply_domain(isl.UnionMap.from_map(zero)))
 
     def same_until(self, position: int) -> isl.Map:
         """Pairs of times equal on the positions before ``position``."""
@@ -240,19 +240,6 @@ def _sample(values: isl.Set | isl.Map) -> tuple[dict[str, int], list[int]]:
               for k in range(space.dim(isl.dim_type.param))}
     coords = [point.get_coordinate_val(isl.dim_type.set, k).to_python() for k in range(space.dim(isl.dim_type.set))]
     return params, coords
-
-
-def _coalesce(relation: isl.UnionMap) -> isl.UnionMap:
-    """``relation`` coalesced (fewer, larger pieces), or as it is where isl's coalescing fails
-    on it (an internal error seen on rare random nests; the relation is the same either way).
-    Redundant constraints go first: isl's coalescing crashed the interpreter (a segmentation
-    fault) on one random nest's relation as the check had built it, and not after that step."""
-    try:
-        return relation.remove_redundancies().coalesce()
-    except isl.Error as exc:
-        if "operations exceeded" in str(exc):
-            raise
-        return relation
 
 
 #: isl operations the check may spend on one loop AST. Deeply tiled stencils (jacobi-2d with

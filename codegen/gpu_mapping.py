@@ -42,6 +42,7 @@ from polyopt.analysis.deps import dependences
 from polyopt.errors import CodegenError
 from polyopt.analysis.scop import Scop
 from polyopt.types import boolean
+from polyopt.islutil import coalesced
 from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_THREAD_MARK
 from polyopt.transform.tree import stride_one_score
 
@@ -390,7 +391,7 @@ def _image(domain: isl.UnionSet, *members: isl.UnionPwAff) -> isl.Set:
     sets = _sets(image)
     if not sets:
         raise CodegenError("CUDA mapping: empty kernel domain")
-    return isl.Set.from_union_set(image).coalesce()
+    return coalesced(isl.Set.from_union_set(image))
 
 
 def _as_params(values: isl.Set, names: tuple[str, ...]) -> isl.Set:
@@ -400,4 +401,4 @@ def _as_params(values: isl.Set, names: tuple[str, ...]) -> isl.Set:
     equal = isl.Set(f"[{', '.join(names)}] -> {{ [{text}] : "
                     + " and ".join(f"x{k} = {names[k]}" for k in range(n)) + " }")
     values = values.align_params(equal.get_space())
-    return values.intersect(equal.align_params(values.get_space())).params().coalesce()
+    return coalesced(values.intersect(equal.align_params(values.get_space())).params())

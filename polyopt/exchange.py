@@ -44,7 +44,7 @@ import islpy as isl
 from polyopt.analysis.deps import dependences
 from polyopt.errors import ExchangeError, ScheduleError
 from polyopt.analysis.expr import to_source
-from polyopt.islutil import ISL_LOCK, maps_of
+from polyopt.islutil import ISL_LOCK, coalesced, maps_of
 from polyopt.targets.cache import scop_of
 from polyopt.schedulers.postpass import mark_parallel
 from polyopt.transform.schedule import Schedule
@@ -87,7 +87,7 @@ def _statement_schedules(scop: Scop, tree: isl.Schedule) -> dict[str, isl.Map]:
     for stmt in scop.statements:
         if stmt.name not in by_name:
             raise ScheduleError(f"{scop.name}: the schedule does not run statement {stmt.name}")
-        result[stmt.name] = by_name[stmt.name].gist_domain(_domain(scop, stmt)).coalesce()
+        result[stmt.name] = coalesced(by_name[stmt.name].gist_domain(_domain(scop, stmt)))
     return result
 
 
@@ -114,7 +114,7 @@ def to_jscop(source: Exportable) -> dict:
                 "domain": str(stmt.domain),
                 "schedule": str(schedules[stmt.name]),
                 "accesses": [{"kind": "write" if ref.is_write else "read",
-                              "relation": str(ref.relation.gist_domain(_domain(scop, stmt)).coalesce())}
+                              "relation": str(coalesced(ref.relation.gist_domain(_domain(scop, stmt))))}
                              for ref in stmt.accesses],
             } for stmt in scop.statements],
         }
@@ -266,8 +266,8 @@ def _check_domain(scop: Scop, stmt: Statement, domain: isl.Set, where: str) -> N
     theirs = domain.intersect_params(scop.context)
     if not theirs.is_equal(ours):
         raise ExchangeError(f"statement {stmt.name}: the file's domain differs from the Scop's {stmt.domain}: "
-                            f"only in the file {theirs.subtract(ours).coalesce()}, only in the Scop "
-                            f"{ours.subtract(theirs).coalesce()}", source_name=where)
+                            f"only in the file {coalesced(theirs.subtract(ours))}, only in the Scop "
+                            f"{coalesced(ours.subtract(theirs))}", source_name=where)
 
 
 def _check_accesses(scop: Scop, stmt: Statement, accesses: tuple[isl.UnionMap, isl.UnionMap],
@@ -379,7 +379,7 @@ def _array_ids(scop: Scop) -> dict[str, int]:
 
 def _access(ref, array_id: int, domain: isl.Set) -> isl.Map:
     """``S[i] -> A[f(i)]`` as OpenSCoP's ``S[i] -> [Arr, f(i)]`` with ``Arr`` the array's id."""
-    relation = ref.relation.gist_domain(domain).coalesce().insert_dims(_D.out, 0, 1)
+    relation = coalesced(ref.relation.gist_domain(domain)).insert_dims(_D.out, 0, 1)
     return relation.fix_val(_D.out, 0, isl.Val(str(array_id)))
 
 
@@ -534,7 +534,7 @@ def _to_isl(parts, space: isl.Space, what: str, lines: _Lines) -> isl.Map:
         basic = isl.BasicMap.from_constraint_matrices(space, _matrix(equalities, columns - 1),
                                                       _matrix(inequalities, columns - 1), *_COLUMNS)
         result = result.union(isl.Map.from_basic_map(basic))
-    return result.coalesce()
+    return coalesced(result)
 
 
 def _space(params: list[str], inputs: list[str], outputs: list[str] | int, name: str | None) -> isl.Space:

@@ -38,6 +38,19 @@ def isl_options(*, schedule_algorithm: int | None = None, max_operations: int | 
             ctx.reset_operations()
 
 
+def coalesced(relation):
+    """``relation`` (an isl set, map or union of them) coalesced into fewer, larger pieces; the
+    same relation as it is where isl's coalescing fails on it. Redundant constraints go first:
+    on random nests isl's coalescing crashed the interpreter (a segmentation fault) and raised
+    internal errors ("cannot relax redundant constraint") on relations as they were built, not
+    after that step. The operation budget of an enclosing :func:`isl_options` still applies."""
+    try:
+        return relation.remove_redundancies().coalesce()
+    except isl.Error as exc:
+        if "operations exceeded" in str(exc):
+            raise
+        return relation
+
 def maps_of(union: isl.UnionMap) -> list[isl.Map]:
     """The maps of a union map (one per pair of spaces), as a Python list."""
     found: list[isl.Map] = []

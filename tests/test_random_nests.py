@@ -276,6 +276,10 @@ LONG_FUZZ_CASES = [
     # not S0(4, 4, 4)); feautrier's order then ended with S0's write: checked at fixed sizes now
     ('def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f64["3 * N + 8"]):\n    for i0_1 in range(0, N, 2):\n        for i0_2 in range(max(i0_1 - 2, 0), min(i0_1 + 2, N)):\n            for i0_3 in range(max(i0_2 - 2, 0), min(i0_2 + 2, N)):\n                B[(N - 1 - i0_1) + i0_3 + 5] = -0.5 * B[i0_1 + 10] + 0.75 * A[i0_1 + 2, (N - 1 - i0_3) + 2] + 1.0\n    for i3_1 in range(N - 1 - 0, -1, -1):\n        for i3_2 in range(max(i3_1 - 2, 0), min(i3_1 + 2, N)):\n            for i3_3 in range(max(i3_2 - 2, 0), min(i3_2 + 2, N)):\n                B[9] = max(0.25 * A[(N - 1 - i3_2) + i3_3 + 2, (N - 1 - i3_2) + i3_3 + 3] + 0.5 * A[i3_2 + 6, i3_1 + (N - 1 - i3_3) + 0], A[(N - 1 - i3_2) + i3_3 + 2, (N - 1 - i3_2) + i3_3 + 3] - 1.0)\n',
      5, ('original', {'parallel': True}, 2)),
+    # isl's coalescing raised an internal error ("cannot relax redundant constraint") on the
+    # dependences; islutil.coalesced removes redundant constraints first
+    ('def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f64["3 * N + 8"]):\n    for i0_1 in range(0, N - 0):\n        if i0_1 <= N - 2:\n            B[3] += 0.75 * A[9, 3] + 1.0\n        for i0_2 in range(0, i0_1 + 1):\n            for i0_3 in range(max(i0_1 - 2, 0), min(i0_1 + 2, N)):\n                if i0_2 <= i0_1:\n                    B[(N - 1 - i0_1) + (N - 1 - i0_2) + 0] = 0.5 * B[i0_3 + 0]\n',
+     2, ('pluto', {'tile': 4}, None)),
 ]
 
 

@@ -19,7 +19,7 @@ from functools import cached_property
 
 import islpy as isl
 
-from polyopt.islutil import isl_options, maps_of
+from polyopt.islutil import coalesced, isl_options, maps_of
 from polyopt.analysis.scop import Scop
 
 #: isl operations the exact analysis of one dependence kind on one array may take (about a
@@ -159,19 +159,19 @@ class Dependences:
 
     @cached_property
     def raw(self) -> isl.UnionMap:
-        return _untag(self.tagged_raw).coalesce()
+        return coalesced(_untag(self.tagged_raw))
 
     @cached_property
     def war(self) -> isl.UnionMap:
-        return _untag(self.tagged_war).coalesce()
+        return coalesced(_untag(self.tagged_war))
 
     @cached_property
     def waw(self) -> isl.UnionMap:
-        return _untag(self.tagged_waw).coalesce()
+        return coalesced(_untag(self.tagged_waw))
 
     @cached_property
     def all(self) -> isl.UnionMap:
-        return self.raw.union(self.war).union(self.waw).coalesce()
+        return coalesced(self.raw.union(self.war).union(self.waw))
 
     def by_kind(self) -> dict[str, isl.UnionMap]:
         return {"RAW": self.raw, "WAR": self.war, "WAW": self.waw}
@@ -184,7 +184,7 @@ class Dependences:
             for m in maps_of(tagged):
                 src = m.get_space().domain().unwrap()
                 sink_ref = m.get_space().range().unwrap().get_tuple_name(isl.dim_type.out)
-                untagged = m.domain_factor_domain().range_factor_domain().coalesce()
+                untagged = coalesced(m.domain_factor_domain().range_factor_domain())
                 out.append((kind, src.get_tuple_name(isl.dim_type.in_),
                             untagged.get_tuple_name(isl.dim_type.out), arrays[sink_ref], untagged))
         return out

@@ -22,6 +22,8 @@ from typing import Mapping, Sequence
 
 import islpy as isl
 
+from polyopt.islutil import coalesced
+
 #: An affine form over the unknowns: unknown name -> integer coefficient; the key 1 holds the
 #: constant term (islpy's convention for ``Constraint.ineq_from_names``).
 Form = Mapping["str | int", int]
@@ -218,5 +220,5 @@ def nonnegative_on(relation: isl.BasicMap, constant: Form, params: Mapping[str, 
 def basic_maps(relation: isl.UnionMap) -> list[isl.BasicMap]:
     """Every basic map (convex piece) of a union map, coalesced first."""
     pieces: list[isl.BasicMap] = []
-    relation.coalesce().foreach_map(lambda m: m.foreach_basic_map(pieces.append))
+    coalesced(relation).foreach_map(lambda m: m.foreach_basic_map(pieces.append))
     return [p for p in pieces if not p.is_empty()]

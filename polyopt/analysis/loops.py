@@ -28,7 +28,7 @@ import islpy as isl
 from polyopt.analysis.deps import Dependences, dependences
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import carried_dependences
-from polyopt.islutil import ISL_LOCK, maps_of, tuple_names
+from polyopt.islutil import ISL_LOCK, coalesced, maps_of, tuple_names
 from polyopt.transform.marks import PARALLEL_MARK
 
 if TYPE_CHECKING:  # (transform.schedule imports the transformations, which may read analyses)
@@ -195,8 +195,8 @@ def dependence_list(scop_or_kernel, deps: Dependences | None = None) -> list[Dep
                 space = piece.get_space()
                 source_ref = space.domain().unwrap().get_tuple_name(isl.dim_type.out)
                 sink_ref = space.range().unwrap().get_tuple_name(isl.dim_type.out)
-                relation = piece.domain_factor_domain().range_factor_domain() \
-                                .intersect_params(scop.context).coalesce()
+                relation = coalesced(piece.domain_factor_domain().range_factor_domain()
+                                     .intersect_params(scop.context))
                 source = relation.get_tuple_name(isl.dim_type.in_)
                 sink = relation.get_tuple_name(isl.dim_type.out)
                 array = arrays.get(sink_ref, arrays.get(source_ref, "?"))

@@ -13,7 +13,7 @@ import islpy as isl
 
 from polyopt.analysis.affine import extent_isl
 from polyopt.analysis.expr import Access, Expr
-from polyopt.islutil import fresh_stem
+from polyopt.islutil import coalesced, fresh_stem
 from polyopt.types import DType
 
 
@@ -129,7 +129,7 @@ class Scop:
                 touched = ref.relation.intersect_domain(stmt.domain).range()
                 outside = touched.subtract(self.array_bounds(array))
                 unsafe = unsafe.union(outside.params())
-        return self.context.subtract(unsafe).coalesce()
+        return coalesced(self.context.subtract(unsafe))
 
     def array_bounds(self, array: Array) -> isl.Set:
         """``{ A[d0, ...] : 0 <= dk < extent_k }`` as an isl set."""

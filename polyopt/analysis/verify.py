@@ -7,7 +7,7 @@ import islpy as isl
 
 from polyopt.analysis.deps import Dependences, dependences
 from polyopt.errors import IllegalScheduleError, IncompleteScheduleError, RacyParallelLoopError
-from polyopt.islutil import maps_of
+from polyopt.islutil import coalesced, maps_of
 from polyopt.analysis.scop import Scop
 from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_THREAD_MARK, PARALLEL_MARK
 
@@ -74,7 +74,7 @@ def verify(scop: Scop, schedule, deps: Dependences | None = None) -> None:
         for piece in maps_of(violated):
             if piece.is_empty():
                 continue
-            original = relation.extract_map(piece.get_space()).coalesce()
+            original = coalesced(relation.extract_map(piece.get_space()))
             params, src, sink, t_src, t_sink = _witness(piece, schedule_map, scop)
             raise IllegalScheduleError(kind, str(original), src, sink, params, t_src, t_sink)
     if isinstance(tree, isl.Schedule):
