@@ -99,8 +99,8 @@ def test_suite_kernel_legal_fast_and_correct(name):
     scop = entry.kernel.scop
     po.dependences(scop)           # shared by every scheduler; not scheduling time
     farkas.clear_cache()
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU time: other test workers do not count
     sched = po.schedule(scop, "limlam")
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
     po.verify(scop, sched)
     check_against_reference(entry, po.compile(entry.kernel, algorithm="limlam"))
