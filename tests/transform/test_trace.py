@@ -159,9 +159,9 @@ def random_step(draw, s):
                                st.lists(st.lists(size, min_size=len(loops), max_size=len(loops)),
                                         min_size=2, max_size=2).map(lambda levels: [[a * b for a, b in zip(*levels)],
                                                                                     levels[1]])))
-        return primitive, loops, {"sizes": sizes}
+        return primitive, loops, {"sizes": sizes, "within": _within(draw, loops[0]) if loops else None}
     if primitive == "split":
-        return primitive, (one,), {"factor": draw(st.integers(1, 5))}
+        return primitive, (one,), {"factor": draw(st.integers(1, 5)), "within": _within(draw, one)}
     if primitive in ("interchange", "skew", "wavefront"):
         loops = _nest_of(draw, s, 3)
         if len(loops) < 2:
@@ -170,8 +170,7 @@ def random_step(draw, s):
         options = {}
         if primitive == "skew":
             options["factor"] = draw(st.sampled_from([1, 1, 2, -1]))
-        if primitive != "wavefront":
-            options["within"] = _within(draw, loops[a])
+        options["within"] = _within(draw, loops[a])
         return primitive, (loops[a], loops[b]), options
     if primitive == "permute":
         loops = list(_nest_of(draw, s, 3))
@@ -193,12 +192,13 @@ def random_step(draw, s):
             groups = [order[:cut], order[cut:]]
         return primitive, (one,), {"groups": groups}
     if primitive == "unroll":
-        return primitive, (one,), {"factor": draw(st.sampled_from([None, 2, 3, 4]))}
+        return primitive, (one,), {"factor": draw(st.sampled_from([None, 2, 3, 4])), "within": _within(draw, one)}
     if primitive == "register_tile":
         loops = _nest_of(draw, s, 2)
         return primitive, loops, {"sizes": draw(st.lists(st.integers(1, 4), min_size=len(loops),
-                                                          max_size=len(loops)))}
-    return primitive, (one,), {}  # parallel, vectorize
+                                                          max_size=len(loops))),
+                                  "within": _within(draw, loops[0]) if loops else None}
+    return primitive, (one,), {"within": _within(draw, one)}  # parallel, vectorize
 
 
 def apply_random_steps(draw, s):
