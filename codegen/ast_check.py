@@ -47,16 +47,16 @@ def _depth(node: Node) -> int:
 class _Reader:
     """Reads a loop AST into a relation from times (one isl set space for all) to instances."""
 
-    def __init__(self, scop: Scop, deps: Dependences, depth: int, context: isl.Set):
+    def __init__(self, scop: Scop, deps: Dependences, depth: int):
         self.scop = scop
-        self.deps = deps.all.intersect_params(context)
+        self.deps = deps.all.intersect_params(scop.context)
         self.depth = depth
         space = isl.Space.set_alloc(isl.DEFAULT_CONTEXT, len(scop.params), depth)
         for k, name in enumerate(scop.params):
             space = space.set_dim_name(isl.dim_type.param, k, name)
         self.space = space
         self.local = isl.LocalSpace.from_space(space)
-        self.universe = isl.Set.universe(space).intersect_params(context)
+        self.universe = isl.Set.universe(space).intersect_params(scop.context)
         self.any_pair = isl.Map.universe(isl.Space.map_from_set(space))
 
     # ----- expressions -------------------------------------------------------------------------
@@ -262,7 +262,7 @@ def check_loop_ast(scop: Scop, loops: Node, deps: Dependences | None = None, *,
     deps = deps or dependences(scop)
     try:
         with isl_options(max_operations=max_operations):
-            _check(scop, loops, deps, scop.context)
+            _check(scop, loops, deps)
         return True
     except isl.Error as exc:
         if "maximal number of operations exceeded" not in str(exc):
@@ -276,11 +276,11 @@ def check_loop_ast(scop: Scop, loops: Node, deps: Dependences | None = None, *,
     return False
 
 
-def _check(scop: Scop, loops: Node, deps: Dependences, context: isl.Set) -> None:
-    reader = _Reader(scop, deps, max(_depth(loops), 1), context)
-    executed = reader.walk(loops, reader.universe, 0, {}).range().intersect_params(context)
+def _check(scop: Scop, loops: Node, deps: Dependences) -> None:
+    reader = _Reader(scop, deps, max(_depth(loops), 1))
+    executed = reader.walk(loops, reader.universe, 0, {}).range().intersect_params(scop.context)
     for stmt in scop.statements:
-        wanted = stmt.domain.intersect_params(context)
+        wanted = stmt.domain.intersect_params(scop.context)
         ran = executed.extract_set(wanted.get_space())
         for problem, points in (("never runs", wanted.subtract(ran)),
                                 ("is not in the domain but runs", ran.subtract(wanted))):

@@ -21,7 +21,7 @@ from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.loop_nodes import Block, For, If, Node, Run
 from polyopt.errors import LoopTranslationError
-from polyopt.islutil import maps_of
+from polyopt.islutil import fix_params, maps_of
 
 #: The size values tried, in order: every size parameter at each value, then (with several
 #: parameters) each one at each value with the others at :data:`OTHER_SIZE`.
@@ -46,10 +46,7 @@ def check_at_sizes(scop: Scop, loops: Node, deps: Dependences) -> list[dict[str,
     checked: list[dict[str, int]] = []
     budget = {"instances": INSTANCE_BUDGET, "pairs": PAIR_BUDGET}
     for point in _points(scop):
-        context = scop.context
-        for name, value in point.items():
-            context = context.fix_val(isl.dim_type.param, context.find_dim_by_name(isl.dim_type.param, name),
-                                      isl.Val(value))
+        context = fix_params(scop.context, point)
         if context.is_empty():
             continue
         try:

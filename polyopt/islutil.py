@@ -51,6 +51,14 @@ def coalesced(relation):
             raise
         return relation
 
+def fix_params(context: isl.Set, values: dict[str, int]) -> isl.Set:
+    """``context`` with the named size parameters fixed at ``values`` (names it lacks ignored)."""
+    for name, value in values.items():
+        position = context.find_dim_by_name(isl.dim_type.param, name)
+        if position >= 0:
+            context = context.fix_val(isl.dim_type.param, position, isl.Val(value))
+    return context
+
 def maps_of(union: isl.UnionMap) -> list[isl.Map]:
     """The maps of a union map (one per pair of spaces), as a Python list."""
     found: list[isl.Map] = []

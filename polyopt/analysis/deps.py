@@ -7,7 +7,8 @@ the schedulers and the verifier consume.
 The exact analysis is a parametric integer lexmax per sink, which strided domains and subscripts
 with coefficients other than 1 can make explode (minutes for five statements). Each dependence
 kind of each array is therefore analysed under an isl operation budget; where it runs out (or
-isl's dataflow analysis fails on its own, as it does on rare random nests), that part is replaced by its *memory-based* dependences (every earlier access of the element, no
+isl's dataflow analysis fails on its own, as it does on rare random nests), that part is
+replaced by its *memory-based* dependences (every earlier access of the element, no
 kills): a superset of the value-based ones, so every schedule legal for it is legal, at the
 price of fewer legal schedules. ``Dependences.approximated`` (and so ``summary()`` and the
 Schedule's trace) names each part so replaced.
@@ -19,7 +20,7 @@ from functools import cached_property
 
 import islpy as isl
 
-from polyopt.islutil import coalesced, isl_options, maps_of
+from polyopt.islutil import coalesced, fix_params, isl_options, maps_of
 from polyopt.analysis.scop import Scop
 
 #: isl operations the exact analysis of one dependence kind on one array may take (about a
@@ -48,11 +49,13 @@ def _untag(relation: isl.UnionMap) -> isl.UnionMap:
     return relation.domain_factor_domain().range_factor_domain()
 
 
-def _flow(sinks, must_sources, may_sources, schedule_map) -> isl.UnionMap:
+def _flow(sinks, must_sources, may_sources, schedule_map, war_reads: isl.UnionMap | None = None) -> isl.UnionMap:
+    """isl's dataflow analysis; with ``war_reads`` (a WAR problem), its sources restricted to them."""
     info = isl.UnionAccessInfo.from_sink(sinks).set_must_source(must_sources)
     if may_sources is not None:
         info = info.set_may_source(may_sources)
-    return info.set_schedule_map(schedule_map).compute_flow().get_may_dependence()
+    relation = info.set_schedule_map(schedule_map).compute_flow().get_may_dependence()
+    return relation if war_reads is None else relation.intersect_domain(war_reads.domain())
 
 
 def _memory_based(sources: isl.UnionMap, sinks: isl.UnionMap, before: isl.UnionMap) -> isl.UnionMap:
@@ -82,16 +85,12 @@ def _first_disagreement(scop: Scop, relation: isl.UnionMap, sinks, must, may, sc
     differs from the same analysis with the sizes fixed; None where they agree at every size
     (an analysis past its budget counts as a disagreement: the caller falls back to a superset)."""
     for size in CHECKED_SIZES:
-        context = scop.context
-        for k in range(context.dim(isl.dim_type.param)):
-            context = context.fix_val(isl.dim_type.param, k, isl.Val(size))
+        context = fix_params(scop.context, {name: size for name in scop.params})
         if context.is_empty():
             continue
         with isl_options(max_operations=FLOW_BUDGET):
             fixed = _flow(sinks.intersect_params(context), must.intersect_params(context),
-                          None if may is None else may.intersect_params(context), schedule)
-            if war_reads is not None:
-                fixed = fixed.intersect_domain(war_reads.domain())
+                          None if may is None else may.intersect_params(context), schedule, war_reads)
             if not fixed.is_equal(relation.intersect_params(context)):
                 return size
     return None
@@ -119,14 +118,12 @@ def _analysis(scop: Scop) -> tuple[isl.UnionMap, isl.UnionMap, isl.UnionMap, tup
         problems = {"RAW": (r, w, None), "WAR": (w, w, r), "WAW": (w, w, None)}
         strided = _strided_access(scop, array)
         for kind, (sinks, must, may) in problems.items():
-            why = None
+            why, war_reads = None, r if kind == "WAR" else None
             try:
                 with isl_options(max_operations=FLOW_BUDGET):
-                    relation = _flow(sinks, must, may, schedule)
-                    if kind == "WAR":
-                        relation = relation.intersect_domain(r.domain())
+                    relation = _flow(sinks, must, may, schedule, war_reads)
                 if strided:
-                    size = _first_disagreement(scop, relation, sinks, must, may, schedule, r if kind == "WAR" else None)
+                    size = _first_disagreement(scop, relation, sinks, must, may, schedule, war_reads)
                     if size is not None:
                         why = f"differs from isl's own analysis at the fixed size {size}"
             except isl.Error as exc:  # past the budget, or an internal error of isl's dataflow
