@@ -29,6 +29,7 @@ from polyopt.codegen.loop_nodes import Block, For, If
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import C_AND, C_CONDITIONAL, C_PRIMARY, CExpr, c_type_name, c_prelude
 from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel
+from polyopt.codegen.gpu_reduction import GROUP, PART, SplitSum, split_sums
 from polyopt.codegen.kernel_body import (Assign, BodyNode, Promote, assignments,
                                          control_expressions, has_loop, jam, offset,
                                          promote_accumulators, rewrite)
@@ -63,11 +64,14 @@ class LaunchShape:
     """Threads per block and coordinates per thread, per coordinate (outermost first);
     ``vector``: in a shared-memory kernel, a thread's coordinates come in runs of this many
     adjacent ones (its reads of a staged tile are contiguous words), the runs ``block`` runs
-    apart; elsewhere (and with runs of 1) they are ``block`` apart (coalesced global accesses)."""
+    apart; elsewhere (and with runs of 1) they are ``block`` apart (coalesced global accesses).
+    ``parts``: threads of a warp sharing each coordinate (split sums,
+    :mod:`polyopt.codegen.gpu_reduction`); ``block`` then counts coordinates, not threads."""
 
     block: tuple[int, ...]
     unroll: tuple[int, ...]
     vector: tuple[int, ...] = ()
+    parts: int = 1
 
     def offsets(self, runs: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         """Per coordinate, the offsets of a thread's coordinates from its first one, for runs
@@ -78,7 +82,7 @@ class LaunchShape:
     def cuda_block(self) -> tuple[int, int, int]:
         """``blockDim`` as (x, y, z)."""
         dims = tuple(reversed(self.block)) + (1,) * (3 - len(self.block))
-        return dims[0], dims[1], dims[2]
+        return dims[0] * self.parts, dims[1], dims[2]
 
     def grid(self, lower: list[int], upper: list[int]) -> tuple[int, int, int] | None:
         """``gridDim`` (x, y, z) for coordinate bounds, None when there is nothing to run."""
@@ -192,16 +196,28 @@ def cuda_prelude() -> str:
 # ----- kernels -----------------------------------------------------------------------------------
 
 def cuda_source(scop: Scop, program: GpuProgram, host_function: str, *, block=None,
-                tile=None, vector=None, shared: bool = True) -> CudaSource:
+                tile=None, vector=None, shared: bool = True, reductions: bool = True) -> CudaSource:
     """The CUDA C source of ``program``: device scalars, kernels, and the host wrapper;
-    ``shared`` allows shared-memory staging in register-tiled kernels."""
+    ``shared`` allows shared-memory staging in register-tiled kernels, ``reductions`` the
+    splitting of sums over the threads of a warp where the mapping marked them
+    (:mod:`polyopt.codegen.gpu_reduction`)."""
     emit = CudaExpr(scop)
     element_bytes = max((a.dtype.numpy.itemsize for a in scop.arrays.values()), default=8)
     scalars = {name for name, array in scop.arrays.items() if array.local}
     uses_scalars = {k.name: any(ref.array in scalars for s in k.statements
                                 for ref in scop.statement(s).accesses) for k in program.kernels}
+    private, on_device = _scalar_homes(scop, program)
+    split = {}
+    if reductions and tile is None:
+        for k in program.kernels:
+            found = split_sums(assignments(scop, k.body), k.sums, k.coords,
+                               set(private.get(k.name, ()))) if k.sums else None
+            if found is not None:
+                split[k.name] = found
     shapes = {k.name: launch_shape(k, element_bytes, block, tile, vector,
                                    uses_scalars=uses_scalars[k.name]) for k in program.kernels}
+    for name, (_, n_parts) in split.items():
+        shapes[name] = _split_shape(shapes[name], n_parts)
     wide = {}
     if block is None and tile is None and element_bytes in WIDE_SHAPE:
         for k in program.kernels:
@@ -211,12 +227,15 @@ def cuda_source(scop: Scop, program: GpuProgram, host_function: str, *, block=No
                                  uses_scalars=uses_scalars[k.name])
             wide[k.name] = f"{k.name}_w"
             shapes[wide[k.name]] = shape
-    private, on_device = _scalar_homes(scop, program)
     parts = [cuda_prelude()]
     parts += [f"__device__ {c_type_name(scop.arrays[s].dtype)} {s};" for s in on_device]
     for kernel in program.kernels:
         variants = [kernel] + ([replace(kernel, name=wide[kernel.name])] if kernel.name in wide
                                else [])
+        if kernel.name in split:
+            parts.append(_split_kernel(scop, kernel, shapes[kernel.name], split[kernel.name][0], emit,
+                                       private.get(kernel.name, ())))
+            continue
         for variant in variants:
             parts.append(_kernel(scop, variant, shapes[variant.name], emit,
                                  private.get(kernel.name, ()), shared))
@@ -339,6 +358,68 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
     return "\n".join(out + ["}"])
 
 
+def _split_shape(shape: LaunchShape, parts: int) -> LaunchShape:
+    """``shape`` (one coordinate or none) with ``parts`` threads a coordinate: a block keeps its
+    threads (a whole number of warps) and covers ``parts`` times fewer coordinates; a kernel
+    without coordinates is one warp."""
+    if not shape.block:
+        return LaunchShape((), (), (), parts)
+    threads = max(shape.block[0], 32) // 32 * 32
+    return LaunchShape((threads // parts,), (1,), (1,), parts)
+
+
+def _split_kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, body: BodyNode, emit,
+                  private) -> str:
+    """A kernel whose sums are split over ``shape.parts`` threads of a warp a coordinate
+    (:mod:`polyopt.codegen.gpu_reduction`): lane ``l`` of a warp runs coordinate ``l % per_warp``
+    of the warp's ones, as part ``l / per_warp``."""
+    threads, _, _ = shape.cuda_block()
+    per_warp = 32 // shape.parts
+    group = sum(1 << (k * per_warp) for k in range(shape.parts))
+    out = [f'extern "C" __global__ void __launch_bounds__({threads}) '
+           f"{kernel.name}({', '.join(_kernel_parameters(scop, kernel))})", "{"]
+    out += [f"  {c_type_name(scop.arrays[s].dtype)} {s} = 0;" for s in private]
+    out += ["  const int _lane = threadIdx.x & 31;",
+            f"  const int {PART} = _lane / {per_warp};",
+            f"  const unsigned {GROUP} = {group:#x}u << (_lane % {per_warp});"]
+    if not kernel.coords:
+        out.append("  if (blockIdx.x != 0) return;")
+        _emit(body, emit, out, 1)
+        return "\n".join(out + ["}"])
+    span = shape.block[0]
+    out.append(f"  for (long _b0 = {emit.at(kernel.lower[0], C_PRIMARY)} + (long)blockIdx.x * {span}; "
+               f"_b0 <= {emit.at(kernel.upper[0], C_PRIMARY)}; _b0 += (long)gridDim.x * {span}) {{")
+    out.append(f"    const long {kernel.coords[0]} = _b0 + (threadIdx.x >> 5) * {per_warp} + _lane % {per_warp};")
+    out.append(f"    if ({emit(kernel.guard)}) {{")
+    _emit(body, emit, out, 3)
+    out += ["    }", "  }", "}"]
+    return "\n".join(out)
+
+
+def _emit_split_sum(node: SplitSum, emit, out: list[str], depth: int) -> None:
+    """A split loop: partial sums from -0.0 (adding it changes no value), the loop over this
+    thread's iterations, the butterfly of shuffles over the coordinate's threads, and the
+    first thread's update of each element."""
+    pad = "  " * depth
+    out.append(f"{pad}{{")
+    out.append(f"{pad}  __syncwarp({GROUP});")
+    for name, element in node.partials:
+        zero = "-0.0f" if element.dtype.name == "f32" else "-0.0"
+        out.append(f"{pad}  {c_type_name(element.dtype)} {name} = {zero};")
+    _emit(node.loop, emit, out, depth + 1)
+    distance = 32 // node.parts
+    while distance < 32:
+        for name, _ in node.partials:
+            out.append(f"{pad}  {name} += __shfl_xor_sync({GROUP}, {name}, {distance});")
+        distance *= 2
+    out.append(f"{pad}  if ({PART} == 0) {{")
+    for name, element in node.partials:
+        out.append(f"{pad}    {emit(element)} = {emit(element)} + {name};")
+    out.append(f"{pad}  }}")
+    out.append(f"{pad}  __syncwarp({GROUP});")
+    out.append(f"{pad}}}")
+
+
 def _run_offset(index: str, block: int, unroll: int, run: int) -> str:
     """C for the offset of a thread's coordinate number ``index`` (see LaunchShape.offsets)."""
     if run == 1:
@@ -399,6 +480,8 @@ def _emit(node: BodyNode, emit, out: list[str], depth: int) -> None:
         out.append(f"{pad}}}")
     elif isinstance(node, Staged):
         _emit_staged(node, emit, out, depth)
+    elif isinstance(node, SplitSum):
+        _emit_split_sum(node, emit, out, depth)
     elif isinstance(node, Assign):
         out.append(f"{pad}{emit(node.target)} = {emit(node.value)};  /* {node.statement} */")
     else:
@@ -559,7 +642,7 @@ def _host_steps(scop, steps, shapes, wide, emit, out, depth) -> None:
             continue
         call_args = ", ".join(args + list(step.host_vars))
         if not step.coords:
-            out.append(f"{pad}{step.name}<<<1, 1>>>({call_args});")
+            out.append(f"{pad}{step.name}<<<1, {shapes[step.name].cuda_block()[0]}>>>({call_args});")
             continue
         conds = [f"({emit(hi)}) >= ({emit(lo)})" for lo, hi in zip(step.lower, step.upper)]
         out.append(f"{pad}if ({' && '.join(conds)}) {{")

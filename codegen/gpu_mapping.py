@@ -43,7 +43,9 @@ from polyopt.errors import CodegenError
 from polyopt.analysis.scop import Scop
 from polyopt.types import boolean
 from polyopt.islutil import coalesced
-from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_THREAD_MARK
+from polyopt.analysis.reductions import accumulated_array, same_element_updates, statements_of
+from polyopt.analysis.verify import carried_dependences
+from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_REDUCE_MARK, GPU_THREAD_MARK
 from polyopt.transform.tree import stride_one_score
 
 #: Most thread coordinates one kernel uses (CUDA grids have three dimensions).
@@ -58,7 +60,10 @@ class Kernel:
     ``lower``/``upper`` their inclusive bounds (a box, expressions of parameters and
     ``host_vars``); ``guard`` is true exactly for the coordinates of the kernel's domain;
     ``body`` the loop AST each thread runs (an empty ``coords`` is a single-thread kernel);
-    ``convex``: the guard's set is convex (true at a box's corners means true in the box).
+    ``convex``: the guard's set is convex (true at a box's corners means true in the box);
+    ``sums``: the statements under ``gpu_reduce`` marks in the kernel's subtree, whose loops
+    (the outermost loops of ``body`` that run only them) may split their iterations over the
+    threads of a warp (:mod:`polyopt.codegen.gpu_reduction`).
     """
 
     name: str
@@ -70,6 +75,7 @@ class Kernel:
     host_vars: tuple[str, ...]
     statements: frozenset[str]
     convex: bool = False
+    sums: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -161,6 +167,19 @@ def _holds_given_coordinates(node: isl.ScheduleNode) -> bool:
     return bool(found)
 
 
+def _sum_statements(node: isl.ScheduleNode) -> set[str]:
+    """The statements under ``gpu_reduce`` marks in the subtree of ``node``."""
+    found: set[str] = set()
+
+    def look(n: isl.ScheduleNode) -> bool:
+        if n.get_type() == isl.schedule_node_type.mark and n.mark_get_id().get_name() == GPU_REDUCE_MARK:
+            found.update(statements_of(n.get_domain()))
+        return True
+
+    node.foreach_descendant_top_down(look)
+    return found
+
+
 def _is_coordinate_mark(node: isl.ScheduleNode) -> bool:
     return (node.get_type() == isl.schedule_node_type.mark
             and node.mark_get_id().get_name() in (GPU_BLOCK_MARK, GPU_THREAD_MARK))
@@ -176,7 +195,8 @@ class _Mapper:
         self.scop = scop
         self.name = name
         self.numbered = 0
-        self.deps = dependences(scop).all
+        self.dependences = dependences(scop)
+        self.deps = self.dependences.all
         self.prefix = iterator_prefix(scop)
 
     # ----- the walk over the tree ------------------------------------------------------------
@@ -185,7 +205,7 @@ class _Mapper:
         if kind != isl.schedule_node_type.domain and node.get_domain().is_empty():
             return [], node
         if _is_coordinate_mark(node):  # coordinates the schedule gives (Schedule.gpu_map)
-            top = node.insert_mark(kernel_mark(f"{self.name}_k{self.numbered}"))
+            top = self.mark_sums(node.insert_mark(kernel_mark(f"{self.name}_k{self.numbered}")))
             self.numbered += 1
             return [self.kernel_of(top, top.mark_get_id().get_name().split(" ", 1)[1], host)], top
         if kind in (isl.schedule_node_type.domain, isl.schedule_node_type.filter,
@@ -262,7 +282,7 @@ class _Mapper:
                 top = top.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(members[k]))
                 top = top.band_member_set_coincident(0, 1)
                 top = top.insert_mark(isl.Id(GPU_THREAD_MARK)).insert_mark(isl.Id(GPU_BLOCK_MARK))
-        top = top.insert_mark(kernel_mark(name))
+        top = self.mark_sums(top.insert_mark(kernel_mark(name)))
         return [self.kernel_of(top, name, host)], top
 
     def kernel_of(self, mark: isl.ScheduleNode, name: str, host: tuple) -> Kernel:
@@ -272,10 +292,11 @@ class _Mapper:
         host_vars = tuple(var for _, var in host)
         statements = frozenset(s.get_tuple_name() for s in _sets(domain))
         members, rest = coordinates_below(mark)
+        sums = frozenset(_sum_statements(rest))
         if not members:
             body = self.loop_ast(rest.get_subtree_schedule_union_map(), domain, None)
             true = E.Const(1, boolean)
-            return Kernel(name, (), (), (), true, body, host_vars, statements)
+            return Kernel(name, (), (), (), true, body, host_vars, statements, sums=sums)
         n_coords = len(members)
         coords = tuple(f"_p{k}" for k in range(n_coords))
         values = _image(domain, *members)
@@ -287,7 +308,40 @@ class _Mapper:
             fixed = _fix(fixed, member, var)
         body = self.loop_ast(rest.get_subtree_schedule_union_map(), fixed, valid)
         return Kernel(name, coords, tuple(lower), tuple(upper), guard, body, host_vars, statements,
-                      valid.n_basic_set() == 1)
+                      valid.n_basic_set() == 1, sums)
+
+    def mark_sums(self, mark: isl.ScheduleNode) -> isl.ScheduleNode:
+        """Kernel ``mark`` with a ``gpu_reduce`` mark above each band of its per-thread subtree
+        (the outermost bands below its coordinates) that holds a sum and whose loop carries only
+        dependences between sums into one element (:mod:`polyopt.analysis.reductions`); kernels
+        of at most one coordinate only (matrix-vector products and lone reductions, whose
+        coordinates give too few threads or read rows with a stride)."""
+        members, rest = coordinates_below(mark)
+        if len(members) > 1:
+            return mark
+        up = rest.get_tree_depth() - mark.get_tree_depth()
+        node = self._mark_sum_bands(rest)
+        for _ in range(up):
+            node = node.parent()
+        return node
+
+    def _mark_sum_bands(self, node: isl.ScheduleNode) -> isl.ScheduleNode:
+        kind = node.get_type()
+        if kind == isl.schedule_node_type.band:
+            return node.insert_mark(isl.Id(GPU_REDUCE_MARK)) if self.is_sum_loop(node) else node
+        for k in range(node.n_children()):
+            node = self._mark_sum_bands(node.child(k)).parent()
+        return node
+
+    def is_sum_loop(self, band: isl.ScheduleNode) -> bool:
+        """Whether the outermost member of ``band`` runs a sum and carries no other dependence."""
+        names = statements_of(band.get_domain())
+        if not any(accumulated_array(self.scop.statement(name)) for name in names):
+            return False
+        member = band.band_get_partial_schedule().get_at(0)
+        carried = carried_dependences(self.scop, self.dependences, band.get_domain(),
+                                      band.get_prefix_schedule_union_map(), member)
+        return carried.subtract(same_element_updates(self.scop, names)).is_empty()
 
     def coordinate_members(self, node: isl.ScheduleNode, n_parallel: int
                            ) -> tuple[list[isl.UnionPwAff], isl.ScheduleNode, int]:

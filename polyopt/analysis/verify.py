@@ -9,7 +9,9 @@ from polyopt.analysis.deps import Dependences, dependences
 from polyopt.errors import IllegalScheduleError, IncompleteScheduleError, RacyParallelLoopError
 from polyopt.islutil import coalesced, maps_of
 from polyopt.analysis.scop import Scop
-from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_THREAD_MARK, PARALLEL_MARK
+from polyopt.analysis.reductions import same_element_updates, statements_of
+from polyopt.transform.marks import (GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_REDUCE_MARK, GPU_THREAD_MARK,
+                                     PARALLEL_MARK)
 
 
 def _point_values(point: isl.Point, kind, count: int) -> list[int]:
@@ -123,12 +125,15 @@ def carried_dependences(scop: Scop, deps: Dependences, domain: isl.UnionSet, out
 
 
 def _check_band(scop: Scop, tree: isl.Schedule, deps: Dependences, band: isl.ScheduleNode,
-                describe: str = ""):
+                describe: str = "", allowed: isl.UnionMap | None = None):
     """Raise :class:`~polyopt.RacyParallelLoopError` (with ``describe`` after the loop) if the
-    outermost member of ``band`` carries a dependence given the loops around it; else return."""
+    outermost member of ``band`` carries a dependence given the loops around it (other than
+    those in ``allowed``); else return."""
     member = band.band_get_partial_schedule().get_at(0)
     carried = carried_dependences(scop, deps, band.get_domain(), band.get_prefix_schedule_union_map(),
                                   member)
+    if allowed is not None:
+        carried = carried.subtract(allowed)
     if carried.is_empty():
         return
     piece = maps_of(carried)[0]
@@ -157,6 +162,11 @@ def check_gpu_mapping(scop: Scop, tree: isl.Schedule, deps: Dependences) -> None
         where = f" of kernel {kernel}" if kernel else " (outside any gpu_kernel mark)"
         _check_band(scop, tree, deps, band,
                     f" ({'/'.join(dict.fromkeys(marks))}: a GPU {roles} coordinate{where})")
+    for band, _, kernel in _marked_bands(tree, (GPU_REDUCE_MARK,)):
+        sums = same_element_updates(scop, statements_of(band.get_domain()))
+        _check_band(scop, tree, deps, band, f" ({GPU_REDUCE_MARK}: a sum split over the threads of a "
+                    f"warp in kernel {kernel}; only updates X[f] = X[f] + e of one element may "
+                    "depend on each other across its iterations)", allowed=sums)
 
 
 def is_legal(scop: Scop, schedule, deps: Dependences | None = None) -> bool:

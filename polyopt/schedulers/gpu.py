@@ -12,7 +12,8 @@ extrapolates to the sizes themselves), and charges
     launches * LAUNCH_S + instances / min(threads per launch * THREAD_RATE, GPU_RATE)
 
 so a one-thread kernel costs its whole work at one thread's rate, and a kernel launched per
-instance of a wavefront costs its launches. A candidate with no *serial* one-thread kernel (one
+instance of a wavefront costs its launches; where the mapping split sums over the threads of a
+warp (``gpu_reduce`` marks), each coordinate counts as that many threads. A candidate with no *serial* one-thread kernel (one
 launched in a host loop or running a loop: a scalar statement's single launch is not one) is
 preferred unless another is estimated more than :data:`ONE_THREAD_TOLERANCE` times faster;
 between two such candidates, the CUDA target's first comparison (requested algorithm against the
@@ -31,7 +32,8 @@ import islpy as isl
 
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.gpu_mapping import GpuProgram
-from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_THREAD_MARK
+from polyopt.codegen.gpu_reduction import OTHER_PARTS, ROW_PARTS
+from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_REDUCE_MARK, GPU_THREAD_MARK
 
 #: Seconds per kernel launch (host loop launches included; an H100 with CuPy or a graph).
 LAUNCH_S = 3e-6
@@ -58,12 +60,12 @@ class KernelCost:
     coords: int
     launches: float
     instances: float
-    threads: float  # over all launches
+    threads: float  # over all launches, a warp's threads a coordinate where sums split
 
     @property
     def seconds(self) -> float:
         per_launch = max(self.threads / max(self.launches, 1.0), 1.0)
-        rate = min(per_launch * THREAD_RATE, GPU_RATE) if self.coords else THREAD_RATE
+        rate = min(per_launch * THREAD_RATE, GPU_RATE)
         return self.launches * LAUNCH_S + self.instances / rate
 
 
@@ -79,6 +81,7 @@ class ProgramCost:
 
     @property
     def one_thread(self) -> tuple[KernelCost, ...]:
+        """The kernels without thread coordinates (one thread, or one warp for a split sum)."""
         return tuple(k for k in self.kernels if not k.coords)
 
     @property
@@ -199,13 +202,28 @@ def estimate(scop: Scop, program: GpuProgram, sizes: dict[str, int] | None = Non
                 below = below.child(0)
             below = below.child(0)
             coords += 1
-        threads = below.get_prefix_schedule_union_map().intersect_domain(domain).range()
+        threads = counter.count(below.get_prefix_schedule_union_map().intersect_domain(domain).range())
+        if _splits_sums(below):  # the threads of a warp share each coordinate's sums
+            threads *= ROW_PARTS if not coords else OTHER_PARTS
         found.append(KernelCost(name.split(" ", 1)[1], coords, counter.count(host),
-                                counter.count(domain), counter.count(threads)))
+                                counter.count(domain), threads))
         return False
 
     program.tree.get_root().foreach_descendant_top_down(look)
     return ProgramCost(tuple(found))
+
+
+def _splits_sums(node: isl.ScheduleNode) -> bool:
+    """Whether a ``gpu_reduce`` mark is in the subtree of ``node``."""
+    found = []
+
+    def look(n: isl.ScheduleNode) -> bool:
+        if n.get_type() == isl.schedule_node_type.mark and n.mark_get_id().get_name() == GPU_REDUCE_MARK:
+            found.append(n)
+        return not found
+
+    node.foreach_descendant_top_down(look)
+    return bool(found)
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,9 @@ from polyopt.analysis.verify import verify
 #: Options of the GPU mapping (the others go to the scheduler): threads per block and the
 #: coordinates one block covers, per thread coordinate (outermost first) or one int for all;
 #: vector: adjacent coordinates per run of a thread's coordinates in shared-memory kernels;
-#: shared=False turns shared-memory staging off.
-GPU_OPTIONS = ("block", "tile", "vector", "shared")
+#: shared=False turns shared-memory staging off; reductions=False keeps one thread per
+#: coordinate where sums could be split over the threads of a warp.
+GPU_OPTIONS = ("block", "tile", "vector", "shared", "reductions")
 #: Scheduler options the CUDA target sets unless given: no CPU tiling, parallel marks or
 #: stride-1 reordering (the mapping finds the parallel loops and picks threadIdx.x itself).
 _SCHEDULER_DEFAULTS = {"pluto": {"parallel": False, "vectorize": False},
@@ -516,7 +517,7 @@ def _run_steps(steps, env: dict, values: list, module, compiled: CudaSource) -> 
 def _launch(kernel: Kernel, env: dict, values: list, module, compiled: CudaSource) -> None:
     args = tuple(values) + tuple(np.int64(env[v]) for v in kernel.host_vars)
     if not kernel.coords:
-        module.get_function(kernel.name)((1,), (1,), args)
+        module.get_function(kernel.name)((1,), compiled.shapes[kernel.name].cuda_block(), args)
         return
     name, shape, grid = compiled.choose(kernel.name, [evaluate(e, env, {}) for e in kernel.lower],
                                         [evaluate(e, env, {}) for e in kernel.upper])

@@ -13,3 +13,8 @@ GPU_KERNEL_MARK = "gpu_kernel"
 GPU_BLOCK_MARK = "gpu_block"
 #: Above a band whose outermost member's values are spread over the threads of a block.
 GPU_THREAD_MARK = "gpu_thread"
+#: Above a band of a kernel's per-thread subtree whose outermost member's iterations may be split
+#: over the threads of a warp: it carries only dependences between sums ``X[f] = X[f] + e`` into
+#: one element (:mod:`polyopt.analysis.reductions`), so each thread sums its iterations' terms and
+#: the partial sums are added at the end.
+GPU_REDUCE_MARK = "gpu_reduce"
