@@ -6,13 +6,15 @@ and statement arguments are :mod:`polyopt.analysis.expr` trees over loop iterato
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+import warnings
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
 from polyopt.analysis import expr as E
-from polyopt.codegen.ast_check import check_loop_ast
-from polyopt.errors import CodegenError, LoopTranslationError
+from polyopt.analysis.deps import dependences
+from polyopt.codegen.ast_check import CHECK_OPERATIONS, check_at_fixed_sizes, check_for_all_sizes, check_loop_ast
+from polyopt.errors import CodegenError, LoopTranslationError, PolyoptWarning
 from polyopt.analysis.scop import Argument, Scop, Statement
 from polyopt.transform.marks import PARALLEL_MARK
 from polyopt.codegen.loop_nodes import Block, For, If, Node, Run
@@ -137,36 +139,91 @@ def _with_mark_depths(tree: isl.Schedule) -> isl.Schedule:
     return tree.map_schedule_node_bottom_up(stamp)
 
 
+@dataclass(frozen=True)
+class LoopAst:
+    """Checked loops of a schedule, and ``fallback``: empty where they are isl's AST of the
+    schedule tree (its loop types as set, or atomic), else the note that says which fallback
+    wrote them and why (:func:`generate_loop_ast`)."""
+
+    loops: Node
+    fallback: str = ""
+
+
 def build_loop_ast(scop: Scop, tree: isl.Schedule) -> Node:
+    """The checked loops of schedule ``tree`` over ``scop``'s domain (see
+    :func:`generate_loop_ast`, which also says whether a fallback wrote them)."""
+    return generate_loop_ast(scop, tree).loops
+
+
+def generate_loop_ast(scop: Scop, tree: isl.Schedule) -> LoopAst:
     """Generate the loop AST of schedule ``tree`` over ``scop``'s domain with isl's AST builder,
     checked against the domain and the dependences (:mod:`polyopt.codegen.ast_check`): isl's
     generator has been seen to drop instances, and no emitter may be handed such loops.
 
     Where the check finds such loops, the AST is generated again with every band member's loop
     type *atomic* (one loop per member, no separation into pieces: the separation is where the
-    instances went missing on the random nests that showed it) and checked again; if those
-    loops are wrong too, the first :class:`~polyopt.errors.LoopTranslationError` is raised."""
+    instances went missing on the random nests that showed it) and checked again. Where those
+    loops are wrong too, the loops of the Scop's original schedule follow (the program's own
+    order, which every dependence follows; no marks, so they run sequentially), checked the same
+    way and returned with a note and a :class:`~polyopt.errors.PolyoptWarning` that say so; if
+    they fail as well, the first :class:`~polyopt.errors.LoopTranslationError` is raised. (isl's
+    AST of the flat schedule map is no way out: on the nests found so far it drops instances
+    too, S1(6) at N = 10 of issue 19's nest where the tree's loops drop it at N = 9.)
+
+    Where the check for all sizes at once ran out of its isl budget on the tree's loops, the
+    atomic loops are checked at the fixed sizes only: they differ in loop types, not in how
+    large the check's relations grow, and a second try would spend the whole budget again. The
+    original order's loops are not tiled: their check for all sizes took at most 0.04 s on
+    every suite kernel, so it runs."""
+    deps = dependences(scop)
+    gave_up = f"the loop AST check for all sizes at once gave up after {CHECK_OPERATIONS} isl operations"
+    loops = _tree_ast(scop, tree)
+    decided = True  # whether the check for all sizes decided on the tree's loops
     try:
-        return _checked_loops(scop, tree)
-    except LoopTranslationError as first:
-        try:
-            return _checked_loops(scop, tree.map_schedule_node_bottom_up(_atomic))
-        except LoopTranslationError:
-            raise first from None
+        decided = check_for_all_sizes(scop, loops, deps, CHECK_OPERATIONS)
+        if not decided:
+            check_at_fixed_sizes(scop, loops, deps, gave_up)
+        return LoopAst(loops)
+    except LoopTranslationError as err:
+        first = err
+    loops = _tree_ast(scop, tree.map_schedule_node_bottom_up(_atomic))
+    try:
+        if not (decided and check_for_all_sizes(scop, loops, deps, CHECK_OPERATIONS)):
+            check_at_fixed_sizes(scop, loops, deps, gave_up if decided else
+                                 f"{gave_up} on the loops before these, so these were not checked that way")
+        return LoopAst(loops)
+    except LoopTranslationError:
+        pass
+    loops = _tree_ast(scop, scop.schedule)
+    try:
+        check_loop_ast(scop, loops, deps)
+    except LoopTranslationError:
+        raise first from None
+    note = (f"loop AST: isl's loops of the schedule tree were wrong with either loop type ({first}); the loops "
+            f"of the program's original order run instead, sequentially")
+    warnings.warn(f"{scop.name}: {note}", PolyoptWarning, stacklevel=3)
+    return LoopAst(loops, note)
 
 
-def _checked_loops(scop: Scop, tree: isl.Schedule) -> Node:
-    build = isl.AstBuild.from_context(scop.context)
+def _iterator_names(scop: Scop) -> tuple[str, ...]:
     prefix = iterator_prefix(scop)
-    iterator_names = tuple(f"{prefix}{k}" for k in range(MAX_LOOP_DEPTH))
+    return tuple(f"{prefix}{k}" for k in range(MAX_LOOP_DEPTH))
+
+
+def _build(scop: Scop, iterator_names: tuple[str, ...]) -> isl.AstBuild:
+    """isl's AST build over ``scop``'s context, naming schedule dimension ``d``'s loop
+    ``iterator_names[d]``."""
     names = isl.IdList.alloc(isl.DEFAULT_CONTEXT, MAX_LOOP_DEPTH)
     for name in iterator_names:
         names = names.add(isl.Id(name))
-    build = build.set_iterators(names)
-    root = build.node_from_schedule(_with_mark_depths(tree).intersect_domain(scop.domain))
-    loops = IslAstTranslator(set(scop.params), iterator_names).node(root)
-    check_loop_ast(scop, loops)
-    return loops
+    return isl.AstBuild.from_context(scop.context).set_iterators(names)
+
+
+def _tree_ast(scop: Scop, tree: isl.Schedule) -> Node:
+    """isl's loops of schedule tree ``tree``, its parallel marks on the loops they mark."""
+    iterator_names = _iterator_names(scop)
+    root = _build(scop, iterator_names).node_from_schedule(_with_mark_depths(tree).intersect_domain(scop.domain))
+    return IslAstTranslator(set(scop.params), iterator_names).node(root)
 
 
 def _atomic(node: isl.ScheduleNode) -> isl.ScheduleNode:

@@ -255,11 +255,22 @@ def check_loop_ast(scop: Scop, loops: Node, deps: Dependences | None = None, *,
     of ``scop``'s domain exactly once, nothing else, every dependence in order, and no loop
     marked parallel carries a dependence -- for every parameter value of the context.
 
-    True once checked for all sizes. Where that needs more than ``max_operations`` isl
-    operations, the same properties are checked at small fixed sizes by running the loops
-    (:func:`~polyopt.codegen.ast_check_sizes.check_at_sizes`): False, with a
+    True once checked for all sizes (:func:`check_for_all_sizes`). Where that needs more than
+    ``max_operations`` isl operations, the same properties are checked at small fixed sizes by
+    running the loops (:func:`check_at_fixed_sizes`): False, with a
     :class:`~polyopt.errors.PolyoptWarning` naming the sizes checked."""
     deps = deps or dependences(scop)
+    if check_for_all_sizes(scop, loops, deps, max_operations):
+        return True
+    check_at_fixed_sizes(scop, loops, deps, f"the loop AST check for all sizes at once gave up after "
+                                            f"{max_operations} isl operations")
+    return False
+
+
+def check_for_all_sizes(scop: Scop, loops: Node, deps: Dependences, max_operations: int) -> bool:
+    """The check of :func:`check_loop_ast` for every parameter value of the context at once,
+    within ``max_operations`` isl operations: raise on wrong loops, True once checked, False
+    where the budget ran out first."""
     try:
         with isl_options(max_operations=max_operations):
             _check(scop, loops, deps)
@@ -267,13 +278,20 @@ def check_loop_ast(scop: Scop, loops: Node, deps: Dependences | None = None, *,
     except isl.Error as exc:
         if "maximal number of operations exceeded" not in str(exc):
             raise
+    return False
+
+
+def check_at_fixed_sizes(scop: Scop, loops: Node, deps: Dependences, why: str) -> None:
+    """The check of :func:`check_loop_ast` at small fixed sizes, by running the loops
+    (:func:`~polyopt.codegen.ast_check_sizes.check_at_sizes`): raise on wrong loops, else a
+    :class:`~polyopt.errors.PolyoptWarning` that says ``why`` the check for all sizes did not
+    decide, and which sizes were checked instead."""
     checked = check_at_sizes(scop, loops, deps)
     largest = ", ".join(f"{name}={max(point[name] for point in checked)}" for name in scop.params)
     sizes = (f"{len(checked)} fixed sizes (up to {largest})" if checked and largest
              else "its one size" if checked else "no size (the smallest exceeded the budget)")
-    warnings.warn(f"{scop.name}: the loop AST check for all sizes at once gave up after {max_operations} isl "
-                  f"operations; the loops were run and checked at {sizes}", PolyoptWarning, stacklevel=3)
-    return False
+    warnings.warn(f"{scop.name}: {why}; the loops were run and checked at {sizes}", PolyoptWarning,
+                  stacklevel=3)
 
 
 def _check(scop: Scop, loops: Node, deps: Dependences) -> None:
@@ -315,4 +333,4 @@ def _dependent(deps: isl.UnionMap, sources: isl.UnionMap, sinks: isl.UnionMap, t
                                        problem.format(source=source, sink=sink))
 
 
-__all__ = ["check_loop_ast"]
+__all__ = ["CHECK_OPERATIONS", "check_at_fixed_sizes", "check_for_all_sizes", "check_loop_ast"]

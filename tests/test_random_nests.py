@@ -280,6 +280,10 @@ LONG_FUZZ_CASES = [
     # dependences; islutil.coalesced removes redundant constraints first
     ('def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f64["3 * N + 8"]):\n    for i0_1 in range(0, N - 0):\n        if i0_1 <= N - 2:\n            B[3] += 0.75 * A[9, 3] + 1.0\n        for i0_2 in range(0, i0_1 + 1):\n            for i0_3 in range(max(i0_1 - 2, 0), min(i0_1 + 2, N)):\n                if i0_2 <= i0_1:\n                    B[(N - 1 - i0_1) + (N - 1 - i0_2) + 0] = 0.5 * B[i0_3 + 0]\n',
      2, ('pluto', {'tile': 4}, None)),
+    # isl's loops of the tree dropped S1(6) at N = 9 with either loop type (and of the flat
+    # schedule map at N = 10): refused (issue 19); the program's original order runs now
+    ('def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f64["3 * N + 8"]):\n    for i0_1 in range(2, N - 1):\n        for i0_2 in range(0, i0_1 + 1):\n            for i0_3 in range(1, N - 1):\n                if i0_1 <= i0_2:\n                    B[0] = 0.5 * B[i0_2 + (N - 1 - i0_3) + 0] + 0.5 * B[(N - 1 - i0_3) + 0]\n    for i3_1 in range(0, N - 0):\n        if i3_1 + i3_1 >= N - 1:\n            B[0] = 0.5 * B[i3_1 + 0]\n',
+     9, ('pluto', {'tile': 5, 'fuse': 'max', 'param_shifts': True}, None)),
 ]
 
 

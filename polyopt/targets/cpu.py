@@ -17,7 +17,7 @@ import islpy as isl
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
 from polyopt.codegen.loop_nodes import Node, loop_ast_text
-from polyopt.codegen.ast import build_loop_ast
+from polyopt.codegen.ast import build_loop_ast, generate_loop_ast
 from polyopt.codegen.c import c_function
 from polyopt.codegen.llvm import STATUS_OK, STATUS_ZERO_DIVISION, NativeFunction, jit_compile, jit_load, llvm_ir
 from polyopt.errors import ArgumentError, KernelZeroDivisionError
@@ -217,7 +217,10 @@ def _compile(scop: Scop, algorithm: str, schedule_options: dict, reassociate: bo
     times["schedule"] = time.perf_counter() - start - sum(times.values())
     verify(scop, sched)
     times["verify"] = time.perf_counter() - start - sum(times.values())
-    loops = build_loop_ast(scop, sched.tree)
+    built = generate_loop_ast(scop, sched.tree)
+    if built.fallback:  # isl's loops of the tree were wrong: the schedule's notes say what ran instead
+        sched = replace(sched, notes=sched.notes + (built.fallback,))
+    loops = built.loops
     name = f"polyopt_{scop.name}"
     c_source = c_function(scop, loops, name, openmp=True)
     ir_text = llvm_ir(scop, loops, name, reassociate=reassociate)
