@@ -13,10 +13,11 @@ SUITE = po.suite.names()
 #: Kernels whose plan still has a serial one-thread kernel (launched in a host loop, or running a
 #: loop), and why no candidate does better.
 SERIAL_EXCEPTIONS = {
-    "durbin": "the sums over y[i] * r[k-i-1] are reductions inside the k loop: no candidate has "
-              "them parallel (a parallel reduction is issue 16 item 2); Feautrier's wavefront "
-              "has no one-thread kernel but ~1e6 launches, estimated 20x slower",
-    "gramschmidt": "nrm += A[i][k] * A[i][k] is a reduction inside the k loop (issue 16 item 2); "
+    "durbin": "the sum over y[i] * r[k-i-1] runs on one warp (a split sum), but it and the scalar "
+              "statements around it are launched once per step of the sequential k loop; "
+              "Feautrier's wavefront has no such kernel but ~1e6 launches, estimated 20x slower",
+    "gramschmidt": "nrm += A[i][k] * A[i][k] runs on one warp (a split sum), launched per step of "
+                   "the sequential k loop with the one-thread nrm = 0 and R[k][k] = sqrt(nrm); "
                    "Feautrier: 2.7e6 launches, estimated 40x slower",
     "ludcmp": "the scalar w carries memory-based dependences through every loop: all candidates "
               "are serial (needs scalar expansion)",
