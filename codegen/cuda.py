@@ -32,7 +32,7 @@ from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel
 from polyopt.codegen.gpu_reduction import GROUP, PART, SplitSum, split_sums
 from polyopt.codegen.kernel_body import (Assign, BodyNode, Promote, assignments,
                                          control_expressions, has_loop, jam, offset,
-                                         promote_accumulators, rewrite)
+                                         promote_accumulators, promoted_arrays, rewrite)
 from polyopt.codegen.promotion import mentions
 from polyopt.codegen.shared_memory import HALF, Staged, stage_reads
 from polyopt.errors import CodegenError
@@ -210,8 +210,8 @@ def cuda_source(scop: Scop, program: GpuProgram, host_function: str, *, block=No
     split = {}
     if reductions and tile is None:
         for k in program.kernels:
-            found = split_sums(assignments(scop, k.body), k.sums, k.coords,
-                               set(private.get(k.name, ()))) if k.sums else None
+            found = split_sums(assignments(scop, k.body), k.sums, k.coords,  # (placed by hand: not)
+                               set(private.get(k.name, ()))) if k.sums and not k.memory else None
             if found is not None:
                 split[k.name] = found
     shapes = {k.name: launch_shape(k, element_bytes, block, tile, vector,
@@ -292,9 +292,17 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
     out = [head, "{"]
     out += [f"  {c_type_name(scop.arrays[s].dtype)} {s} = 0;" for s in private]
     body = assignments(scop, kernel.body)
+    placement = dict(kernel.memory)
+    keep = frozenset(a for a, place in placement.items() if place == "global")
+
+    def promote(node: BodyNode) -> BodyNode:
+        return promote_accumulators(node, keep=keep)
+
+    _check_registers(kernel, placement, promote(body))
     if not kernel.coords:
+        _check_shared(kernel, placement, set(), "it runs on one thread")
         out.append("  if (blockIdx.x != 0 || threadIdx.x != 0) return;")
-        _emit(promote_accumulators(body), emit, out, 1)
+        _emit(promote(body), emit, out, 1)
         return "\n".join(out + ["}"])
     n = len(kernel.coords)
     declarations = len(out)
@@ -310,18 +318,26 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
     out.append(placeholder)  # filled in once the thread layout is known
     runs = (1,) * n  # a thread's coordinates: ``block`` apart (coalesced global accesses)
     if all(u == 1 for u in shape.unroll):
+        _check_shared(kernel, placement, set(), "it runs one coordinate a thread (shared-memory tiles "
+                      "need a register-tiled 2-d kernel)")
         out.append(f"{pad}if ({emit(kernel.guard)}) {{")
-        _emit(promote_accumulators(body), emit, out, depth + 1)
+        _emit(promote(body), emit, out, depth + 1)
         out.append(f"{pad}}}")
     else:
         buffers = []
         read_only = _read_only(scop, kernel) if shared and kernel.convex else set()
+        if any(place == "shared" for place in placement.values()):
+            read_only &= {a for a, place in placement.items() if place == "shared"}
+        read_only -= set(placement) - {a for a, place in placement.items() if place == "shared"}
         if read_only:
             size = max(scop.arrays[a].dtype.numpy.itemsize for a in read_only)
             reach = tuple((b - 1) * v + 1 for b, v in zip(shape.block, shape.vector))
-            fast = promote_accumulators(jam(body, kernel.coords, shape.offsets(shape.vector)))
+            fast = promote(jam(body, kernel.coords, shape.offsets(shape.vector)))
             fast, buffers = stage_reads(fast, kernel.coords, reach, read_only, size,
                                             prod(shape.block))
+        why = ("shared=False" if not shared else "its domain is not convex" if not kernel.convex
+               else "its reads of the array do not form tiles the block can stage")
+        _check_shared(kernel, placement, {b.array for b in buffers}, why)
         if buffers:  # the whole block takes the staged path together: test the tile's corners
             runs = shape.vector
             out[declarations:declarations] = [
@@ -332,7 +348,7 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
                                                for d, (c, t) in enumerate(zip(corner, tile))])
                       for corner in product((0, 1), repeat=n)]
         else:  # each thread tests its own coordinates
-            fast = promote_accumulators(jam(body, kernel.coords, shape.offsets(runs)))
+            fast = promote(jam(body, kernel.coords, shape.offsets(runs)))
             points = [offset(kernel.coords, shift) for shift in product(*shape.offsets(runs))]
         every = " && ".join(f"({emit(E.substitute(kernel.guard, p))})" for p in points)
         out.append(f"{pad}if ({every}) {{")
@@ -346,7 +362,7 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
             f"{c}_ = {c} + {_run_offset(f'_u{d}', shape.block[d], shape.unroll[d], runs[d])}"
             for d, c in enumerate(kernel.coords)) + ";")
         out.append(f"{pad}    if ({emit(E.substitute(kernel.guard, _renamer(names)))}) {{")
-        _emit(promote_accumulators(rewrite(body, _renamer(names))), emit, out, depth + 3)
+        _emit(promote(rewrite(body, _renamer(names))), emit, out, depth + 3)
         out.append(f"{pad}    }}")
         out.append(f"{pad}  }}")
         out.append(f"{pad}}}")
@@ -356,6 +372,25 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
     for d in reversed(range(n)):
         out.append(f"{'  ' * (d + 1)}}}")
     return "\n".join(out + ["}"])
+
+
+def _check_registers(kernel: Kernel, placement: dict[str, str], promoted: BodyNode) -> None:
+    """CodegenError unless every array ``placement`` puts in registers has elements there."""
+    missing = sorted(a for a, place in placement.items()
+                     if place == "registers" and a not in promoted_arrays(promoted))
+    if missing:
+        raise CodegenError(f"CUDA: kernel {kernel.name} cannot keep {', '.join(missing)} in registers "
+                           "(gpu_promote): no loop of it updates an element of it at an index the loop "
+                           "does not move, with every access of the array in that loop to such elements")
+
+
+def _check_shared(kernel: Kernel, placement: dict[str, str], staged: set[str], why: str) -> None:
+    """CodegenError unless every array ``placement`` puts in shared memory is ``staged``; ``why``
+    says why the others are not."""
+    missing = sorted(a for a, place in placement.items() if place == "shared" and a not in staged)
+    if missing:
+        raise CodegenError(f"CUDA: kernel {kernel.name} cannot stage {', '.join(missing)} in shared "
+                           f"memory (gpu_promote): {why}")
 
 
 def _split_shape(shape: LaunchShape, parts: int) -> LaunchShape:

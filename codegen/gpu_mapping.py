@@ -45,7 +45,8 @@ from polyopt.types import boolean
 from polyopt.islutil import coalesced
 from polyopt.analysis.reductions import accumulated_array, same_element_updates, statements_of
 from polyopt.analysis.verify import carried_dependences
-from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_REDUCE_MARK, GPU_THREAD_MARK
+from polyopt.transform.marks import (GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_REDUCE_MARK, GPU_THREAD_MARK,
+                                     memory_placement)
 from polyopt.transform.tree import stride_one_score
 
 #: Most thread coordinates one kernel uses (CUDA grids have three dimensions).
@@ -63,7 +64,8 @@ class Kernel:
     ``convex``: the guard's set is convex (true at a box's corners means true in the box);
     ``sums``: the statements under ``gpu_reduce`` marks in the kernel's subtree, whose loops
     (the outermost loops of ``body`` that run only them) may split their iterations over the
-    threads of a warp (:mod:`polyopt.codegen.gpu_reduction`).
+    threads of a warp (:mod:`polyopt.codegen.gpu_reduction`); ``memory``: (array, place) pairs
+    of a ``gpu_memory`` mark above the kernel (:meth:`polyopt.Schedule.gpu_promote`).
     """
 
     name: str
@@ -76,6 +78,7 @@ class Kernel:
     statements: frozenset[str]
     convex: bool = False
     sums: frozenset[str] = frozenset()
+    memory: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,7 @@ class _Mapper:
         self.scop = scop
         self.name = name
         self.numbered = 0
+        self.placement: tuple[tuple[str, str], ...] = ()
         self.dependences = dependences(scop)
         self.deps = self.dependences.all
         self.prefix = iterator_prefix(scop)
@@ -204,6 +208,13 @@ class _Mapper:
         kind = node.get_type()
         if kind != isl.schedule_node_type.domain and node.get_domain().is_empty():
             return [], node
+        placement = memory_placement(node.mark_get_id().get_name()) \
+            if kind == isl.schedule_node_type.mark else None
+        if placement is not None:  # where the kernel below keeps its arrays (Schedule.gpu_promote)
+            self.placement = tuple(sorted(placement.items()))
+            found, child = self.steps(node.child(0), host)
+            self.placement = ()
+            return found, child.parent()
         if _is_coordinate_mark(node):  # coordinates the schedule gives (Schedule.gpu_map)
             top = self.mark_sums(node.insert_mark(kernel_mark(f"{self.name}_k{self.numbered}")))
             self.numbered += 1
@@ -296,7 +307,8 @@ class _Mapper:
         if not members:
             body = self.loop_ast(rest.get_subtree_schedule_union_map(), domain, None)
             true = E.Const(1, boolean)
-            return Kernel(name, (), (), (), true, body, host_vars, statements, sums=sums)
+            return Kernel(name, (), (), (), true, body, host_vars, statements, sums=sums,
+                          memory=self.placement)
         n_coords = len(members)
         coords = tuple(f"_p{k}" for k in range(n_coords))
         values = _image(domain, *members)
@@ -308,7 +320,7 @@ class _Mapper:
             fixed = _fix(fixed, member, var)
         body = self.loop_ast(rest.get_subtree_schedule_union_map(), fixed, valid)
         return Kernel(name, coords, tuple(lower), tuple(upper), guard, body, host_vars, statements,
-                      valid.n_basic_set() == 1, sums)
+                      valid.n_basic_set() == 1, sums, self.placement)
 
     def mark_sums(self, mark: isl.ScheduleNode) -> isl.ScheduleNode:
         """Kernel ``mark`` with a ``gpu_reduce`` mark above each band of its per-thread subtree

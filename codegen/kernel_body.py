@@ -108,15 +108,16 @@ def _jam(node: BodyNode, shifts) -> BodyNode:
 
 # ----- accumulator promotion ---------------------------------------------------------------------
 
-def promote_accumulators(node: BodyNode, prefix: str = "_r") -> BodyNode:
+def promote_accumulators(node: BodyNode, prefix: str = "_r", keep: frozenset[str] = frozenset()
+                         ) -> BodyNode:
     """Promote, in every innermost-possible loop, the elements it updates at loop-invariant
-    indices (see the module docstring)."""
+    indices (see the module docstring), except elements of the arrays in ``keep``."""
     counter = [0]
 
     def visit(n: BodyNode) -> BodyNode:
         if isinstance(n, For):
             n = replace(n, body=visit(n.body))
-            return _promote(n, prefix, counter) if not isinstance(n.body, Promote) else n
+            return _promote(n, prefix, counter, keep) if not isinstance(n.body, Promote) else n
         if isinstance(n, If):
             return If(n.cond, visit(n.then), None if n.otherwise is None else visit(n.otherwise))
         if isinstance(n, Block):
@@ -126,9 +127,10 @@ def promote_accumulators(node: BodyNode, prefix: str = "_r") -> BodyNode:
     return visit(node)
 
 
-def _promote(loop: For, prefix: str, counter: list[int]) -> BodyNode:
+def _promote(loop: For, prefix: str, counter: list[int], keep: frozenset[str]) -> BodyNode:
     direct = loop.body.body if isinstance(loop.body, Block) else (loop.body,)
-    targets = [child.target for child in direct if isinstance(child, Assign) and isinstance(child.target, E.Access)]
+    targets = [child.target for child in direct if isinstance(child, Assign)
+               and isinstance(child.target, E.Access) and child.target.array not in keep]
     chosen = elements_to_promote(targets, _accesses(loop.body), _loop_vars(loop))
     if not chosen:
         return loop
@@ -139,6 +141,11 @@ def _promote(loop: For, prefix: str, counter: list[int]) -> BodyNode:
     table = {element: E.Var(name, "register", element.dtype) for name, element in registers}
     body = rewrite(loop.body, lambda e: table.get(e) if isinstance(e, E.Access) else None)
     return Promote(tuple(registers), replace(loop, body=body))
+
+
+def promoted_arrays(node: BodyNode) -> set[str]:
+    """The arrays some of whose elements ``node`` keeps in registers."""
+    return {element.array for n in walk(node) if isinstance(n, Promote) for _, element in n.registers}
 
 
 def _loop_vars(node: BodyNode) -> set[str]:

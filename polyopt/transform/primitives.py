@@ -24,7 +24,8 @@ from polyopt.errors import IllegalScheduleError, ScheduleError
 from polyopt.islutil import ISL_LOCK, maps_of, tuple_names
 from polyopt.transform import nodes as N
 from polyopt.transform import tree as tree_ops
-from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_THREAD_MARK, PARALLEL_MARK
+from polyopt.transform.marks import (GPU_BLOCK_MARK, GPU_MEMORY_PLACES, GPU_THREAD_MARK, PARALLEL_MARK,
+                                     memory_mark, memory_placement)
 from polyopt.transform.trace import Step
 
 #: Most iterations a loop may have for a complete unroll.
@@ -742,6 +743,47 @@ def _gpu_map(schedule, names) -> N.Node:
     return N.replace_at(schedule.root, path, node)
 
 
+def _gpu_promote(schedule, names, arrays, to: str) -> N.Node:
+    """Place ``arrays`` in memory ``to`` in the kernel whose outermost coordinate is the named
+    loop: a ``gpu_memory`` mark above its ``gpu_block`` mark (merged with one already there, the
+    newer place winning), which the CUDA backend follows (it raises CodegenError where it
+    cannot). Refused: a loop that is no kernel's outermost coordinate, an array the kernel does
+    not access, "shared" for an array the kernel writes, "registers" for one it only reads."""
+    if len(names) != 1:
+        raise ScheduleError(f"gpu_promote takes the kernel's outermost coordinate loop, got {len(names)} loops")
+    if to not in GPU_MEMORY_PLACES:
+        raise ScheduleError(f"gpu_promote: to={to!r}; the places are {', '.join(GPU_MEMORY_PLACES)}")
+    if isinstance(arrays, str) or not arrays or not all(isinstance(a, str) for a in arrays):
+        raise ScheduleError(f"gpu_promote: arrays is a list of array names, got {arrays!r}")
+    path, _ = find(schedule, names[0])
+    block = path[:-2]
+    above = [N.at(schedule.root, path[:d]) for d in range(len(path) - 2, len(path))] if len(path) >= 2 else []
+    if [getattr(n, "name", None) for n in above] != [GPU_BLOCK_MARK, GPU_THREAD_MARK]:
+        raise ScheduleError(f"gpu_promote: loop {names[0]} is not a GPU kernel's coordinate (gpu_map it first)")
+    if GPU_THREAD_MARK in _marks_above(schedule.root, block):
+        raise ScheduleError(f"gpu_promote: loop {names[0]} is an inner coordinate of its kernel; name the outermost")
+    statements = set(tuple_names(domain_at(schedule, path)))
+    stmts = [schedule.scop.statement(name) for name in sorted(statements)]
+    written = {w.array for s in stmts for w in s.writes}
+    accessed = {a.array for s in stmts for a in s.accesses}
+    for array in arrays:
+        if array not in accessed:
+            raise ScheduleError(f"gpu_promote: the kernel of loop {names[0]} does not access {array!r} "
+                                f"(it accesses {', '.join(sorted(accessed))})")
+        if to == "shared" and array in written:
+            raise ScheduleError(f"gpu_promote: {array} is written in the kernel of loop {names[0]}; only "
+                                "arrays a kernel only reads are staged in shared memory")
+        if to == "registers" and array not in written:
+            raise ScheduleError(f"gpu_promote: {array} is only read in the kernel of loop {names[0]}; "
+                                "registers hold the elements a loop updates")
+    parent = N.at(schedule.root, block[:-1]) if block else None
+    placement = memory_placement(parent.name) if isinstance(parent, N.Mark) else None
+    target = block[:-1] if placement is not None else block
+    placement = {**(placement or {}), **{array: to for array in arrays}}
+    kernel = N.at(schedule.root, block)
+    return N.replace_at(schedule.root, target, N.Mark(memory_mark(placement), kernel))
+
+
 # ----- whole trees -------------------------------------------------------------------------------
 
 def tree_spec(root: N.Node) -> dict:
@@ -806,7 +848,8 @@ def _affine_schedule(schedule, names, tree) -> N.Node:
 PRIMITIVES = {
     "tile": _tile, "split": _split, "interchange": _interchange, "permute": _permute, "skew": _skew,
     "shift": _shift, "reverse": _reverse, "fuse": _fuse, "distribute": _distribute, "wavefront": _wavefront,
-    "parallel": _parallel, "vectorize": _vectorize, "gpu_map": _gpu_map, "unroll": _unroll, "register_tile": _register_tile,
+    "parallel": _parallel, "vectorize": _vectorize, "gpu_map": _gpu_map, "gpu_promote": _gpu_promote,
+    "unroll": _unroll, "register_tile": _register_tile,
     "affine_schedule": _affine_schedule,
 }
 

@@ -386,6 +386,38 @@ class Schedule:
         """
         return P.run(self, "gpu_map", loops, within=within)
 
+    def gpu_promote(self, kernel: Loop | str, arrays: Seq[str], *, to: str) -> "Schedule":
+        """Where the CUDA kernel whose outermost coordinate is loop ``kernel`` (see
+        :meth:`gpu_map`) keeps ``arrays``: ``to="shared"`` stages tiles of these read-only arrays
+        in shared memory (and no other array), ``"registers"`` keeps the elements its loops
+        update in registers, ``"global"`` neither; arrays not named are placed as the backend
+        chooses. A ``gpu_memory`` mark above the kernel records it; the CUDA backend raises
+        CodegenError where it cannot place an array so (shared memory needs a register-tiled
+        2-d kernel), never ignores it:
+
+        >>> s = po.schedule(mm, "original").interchange("k", "j").gpu_map("i", "j")
+        >>> s = s.gpu_promote("i", ["A", "B"], to="shared")
+        >>> print(s.pretty())
+        mark gpu_memory A=shared B=shared
+          mark gpu_block
+            mark gpu_thread
+              band (i)  [coincident: i]
+                i = [N] -> { S0[i, k, j] -> [(i)] }
+                mark gpu_block
+                  mark gpu_thread
+                    band (j)  [coincident: j]
+                      j = [N] -> { S0[i, k, j] -> [(j)] }
+                      band (k)  [permutable]
+                        k = [N] -> { S0[i, k, j] -> [(k)] }
+        >>> print(s.gpu_promote("i", ["B"], to="global").trace.as_python())
+        s = s.interchange('k', 'j')
+        s = s.gpu_map('i', 'j')
+        s = s.gpu_promote('i', arrays=['A', 'B'], to='shared')
+        s = s.gpu_promote('i', arrays=['B'], to='global')
+        """
+        return P.run(self, "gpu_promote", (kernel,),
+                     arrays=arrays if isinstance(arrays, str) else list(arrays), to=to)
+
     def unroll(self, loop: Loop | str, *, factor: int | None = None, within: Seq[str] | None = None) -> "Schedule":
         """Unroll the loop completely (when it runs at most 64 iterations), or by ``factor``
         (strip-mined: ``x_0`` steps by ``factor``, ``x_1`` is unrolled); ``within=`` distributes
