@@ -142,8 +142,8 @@ def _with_mark_depths(tree: isl.Schedule) -> isl.Schedule:
 @dataclass(frozen=True)
 class LoopAst:
     """Checked loops of a schedule, and ``fallback``: empty where they are isl's AST of the
-    schedule tree (its loop types as set, or atomic), else the note that says which fallback
-    wrote them and why (:func:`generate_loop_ast`)."""
+    schedule tree (its loop types as set, or atomic), else the note that says why the loops of
+    the program's original order run instead (:func:`generate_loop_ast`)."""
 
     loops: Node
     fallback: str = ""

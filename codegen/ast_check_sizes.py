@@ -79,25 +79,29 @@ def _check_at(scop: Scop, loops: Node, deps: Dependences, point: dict[str, int],
         source_name, sink_name = piece.get_tuple_name(isl.dim_type.in_), piece.get_tuple_name(isl.dim_type.out)
         n_in = piece.dim(isl.dim_type.in_)
         for coords in _points_of(piece.wrap(), budget, "pairs"):
-            (before, parallel), (after, _) = times[(source_name, coords[:n_in])], times[(sink_name, coords[n_in:])]
-            _ordered(before, after, parallel, instance_text(source_name, coords[:n_in]),
-                     instance_text(sink_name, coords[n_in:]), sink_name, point)
+            source, sink = (source_name, coords[:n_in]), (sink_name, coords[n_in:])
+            (before, parallel), (after, _) = times[source], times[sink]
+            _ordered(before, after, parallel, source, sink, point)
 
 
-def _ordered(before: tuple, after: tuple, parallel: dict[int, str], source: str, sink: str, sink_name: str,
+def _ordered(before: tuple, after: tuple, parallel: dict[int, str], source: tuple, sink: tuple,
              point: dict[str, int]) -> None:
-    """Raise unless time ``before`` precedes ``after`` at a position that is not a parallel loop
-    (``parallel``: position -> loop variable of the parallel loops around the source)."""
+    """Raise unless time ``before`` (of instance ``source``: statement name, coordinates)
+    precedes ``after`` (of ``sink``) at a position that is not a parallel loop (``parallel``:
+    position -> loop variable of the parallel loops around the source). The instances' texts
+    are made only for the error: this runs for every dependence pair checked."""
     for position, (a, b) in enumerate(zip_longest(before, after, fillvalue=0)):
         if a == b:
             continue
         if a > b:
             break
         if position in parallel:
-            raise LoopTranslationError(sink_name, sink, point, f"runs in another iteration of the parallel "
-                                       f"loop {parallel[position]} than {source}, on which it depends")
+            raise LoopTranslationError(sink[0], instance_text(*sink), point, f"runs in another iteration of the "
+                                       f"parallel loop {parallel[position]} than {instance_text(*source)}, on "
+                                       f"which it depends")
         return
-    raise LoopTranslationError(sink_name, sink, point, f"runs before {source}, on which it depends")
+    raise LoopTranslationError(sink[0], instance_text(*sink), point,
+                               f"runs before {instance_text(*source)}, on which it depends")
 
 
 def _run(scop: Scop, loops: Node, point: dict[str, int], budget: dict[str, int]) -> dict:
@@ -139,7 +143,7 @@ def _points_of(points: isl.Set, budget: dict[str, int], kind: str) -> list[tuple
     n = points.dim(isl.dim_type.set)
 
     def take(p: isl.Point) -> None:
-        found.append(tuple(p.get_coordinate_val(isl.dim_type.set, k).to_python() for k in range(n)))
+        found.append(tuple(p.get_coordinate_val(isl.dim_type.set, k).get_num_si() for k in range(n)))
 
     points.foreach_point(take)
     budget[kind] -= len(found)
