@@ -205,24 +205,15 @@ def generate_loop_ast(scop: Scop, tree: isl.Schedule) -> LoopAst:
     return LoopAst(loops, note)
 
 
-def _iterator_names(scop: Scop) -> tuple[str, ...]:
+def _tree_ast(scop: Scop, tree: isl.Schedule) -> Node:
+    """isl's loops of schedule tree ``tree``, its parallel marks on the loops they mark."""
     prefix = iterator_prefix(scop)
-    return tuple(f"{prefix}{k}" for k in range(MAX_LOOP_DEPTH))
-
-
-def _build(scop: Scop, iterator_names: tuple[str, ...]) -> isl.AstBuild:
-    """isl's AST build over ``scop``'s context, naming schedule dimension ``d``'s loop
-    ``iterator_names[d]``."""
+    iterator_names = tuple(f"{prefix}{k}" for k in range(MAX_LOOP_DEPTH))
     names = isl.IdList.alloc(isl.DEFAULT_CONTEXT, MAX_LOOP_DEPTH)
     for name in iterator_names:
         names = names.add(isl.Id(name))
-    return isl.AstBuild.from_context(scop.context).set_iterators(names)
-
-
-def _tree_ast(scop: Scop, tree: isl.Schedule) -> Node:
-    """isl's loops of schedule tree ``tree``, its parallel marks on the loops they mark."""
-    iterator_names = _iterator_names(scop)
-    root = _build(scop, iterator_names).node_from_schedule(_with_mark_depths(tree).intersect_domain(scop.domain))
+    build = isl.AstBuild.from_context(scop.context).set_iterators(names)
+    root = build.node_from_schedule(_with_mark_depths(tree).intersect_domain(scop.domain))
     return IslAstTranslator(set(scop.params), iterator_names).node(root)
 
 
