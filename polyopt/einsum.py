@@ -3,6 +3,7 @@
 ::
 
     C = po.einsum("ij,jk->ik", A, B)                 # compiled once per pattern, sizes are parameters
+                                                     # (small calls: an untiled kernel, see SMALL_CALL_ITERATIONS)
     ck = po.einsum_kernel("ij,jk->ik", A, B)         # the CompiledKernel: ck.scop, ck.schedule, ck.c_source
 
 The subscripts are lowered by :mod:`polyopt.frontends.einsum` to one Scop (a zero-fill and an
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -64,6 +66,17 @@ _ORDERS = ("C", "F", "A", "K")
 #: waking a thread team costs microseconds, about what this much work takes on one core
 #: (numpy's BLAS does the same; OpenMP's ``if`` clause is the same idea).
 PARALLEL_MIN_ITERATIONS = 1 << 16
+#: A CPU call whose label sizes multiply to at most this many (so no contraction step runs more
+#: statement instances) runs its pattern's untiled plan: Pluto's schedule without the tiles and
+#: register tiles of :func:`default_schedule_options`. Everything such a call touches fits in the
+#: L1 cache and it takes microseconds either way, while a register tile's unrolled code takes
+#: seconds to generate and optimize (a pattern first seen on small arrays, numpy's own tests, or
+#: a shape check, compiles in a fraction of that). Larger calls of the pattern compile the tiled
+#: plan once they come.
+SMALL_CALL_ITERATIONS = PARALLEL_MIN_ITERATIONS
+#: The schedule options of the untiled plan (sorted pairs): no tiles, no register tiles, and so
+#: no cost model deciding them (``polyopt.compile``'s ``tile=None, register_tile=None``).
+UNTILED = (("register_tile", None), ("tile", None))
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 #: dtypes compiled in a wider polyopt type (the result is cast back exactly, see the module doc)
 _WIDENED = {np.dtype(t): np.dtype(np.int64) for t in (np.bool_, np.int8, np.int16, np.uint8, np.uint16, np.uint32)}
@@ -169,8 +182,9 @@ def default_schedule_options(scop: Scop) -> dict[str, object]:
 def _plan(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, algorithm: str,
           target: str = "cpu", options: tuple | None = None, blocked_sums: bool = False) -> _Plan:
     """The (cached) plan of one pattern; sizes are parameters, so new shapes reuse it.
-    ``options``: schedule options as sorted (name, value) pairs; None: the defaults (CPU:
-    :func:`default_schedule_options`; CUDA: the backend's own tiles and blocks).
+    ``options``: schedule options as sorted (name, value) pairs (e.g. :data:`UNTILED`); None:
+    the defaults (CPU: :func:`default_schedule_options`; CUDA: the backend's own tiles and
+    blocks).
     ``blocked_sums``: long sums in blocks (``einsum_scop``; see :func:`_long_sums`)."""
     element = _element_type(_COMPLEX_PARTS.get(storage, storage))
     scop, temporaries = einsum_scop(spec, broadcast, path, element, complex_parts=storage in _COMPLEX_PARTS,
@@ -200,6 +214,15 @@ def _long_sums(spec: EinsumSpec, sizes: dict[str, int], target: str) -> bool:
     skips the partial sums' stores (short rows: 'ij,ij->i' on 250000x4 ran 0.5 -> 1.1 ms with
     them). The GPU's kernels sum as they are."""
     return target == "cpu" and any(size > SUM_BLOCK for label, size in sizes.items() if label not in spec.output)
+
+
+def _plan_options(where: str, precision: str, sizes: dict[str, int]) -> tuple | None:
+    """The plan options of a call: :data:`UNTILED` for a small CPU call (see
+    :data:`SMALL_CALL_ITERATIONS`), the GPU's precision where it is not the default, else None
+    (the defaults)."""
+    if where == "cpu" and prod(sizes.values()) <= SMALL_CALL_ITERATIONS:
+        return UNTILED
+    return (("precision", precision),) if where == "cuda" and precision != "exact" else None
 
 
 def _target_of(target: str | None, operands: list, out) -> str:
@@ -448,11 +471,6 @@ def _same_kind(result, like):
     return torch.as_tensor(result, device=like.device)
 
 
-def _gpu_options(where: str, precision: str) -> tuple | None:
-    """The plan options of a call: the GPU's precision where it is not the default."""
-    return (("precision", precision),) if where == "cuda" and precision != "exact" else None
-
-
 def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str = "K",
            casting: str = "safe", optimize="greedy", target: str | None = None,
            num_threads: int | None = None, precision: str = "exact"):
@@ -515,7 +533,7 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     # labels run in memory order, a transposed view of the result
     axes = _result_axes(spec, arrays, order) if out is None and where == "cpu" else tuple(range(len(shape)))
     plan = _plan(EinsumSpec(spec.inputs, tuple(spec.output[a] for a in axes)), broadcast, path, storage,
-                 DEFAULT_ALGORITHM, where, _gpu_options(where, precision), _long_sums(spec, sizes, where))
+                 DEFAULT_ALGORITHM, where, _plan_options(where, precision, sizes), _long_sums(spec, sizes, where))
     on_gpu = where == "cuda" and (any(is_cupy(a) for a in ops) or is_cupy(out))
     if on_gpu and out is not None and not is_cupy(out):
         raise TypeError("einsum: out must be a CuPy array when the operands are on the GPU")
@@ -567,7 +585,9 @@ def einsum_kernel(subscripts: str, *shapes_or_arrays, dtype=None, optimize="gree
                   algorithm: str = DEFAULT_ALGORITHM, target: str = "cpu",
                   **schedule_options) -> CompiledKernel | CudaKernel:
     """The compiled kernel that :func:`einsum` runs for these subscripts, operand shapes (tuples)
-    or arrays, and result ``dtype`` (default: numpy's result type of the arrays, else float64).
+    or arrays, and result ``dtype`` (default: numpy's result type of the arrays, else float64)
+    on calls larger than :data:`SMALL_CALL_ITERATIONS` (smaller ones run the untiled kernel,
+    ``einsum_kernel(..., tile=None, register_tile=None)``).
 
     Inspect it (``.scop``, ``.schedule``, ``.c_source``, ``.llvm_ir``; ``.cuda_source`` with
     ``target="cuda"``, which needs no GPU to compile) or call it with keyword arrays

@@ -473,6 +473,28 @@ def test_compute_bound_contractions_get_tiles_and_register_tiles():
     _check(out, a @ b)
 
 
+def test_small_calls_run_the_untiled_kernel_and_larger_ones_the_tiled_kernel():
+    """A call whose label sizes multiply to at most SMALL_CALL_ITERATIONS runs its pattern's
+    untiled kernel (no tile or register-tile loops: cheap to compile); a larger call of the same
+    pattern the tiled, register-tiled one. Both give numpy's results, and so does the tiled
+    kernel called directly on small odd sizes (partial register tiles everywhere)."""
+    from polyopt import einsum_calls
+    from polyopt.einsum import SMALL_CALL_ITERATIONS
+    untiled = po.einsum_kernel("ij,jk->ik", (4, 5), (5, 6), tile=None, register_tile=None)
+    tiled = po.einsum_kernel("ij,jk->ik", (4, 5), (5, 6))
+    assert ") mod " not in str(untiled.schedule) and ") mod " in str(tiled.schedule)
+    for shape, kernel in [((7, 5, 3), untiled), ((64, 64, 17), tiled)]:
+        assert (np.prod(shape) <= SMALL_CALL_ITERATIONS) == (kernel is untiled)
+        a, b = _operand(shape[:2]), _operand(shape[1:])
+        _check(po.einsum("ij,jk->ik", a, b), a @ b)
+        key = einsum_calls.call_key(("ij,jk->ik", a, b), None, None, "K", "safe", "greedy", None, None)
+        assert einsum_calls.recorded(key + ("exact",)).function is kernel.native_function
+    a, b = _operand((7, 5)), _operand((5, 3))
+    out = np.zeros((7, 3))
+    tiled(op0=a, op1=b, out=out)
+    _check(out, a @ b)
+
+
 @pytest.mark.parametrize("num_threads", [1, 2, None])
 def test_num_threads_gives_the_same_result(num_threads):
     a, b = _operand((300, 40)), _operand((40, 300))  # above the one-thread threshold
