@@ -135,8 +135,21 @@ def map_to_gpu(scop: Scop, tree: isl.Schedule, name: str) -> GpuProgram:
     """The host program of schedule ``tree``; kernels are named ``{name}_k0``, ``_k1``, ...
     (launch-site order); its ``tree`` is ``tree`` as mapped (see the module docstring)."""
     check_user_names(scop)
+    tree = tree.map_schedule_node_bottom_up(_without_ast_options)
     host, root = _Mapper(scop, name).steps(tree.get_root(), ())
     return GpuProgram(scop, tuple(host), tuple(kernels_in(host)), root.get_schedule())
+
+
+def _without_ast_options(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    """A band without the CPU's AST build options (a register tile's isolated part and unrolled
+    loop types): the GPU program builds its loops itself, and options that refer to outer
+    schedule dimensions anchor the subtree, which keeps the mapping from moving its bands."""
+    if node.get_type() != isl.schedule_node_type.band:
+        return node
+    node = node.band_set_ast_build_options(isl.UnionSet.empty(node.band_get_ast_build_options().get_space()))
+    for k in range(node.band_n_member()):
+        node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.default)
+    return node
 
 
 def kernel_mark(name: str) -> isl.Id:

@@ -389,3 +389,22 @@ def test_the_plan_records_its_mapping_and_replays_to_the_same_source(name):
     assert len(recorded) in (0, len(kernels))  # all kernels' coordinates, or none (loops split anew)
     again = po.Trace.from_json(made.schedule.trace.to_json()).apply(po.schedule(kernel, "original"), check=False)
     assert po.cuda_source(kernel, schedule=again) == made.source.source
+
+
+# Found by the random-steps property test: a register tile's AST options (its isolated part refers
+# to the outer loops) anchored the subtree, and isl refused to move the band the mapping splits.
+REGISTER_TILED_OUTER = '''def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f64["3 * N + 8"]):
+    for i0_1 in range(0, N - 1):
+        for i0_2 in range(i0_1 + 1, N):
+            B[(N - 1 - i0_2) + 2] = 0.5 * B[i0_2 + 3]
+    for i3_1 in range(1, N - 1):
+        B[(N - 1 - i3_1) + 10] = -0.5 * B[10] + 0.25 * B[(N - 1 - i3_1) + 3]
+'''
+
+
+def test_a_register_tiled_schedule_maps_to_the_gpu():
+    kernel = po.kernel_from_source(REGISTER_TILED_OUTER)
+    tiled = po.schedule(kernel, "original").register_tile("i3_1", sizes=[2])
+    assert "__global__" in po.cuda_source(kernel, schedule=tiled)
+    gemm = po.suite.get("gemm").kernel
+    assert "__global__" in po.cuda_source(gemm, schedule=po.schedule(gemm, "pluto", register_tile="auto"))

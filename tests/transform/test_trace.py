@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, Phase, event, given, seed, settings
 from hypothesis import strategies as st
 
 import polyopt as po
+from random_steps import apply_random_steps
 from test_random_nests import nest_source
 
 SUITE = po.suite.names()
@@ -115,106 +116,10 @@ def test_malformed_trace_json(text):
 FUZZ_EXAMPLES = int(os.environ.get("POLYOPT_FUZZ_EXAMPLES", "0"))
 FUZZ_SEED = os.environ.get("POLYOPT_FUZZ_SEED")
 _seeded = seed(int(FUZZ_SEED)) if FUZZ_SEED is not None else (lambda test: test)
-REFUSED = (po.ScheduleError, po.IllegalScheduleError)
-
-PRIMITIVE_NAMES = ("tile", "split", "interchange", "permute", "skew", "shift", "reverse", "fuse",
-                   "distribute", "wavefront", "parallel", "vectorize", "unroll", "register_tile")
-
-
 def _fuzz_settings(examples: int):
     return settings(max_examples=FUZZ_EXAMPLES or examples, deadline=None, derandomize=FUZZ_SEED is None,
                     database=None, phases=[Phase.explicit, Phase.generate],
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-
-
-def _within(draw, loop):
-    """None, or a random non-empty subset of the statements the loop runs."""
-    if len(loop.statements) < 2 or draw(st.booleans()):
-        return None
-    return draw(st.lists(st.sampled_from(loop.statements), min_size=1, unique=True))
-
-
-def _nest_of(draw, s, count: int):
-    """``count`` loops around one statement, consecutive, outermost first (or fewer there)."""
-    statement = draw(st.sampled_from([stmt.name for stmt in s.scop.statements]))
-    around = s.loops(statement)
-    if not around:
-        return ()
-    count = min(count, len(around))
-    start = draw(st.integers(0, len(around) - count))
-    return around[start:start + count]
-
-
-def random_step(draw, s):
-    """(primitive, loops, options) drawn for schedule ``s``, handles from its loops."""
-    primitive = draw(st.sampled_from(PRIMITIVE_NAMES))
-    every = s.loops()
-    if not every:
-        return primitive, (), {}
-    one = draw(st.sampled_from(every))
-    if primitive == "tile":
-        loops = _nest_of(draw, s, draw(st.integers(1, 3)))
-        size = st.integers(1, 6)
-        sizes = draw(st.one_of(size, st.lists(size, min_size=len(loops), max_size=len(loops)),
-                               st.lists(st.lists(size, min_size=len(loops), max_size=len(loops)),
-                                        min_size=2, max_size=2).map(lambda levels: [[a * b for a, b in zip(*levels)],
-                                                                                    levels[1]])))
-        return primitive, loops, {"sizes": sizes, "within": _within(draw, loops[0]) if loops else None}
-    if primitive == "split":
-        return primitive, (one,), {"factor": draw(st.integers(1, 5)), "within": _within(draw, one)}
-    if primitive in ("interchange", "skew", "wavefront"):
-        loops = _nest_of(draw, s, 3)
-        if len(loops) < 2:
-            return primitive, (one, one), {}
-        a, b = sorted(draw(st.lists(st.integers(0, len(loops) - 1), min_size=2, max_size=2, unique=True)))
-        options = {}
-        if primitive == "skew":
-            options["factor"] = draw(st.sampled_from([1, 1, 2, -1]))
-        options["within"] = _within(draw, loops[a])
-        return primitive, (loops[a], loops[b]), options
-    if primitive == "permute":
-        loops = list(_nest_of(draw, s, 3))
-        draw(st.randoms(use_true_random=False)).shuffle(loops)
-        return primitive, tuple(loops), {"within": _within(draw, loops[0]) if loops else None}
-    if primitive == "shift":
-        return primitive, (one,), {"offset": draw(st.integers(-3, 3)), "within": _within(draw, one)}
-    if primitive == "reverse":
-        return primitive, (one,), {"within": _within(draw, one)}
-    if primitive == "fuse":
-        loops = draw(st.lists(st.sampled_from(every), min_size=2, max_size=3))  # repeats: refused
-        return primitive, tuple(loops), {"depth": draw(st.integers(1, 2))}
-    if primitive == "distribute":
-        groups = None
-        if len(one.statements) > 1 and draw(st.booleans()):
-            order = list(one.statements)
-            draw(st.randoms(use_true_random=False)).shuffle(order)
-            cut = draw(st.integers(1, len(order) - 1))
-            groups = [order[:cut], order[cut:]]
-        return primitive, (one,), {"groups": groups}
-    if primitive == "unroll":
-        return primitive, (one,), {"factor": draw(st.sampled_from([None, 2, 3, 4])), "within": _within(draw, one)}
-    if primitive == "register_tile":
-        loops = _nest_of(draw, s, 2)
-        return primitive, loops, {"sizes": draw(st.lists(st.integers(1, 4), min_size=len(loops),
-                                                          max_size=len(loops))),
-                                  "within": _within(draw, loops[0]) if loops else None}
-    return primitive, (one,), {"within": _within(draw, one)}  # parallel, vectorize
-
-
-def apply_random_steps(draw, s):
-    """Up to 4 random steps on ``s``; each refused one is skipped. Returns the last schedule
-    and the number of steps that were carried out."""
-    done = 0
-    for _ in range(draw(st.integers(1, 4))):
-        primitive, loops, options = random_step(draw, s)
-        try:
-            s = getattr(s, primitive)(*loops, **{k: v for k, v in options.items() if v is not None})
-        except REFUSED as exc:
-            event(f"{primitive} refused: {type(exc).__name__}")
-            continue
-        event(f"{primitive} applied")
-        done += 1
-    return s, done
 
 
 def assert_same_as_interpreter(kernel, s, args: dict, label: str):
@@ -276,8 +181,8 @@ def test_random_steps_give_cuda_that_nvcc_builds(source, data, tmp_path_factory)
     s, done = apply_random_steps(data.draw, po.schedule(kernel, "original"))
     try:
         cuda = po.cuda_source(kernel, schedule=s)
-    except po.ScheduleError as exc:  # e.g. a schedule the GPU mapping declines
-        event(f"cuda declined: {exc}")
+    except (po.ScheduleError, po.CodegenError) as exc:  # a schedule the GPU mapping declines, a
+        event(f"cuda declined: {type(exc).__name__}")  # gpu_promote placement it cannot follow
         return
     folder = tmp_path_factory.mktemp("cuda")
     (folder / "kernel.cu").write_text(cuda)
