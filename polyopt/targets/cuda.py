@@ -286,7 +286,10 @@ class CudaKernel:
     A call on GPU arrays like an earlier one (:meth:`call_key`: same array shapes, dtypes,
     strides and devices, same other values) replays the earlier call's launches
     (:class:`LaunchRecord`) with the new arrays' addresses, skipping the argument checks and
-    the host program."""
+    the host program. A call with the very arguments of the one before (the same CuPy array
+    objects, at the same addresses, shapes and strides, and the same immutable scalars: a loop
+    calling the kernel on its buffers) skips even that (:class:`RepeatedCall`): its launches
+    go as they are, several of them as one CUDA graph."""
 
     scop: Scop
     schedule: Schedule
@@ -295,6 +298,7 @@ class CudaKernel:
     checked_params: dict = field(default_factory=dict, repr=False)
     _graphs: dict = field(default_factory=dict, repr=False)
     _records: dict = field(default_factory=dict, repr=False)
+    _last: "RepeatedCall | None" = field(default=None, repr=False)
 
     @property
     def cuda_source(self) -> str:
@@ -305,11 +309,16 @@ class CudaKernel:
         return self.compiled.program
 
     def __call__(self, *args, **kwargs) -> None:
+        last = self._last
+        if last is not None and last.matches(args, kwargs):
+            last.launch()
+            return
         named = self.named(args, kwargs)
         key = self.call_key(named)
         known = self.recorded(key)
         if known is not None:
             known(named)
+            self._last = RepeatedCall.of(args, kwargs, known, named)
             return
         bound, device, copy_back = self.bind(args, kwargs)
         record = self.launch(bound.params, bound.scalars, device, record=not copy_back)
@@ -460,8 +469,14 @@ class LaunchRecord:
     launches: tuple[tuple[object, tuple, tuple, tuple], ...]
 
     def __call__(self, named: dict) -> None:
-        """Launch on the current stream with the arguments ``named`` (CuPy arrays, scalars),
-        after the overlap check :meth:`CudaKernel.bind` makes (addresses change per call)."""
+        """Launch on the current stream with the arguments ``named`` (CuPy arrays, scalars)."""
+        values = self.values(named)
+        for function, grid, block, tail in self.launches:
+            function(grid, block, (*values, *tail))
+
+    def values(self, named: dict) -> list:
+        """The kernel arguments for the values ``named`` (CuPy arrays, scalars), after the
+        overlap check :meth:`CudaKernel.bind` makes (addresses change per call)."""
         values, arrays = [], {}
         for kind, name, how in self.arguments:
             if kind == "param":
@@ -473,8 +488,70 @@ class LaunchRecord:
                 values.append(arrays[name])
         if len(arrays) > 1 and self.written:
             _check_device_aliasing(self.kernel, arrays, self.written)
-        for function, grid, block, tail in self.launches:
-            function(grid, block, (*values, *tail))
+        return values
+
+
+#: Types of scalar arguments whose identity fixes their value (a repeated call may skip them).
+_IMMUTABLE_SCALARS = (int, float, bool, complex, np.generic)
+
+
+@dataclass(eq=False)
+class RepeatedCall:
+    """The call of a :class:`CudaKernel` made last, ready to launch again when the next call
+    passes the same arguments: the identities of its arguments (CuPy arrays and immutable
+    scalars only; the scalars are held, so their identities stay theirs), each array's address,
+    shape, strides and dtype (CuPy arrays can be reshaped in place, and an array object freed
+    and made again may land on the same identity: with the same address and layout it is the
+    same call), and the launches with whole argument tuples, arrays as their addresses (no
+    array is kept alive by it). Several launches are captured once into a CUDA graph, launched
+    on the current stream as one."""
+
+    keywords: tuple[str, ...]
+    identities: tuple[int, ...]
+    scalars: tuple
+    layouts: tuple
+    launches: tuple
+    graph: object = None
+
+    @classmethod
+    def of(cls, args: tuple, kwargs: dict, record: LaunchRecord, named: dict) -> "RepeatedCall | None":
+        """The repeatable form of a call that ``record`` just replayed with ``named``, or None
+        where an argument is neither a CuPy array nor an immutable scalar."""
+        given = args + tuple(kwargs.values())
+        if not all(is_cupy(v) or isinstance(v, _IMMUTABLE_SCALARS) for v in given):
+            return None
+        values = [np.uint64(v.data.ptr) if is_cupy(v) else v for v in record.values(named)]
+        launches = tuple((function, grid, block, (*values, *tail))
+                         for function, grid, block, tail in record.launches)
+        return cls(tuple(kwargs), tuple(map(id, given)), tuple(v for v in given if not is_cupy(v)),
+                   _layouts(given), launches)
+
+    def matches(self, args: tuple, kwargs: dict) -> bool:
+        """Whether ``args``/``kwargs`` are this call's arguments again, arrays unchanged."""
+        given = args + tuple(kwargs.values()) if kwargs else args
+        return (tuple(map(id, given)) == self.identities and tuple(kwargs) == self.keywords
+                and _layouts(given) == self.layouts)
+
+    def launch(self) -> None:
+        """The launches again, on the current stream."""
+        if len(self.launches) == 1:
+            function, grid, block, values = self.launches[0]
+            function(grid, block, values)
+            return
+        cupy = cupy_module()
+        if self.graph is None:
+            stream = cupy.cuda.Stream(non_blocking=True)
+            with stream:
+                stream.begin_capture()
+                for function, grid, block, values in self.launches:
+                    function(grid, block, values)
+                self.graph = stream.end_capture()
+        self.graph.launch(cupy.cuda.get_current_stream())
+
+
+def _layouts(values: tuple) -> tuple:
+    """(address, shape, strides, dtype) of each CuPy array among ``values``."""
+    return tuple((v.data.ptr, v.shape, v.strides, v.dtype) for v in values if is_cupy(v))
 
 
 class _Recorder:

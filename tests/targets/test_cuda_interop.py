@@ -16,7 +16,7 @@ from polyopt import einsum_calls
 from polyopt.bench import einsum_cuda
 from polyopt.cli import main
 from polyopt.errors import ArgumentError
-from polyopt.targets.cuda import LaunchRecord, array_signature, as_cupy, is_device_array
+from polyopt.targets.cuda import LaunchRecord, RepeatedCall, array_signature, as_cupy, is_device_array
 
 from conftest import needs_gpu, needs_no_gpu
 
@@ -136,6 +136,32 @@ def test_a_launch_record_replays_with_the_new_arrays_and_scalars():
     with pytest.raises(ArgumentError, match="overlap"):
         record({"alpha": 1.0, "A": a, "B": FakeCupy((8,), ptr=(1 << 20) + 4)})
     assert len(calls) == 1
+
+
+def test_a_repeated_call_launches_again_only_for_the_same_arguments():
+    calls = []
+    record = LaunchRecord("scale", (("param", "N", np.int64(8)), ("scalar", "alpha", np.float32),
+                                    ("array", "A", None), ("array", "B", None)),
+                          frozenset({"B"}), ((_recording_function(calls), (1, 1, 1), (32, 1, 1), (np.int64(5),)),))
+    a, b = FakeCupy((8,), ptr=1 << 20), FakeCupy((8,), ptr=1 << 21)
+    alpha = 2.5
+    repeat = RepeatedCall.of((alpha, a), {"B": b}, record, {"alpha": alpha, "A": a, "B": b, "N": 8})
+    assert repeat.matches((alpha, a), {"B": b})
+    repeat.launch()
+    ((grid, block, args),) = calls
+    assert args[0] == 8 and args[1] == np.float32(2.5) and args[4] == 5
+    # arrays go as their addresses: the repeat keeps no array alive
+    assert (args[2], args[3]) == (1 << 20, 1 << 21) and not any(isinstance(v, FakeCupy) for v in args)
+    assert not repeat.matches((alpha, FakeCupy((8,), ptr=1 << 20)), {"B": b})  # another object
+    assert not repeat.matches((3.5, a), {"B": b})  # another scalar
+    assert not repeat.matches((alpha, a, b), {})  # positional instead of keyword
+    a.shape, a.strides = (4,), (4,)  # reshaped in place
+    assert not repeat.matches((alpha, a), {"B": b})
+    a.shape, a.strides = (8,), (4,)
+    a.data = _Data(1 << 22)  # another address
+    assert not repeat.matches((alpha, a), {"B": b})
+    # a mutable scalar (a 0-d array) or a numpy argument: no repeat form
+    assert RepeatedCall.of((np.array(2.5), a), {"B": b}, record, {"alpha": 2.5, "A": a, "B": b}) is None
 
 
 def test_einsum_call_keys_of_cupy_operands_hold_strides_and_device():
@@ -300,6 +326,26 @@ def test_kernel_on_cupy_arrays_in_place_and_replayed(cp, scale_kernel):
     cp.testing.assert_array_equal(f, 3 * e)
     with pytest.raises(ArgumentError, match="overlap"):
         scale_kernel(2.0, a, a)
+    for alpha in (4.0, 4.0, 4.0, 5.0):  # the same arguments again: the repeat path, until alpha changes
+        scale_kernel(alpha, c, d)
+        cp.testing.assert_array_equal(d, alpha * c)
+    assert scale_kernel._last is not None
+
+
+@needs_gpu
+def test_repeated_calls_of_a_host_loop_replay_one_graph(cp):
+    entry = po.suite.get("jacobi-2d")
+    inputs = entry.inputs(entry.sizes("MINI"))
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
+    device = {k: (cp.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
+    compiled = po.compile(entry.kernel, target="cuda")
+    for _ in range(4):  # the full path, the recorded launches, then the repeat as a graph
+        compiled(**device)
+        entry.reference(**expected)
+    assert compiled._last is not None and compiled._last.graph is not None
+    for key, value in expected.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_allclose(cp.asnumpy(device[key]), value, rtol=1e-9, atol=1e-9)
 
 
 @needs_gpu
