@@ -1,4 +1,5 @@
-"""LLVM IR for a loop AST (llvmlite), optimized at -O3 for the host CPU and JIT-compiled.
+"""LLVM IR for a loop AST (llvmlite), optimized at -O3 (or a lower level on request) for the host
+CPU and JIT-compiled.
 
 Loop iterators live in stack slots that LLVM's mem2reg promotes; array arguments are ``noalias``
 flat pointers, aligned to their element size (checked at call time), indexed row-major with
@@ -899,19 +900,25 @@ def _ordered_reductions():
         llvm.set_option("polyopt", "-force-ordered-reductions=false")
 
 
+#: The optimization levels of :func:`jit_compile` (LLVM's -O0 to -O3).
+LEVELS = (0, 1, 2, 3)
+
+
 def jit_compile(ir_text: str, function_name: str,
-                object_sink: Callable[[bytes], None] | None = None) -> NativeFunction:
-    """Verify, optimize (-O3 pipeline with vectorizers on) and JIT-compile ``ir_text``.
-    ``object_sink`` receives the object code MCJIT emits (llvmlite's object cache ``notify``
-    hook), for :func:`jit_load` in a later process (polyopt/targets/disk_cache.py)."""
+                object_sink: Callable[[bytes], None] | None = None, level: int = 3) -> NativeFunction:
+    """Verify, optimize and JIT-compile ``ir_text``: LLVM's -O``level`` pass pipeline, with the
+    loop and SLP vectorizers and the unroller on from level 2 (level 1: scalar code for a
+    fraction of the compile time, for kernels that run too briefly to gain from vectors), and
+    the -O3 code generator. ``object_sink`` receives the object code MCJIT emits (llvmlite's object
+    cache ``notify`` hook), for :func:`jit_load` in a later process (polyopt/targets/disk_cache.py)."""
     with _LLVM_LOCK:
         tm = _new_target_machine()
         module = llvm.parse_assembly(ir_text)
         module.verify()
-        options = llvm.create_pipeline_tuning_options(speed_level=3)
-        options.loop_vectorization = True
-        options.slp_vectorization = True
-        options.loop_unrolling = True
+        options = llvm.create_pipeline_tuning_options(speed_level=level)
+        options.loop_vectorization = level >= 2
+        options.slp_vectorization = level >= 2
+        options.loop_unrolling = level >= 2
         builder = llvm.create_pass_builder(tm, options)
         with _ordered_reductions():
             builder.getModulePassManager().run(module, builder)

@@ -3,7 +3,7 @@
 ::
 
     C = po.einsum("ij,jk->ik", A, B)                 # compiled once per pattern, sizes are parameters
-                                                     # (small calls: an untiled kernel, see SMALL_CALL_ITERATIONS)
+                                                     # (small calls: untiled kernels, see SMALL_CALL_ITERATIONS)
     ck = po.einsum_kernel("ij,jk->ik", A, B)         # the CompiledKernel: ck.scop, ck.schedule, ck.c_source
 
 The subscripts are lowered by :mod:`polyopt.frontends.einsum` to one Scop (a zero-fill and an
@@ -67,16 +67,23 @@ _ORDERS = ("C", "F", "A", "K")
 #: (numpy's BLAS does the same; OpenMP's ``if`` clause is the same idea).
 PARALLEL_MIN_ITERATIONS = 1 << 16
 #: A CPU call whose label sizes multiply to at most this many (so no contraction step runs more
-#: statement instances) runs its pattern's untiled plan: Pluto's schedule without the tiles and
-#: register tiles of :func:`default_schedule_options`. Everything such a call touches fits in the
-#: L1 cache and it takes microseconds either way, while a register tile's unrolled code takes
-#: seconds to generate and optimize (a pattern first seen on small arrays, numpy's own tests, or
-#: a shape check, compiles in a fraction of that). Larger calls of the pattern compile the tiled
-#: plan once they come.
+#: statement instances) runs its pattern's untiled plan (:data:`UNTILED`): Pluto's schedule
+#: without the tiles and register tiles of :func:`default_schedule_options`. Everything such a
+#: call touches fits in the L1 cache and it takes microseconds either way, while a register
+#: tile's unrolled code takes seconds to generate and optimize (a pattern first seen on small
+#: arrays, numpy's own tests, or a shape check, compiles in a fraction of that). Larger calls of
+#: the pattern compile the tiled plan once they come.
 SMALL_CALL_ITERATIONS = PARALLEL_MIN_ITERATIONS
 #: The schedule options of the untiled plan (sorted pairs): no tiles, no register tiles, and so
 #: no cost model deciding them (``polyopt.compile``'s ``tile=None, register_tile=None``).
 UNTILED = (("register_tile", None), ("tile", None))
+#: A CPU call of at most this many (label sizes multiplied) runs the untiled plan compiled at
+#: LLVM's -O1 (:data:`TINY`): scalar code, which runs a few nanoseconds more per instance than
+#: the vectorized -O3 code (on tens of thousands of instances, several times longer), for
+#: about half of LLVM's compile time.
+TINY_CALL_ITERATIONS = 1 << 10
+#: The compile options of the -O1 untiled plan.
+TINY = (("llvm_level", 1),) + UNTILED
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 #: dtypes compiled in a wider polyopt type (the result is cast back exactly, see the module doc)
 _WIDENED = {np.dtype(t): np.dtype(np.int64) for t in (np.bool_, np.int8, np.int16, np.uint8, np.uint16, np.uint32)}
@@ -217,11 +224,12 @@ def _long_sums(spec: EinsumSpec, sizes: dict[str, int], target: str) -> bool:
 
 
 def _plan_options(where: str, precision: str, sizes: dict[str, int]) -> tuple | None:
-    """The plan options of a call: :data:`UNTILED` for a small CPU call (see
-    :data:`SMALL_CALL_ITERATIONS`), the GPU's precision where it is not the default, else None
-    (the defaults)."""
-    if where == "cpu" and prod(sizes.values()) <= SMALL_CALL_ITERATIONS:
-        return UNTILED
+    """The plan options of a call: :data:`TINY` or :data:`UNTILED` for a small CPU call (see
+    :data:`TINY_CALL_ITERATIONS`, :data:`SMALL_CALL_ITERATIONS`), the GPU's precision where it
+    is not the default, else None (the defaults)."""
+    iterations = prod(sizes.values())
+    if where == "cpu" and iterations <= SMALL_CALL_ITERATIONS:
+        return TINY if iterations <= TINY_CALL_ITERATIONS else UNTILED
     return (("precision", precision),) if where == "cuda" and precision != "exact" else None
 
 
@@ -587,7 +595,8 @@ def einsum_kernel(subscripts: str, *shapes_or_arrays, dtype=None, optimize="gree
     """The compiled kernel that :func:`einsum` runs for these subscripts, operand shapes (tuples)
     or arrays, and result ``dtype`` (default: numpy's result type of the arrays, else float64)
     on calls larger than :data:`SMALL_CALL_ITERATIONS` (smaller ones run the untiled kernel,
-    ``einsum_kernel(..., tile=None, register_tile=None)``).
+    ``einsum_kernel(..., tile=None, register_tile=None)``, with ``llvm_level=1`` at most
+    :data:`TINY_CALL_ITERATIONS`).
 
     Inspect it (``.scop``, ``.schedule``, ``.c_source``, ``.llvm_ir``; ``.cuda_source`` with
     ``target="cuda"``, which needs no GPU to compile) or call it with keyword arrays

@@ -19,7 +19,8 @@ from polyopt.analysis.verify import verify
 from polyopt.codegen.loop_nodes import Node, loop_ast_text
 from polyopt.codegen.ast import build_loop_ast, generate_loop_ast
 from polyopt.codegen.c import c_function
-from polyopt.codegen.llvm import STATUS_OK, STATUS_ZERO_DIVISION, NativeFunction, jit_compile, jit_load, llvm_ir
+from polyopt.codegen.llvm import (LEVELS, STATUS_OK, STATUS_ZERO_DIVISION, NativeFunction, jit_compile, jit_load,
+                                  llvm_ir)
 from polyopt.errors import ArgumentError, KernelZeroDivisionError
 from polyopt.islutil import ISL_LOCK
 from polyopt.schedulers.cost import BandCost
@@ -146,7 +147,8 @@ class CachedKernel(CompiledKernel):
 
 def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
             schedule: Schedule | None = None, num_threads: int | None = None,
-            reassociate: bool = False, tuned: bool = False, **schedule_options) -> CompiledKernel:
+            reassociate: bool = False, tuned: bool = False, llvm_level: int = 3,
+            **schedule_options) -> CompiledKernel:
     """Compile a kernel (or a Scop) to native code; cached, so a second call is free.
 
     ``algorithm`` names a scheduler (``polyopt.algorithms()``), or ``schedule`` (or a Schedule
@@ -156,11 +158,17 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
     independent verifier before code is generated. ``num_threads`` is the default team
     size of its parallel loops (None: every core); ``reassociate`` (CPU) lets floating-point
     sums along the innermost loop run as partial sums in vector lanes, so results may differ
-    from the program's order by rounding (po.einsum does this, as numpy.einsum does); the other
+    from the program's order by rounding (po.einsum does this, as numpy.einsum does);
+    ``llvm_level`` (CPU) is LLVM's optimization level, 0 to 3 (below 2: no vectorizers and no
+    unrolling, a fraction of the compile time; po.einsum's small calls use 1); the other
     options go to the scheduler. ``tuned=True`` compiles what ``po.autotune`` chose for this
     kernel on this machine, from its tuning database (see
     :func:`polyopt.schedulers.autotune.compile_tuned`; none recorded: a warning and the default).
     """
+    if llvm_level not in LEVELS:
+        raise ArgumentError(f"llvm_level={llvm_level!r}: LLVM's optimization levels are {', '.join(map(str, LEVELS))}")
+    if llvm_level != 3 and (tuned or target != "cpu"):
+        raise ArgumentError("llvm_level is an option of target='cpu' without tuned=True")
     if tuned:
         from polyopt.schedulers.autotune import compile_tuned  # (autotune imports this module)
         return compile_tuned(kernel, target=target, algorithm=algorithm, schedule=schedule, num_threads=num_threads,
@@ -182,7 +190,7 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
             return _compile_cuda(kernel, algorithm, schedule, schedule_options)
     with ISL_LOCK:  # isl's context is the process's: one compiling thread inside it at a time
         start = time.perf_counter()  # the key parses the kernel (once per kernel object)
-        key = cache_key(kernel, target, algorithm, schedule_options, schedule) + (bool(reassociate),)
+        key = cache_key(kernel, target, algorithm, schedule_options, schedule) + (bool(reassociate), llvm_level)
         compiled = COMPILED.get(key)
         if compiled is None:
             scop, parse_seconds = getattr(kernel, "scop", kernel), time.perf_counter() - start
@@ -190,7 +198,8 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
             if compiled is None:
                 objects: list[bytes] = []
                 compiled = _compile(scop, algorithm, schedule_options, bool(reassociate), parse_seconds,
-                                    schedule=schedule, object_sink=objects.append if disk_cache.enabled() else None)
+                                    schedule=schedule, object_sink=objects.append if disk_cache.enabled() else None,
+                                    llvm_level=llvm_level)
                 _to_disk(key, compiled, objects, given_schedule=schedule is not None)
             COMPILED[key] = compiled
     if num_threads is None:  # the thread count is a call argument: one native code serves all
@@ -208,9 +217,10 @@ def _compile_cuda(kernel, algorithm: str, schedule: Schedule | None, options: di
 
 
 def _compile(scop: Scop, algorithm: str, schedule_options: dict, reassociate: bool,
-             parse_seconds: float, schedule: Schedule | None = None, object_sink=None) -> CompiledKernel:
+             parse_seconds: float, schedule: Schedule | None = None, object_sink=None,
+             llvm_level: int = 3) -> CompiledKernel:
     """The whole chain after parsing (``parse_seconds``), uncached: schedule (unless given),
-    verify, loop AST, C and LLVM, native code."""
+    verify, loop AST, C and LLVM, native code (LLVM's -O``llvm_level``)."""
     times = {"parse": parse_seconds}
     start = time.perf_counter() - parse_seconds
     sched = schedule if schedule is not None else run_scheduler(scop, algorithm, **schedule_options)
@@ -225,7 +235,7 @@ def _compile(scop: Scop, algorithm: str, schedule_options: dict, reassociate: bo
     c_source = c_function(scop, loops, name, openmp=True)
     ir_text = llvm_ir(scop, loops, name, reassociate=reassociate)
     times["codegen"] = time.perf_counter() - start - sum(times.values())
-    native = jit_compile(ir_text, name, object_sink)
+    native = jit_compile(ir_text, name, object_sink, llvm_level)
     times["llvm"] = time.perf_counter() - start - sum(times.values())
     return CompiledKernel(scop, sched, loops, c_source, ir_text, native, name, times)
 
