@@ -19,9 +19,9 @@ def test_cuda_source_of_an_einsum_needs_no_gpu():
     assert po.einsum_kernel("bij,bjk->bik", (7, 3, 4), (7, 4, 9), target="cuda") is kernel
     with pytest.raises(ValueError, match="unknown target"):
         po.einsum_kernel("ij->i", (2, 2), target="gpu")
-    # a 0-d result is a pointer to its one element
+    # a 0-d result is a pointer to its one element; the dot product's sum runs on a warp
     dot = po.einsum_kernel("i,i->", (9,), (9,), target="cuda").cuda_source
-    assert "out[0] = out[0] + op0[c0] * op1[c0];" in dot
+    assert "_s0 = _s0 + op0[c0] * op1[c0];" in dot and "out[0] = out[0] + _s0;" in dot
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
