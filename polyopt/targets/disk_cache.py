@@ -2,8 +2,11 @@
 
 Where: ``$POLYOPT_CACHE_DIR``, else ``$XDG_CACHE_HOME/polyopt``, else ``~/.cache/polyopt``.
 ``POLYOPT_CACHE=0`` turns it off (nothing is read or written); ``POLYOPT_CACHE_MAX_MB``
-(default 512, fractions allowed) bounds its size: after each write the least recently used
-entries (by modification time, which a hit refreshes) are removed until it fits.
+(default 512, fractions allowed) bounds its size: after a write the least recently used
+entries (by modification time, which a hit refreshes) are removed until it fits. The directory
+is listed for that only when this process's writes since its last listing could have passed
+the bound, or after :data:`RESCAN_WRITES` writes (other processes' entries count too): listing
+it after every write cost time in proportion to its entries, on every compile.
 
 One file per compile request, named by the SHA-256 of the request (:func:`entry_name`: the
 in-memory cache key of :mod:`polyopt.targets.cache` -- the kernel's ``scop_fingerprint``,
@@ -45,6 +48,12 @@ SUFFIX = ".pco"
 DEFAULT_MAX_MB = 512.0
 #: Temporary files older than this (seconds) are left-overs of a killed writer: evicted.
 _STALE_TEMP_SECONDS = 3600.0
+
+#: Writes after which a process lists the directory again to evict, whatever its own writes add.
+RESCAN_WRITES = 64
+#: Per cache directory: (its bytes at this process's last listing plus what it wrote since,
+#: writes since), for :func:`store`'s decision to list it again.
+_WRITTEN: dict[Path, tuple[int, int]] = {}
 
 #: What this process did with the cache (tests and ``polyopt cache info`` read it).
 STATS = {"hits": 0, "misses": 0, "writes": 0, "corrupt": 0, "errors": 0, "evicted": 0}
@@ -231,8 +240,21 @@ def store(key, meta: dict, blobs: dict[str, bytes], compress: tuple[str, ...] = 
             _discard(Path(temp))
         return None
     STATS["writes"] += 1
-    evict()
+    _evict_after_write(directory, len(MAGIC) + 32 + len(body))
     return path
+
+
+def _evict_after_write(directory: Path, size: int) -> None:
+    """:func:`evict` after a write of ``size`` bytes to ``directory``, unless this process knows
+    the directory still fits (see the module doc)."""
+    with _LOCK:
+        known = _WRITTEN.get(directory)
+        if known is not None:
+            total, writes = known[0] + size, known[1] + 1
+            if total <= max_bytes() and writes < RESCAN_WRITES:
+                _WRITTEN[directory] = (total, writes)
+                return
+    evict()
 
 
 def _entries(directory: Path) -> list[tuple[float, int, Path]]:
@@ -263,8 +285,9 @@ def evict(limit: int | None = None) -> int:
     """Remove least recently used entries until the cache holds at most ``limit`` bytes
     (default :func:`max_bytes`); returns how many were removed."""
     limit = max_bytes() if limit is None else limit
+    directory = cache_dir()
     with _LOCK:
-        entries = sorted(_entries(cache_dir()), key=lambda e: e[0])
+        entries = sorted(_entries(directory), key=lambda e: e[0])
         total, removed = sum(size for _, size, _ in entries), 0
         for _, size, path in entries:
             if total <= limit:
@@ -273,6 +296,7 @@ def evict(limit: int | None = None) -> int:
             total -= size
             removed += 1
         STATS["evicted"] += removed
+        _WRITTEN[directory] = (total, 0)
     return removed
 
 
@@ -287,6 +311,8 @@ def clear() -> int:
     """Remove every entry (and temporary file) of the cache; returns how many entries."""
     directory = cache_dir()
     removed = 0
+    with _LOCK:
+        _WRITTEN.pop(directory, None)
     try:
         names = os.listdir(directory)
     except OSError:
