@@ -41,7 +41,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from math import prod
 from typing import Any
 
 import numpy as np
@@ -66,8 +65,8 @@ _ORDERS = ("C", "F", "A", "K")
 #: waking a thread team costs microseconds, about what this much work takes on one core
 #: (numpy's BLAS does the same; OpenMP's ``if`` clause is the same idea).
 PARALLEL_MIN_ITERATIONS = 1 << 16
-#: A CPU call whose label sizes multiply to at most this many (so no contraction step runs more
-#: statement instances) runs its pattern's untiled plan (:data:`UNTILED`): Pluto's schedule
+#: A CPU call that runs at most this many statement instances (all contraction steps together,
+#: :func:`~polyopt.frontends.einsum.iteration_count`) runs its pattern's untiled plan (:data:`UNTILED`): Pluto's schedule
 #: without the tiles and register tiles of :func:`default_schedule_options`. Everything such a
 #: call touches fits in the L1 cache and it takes microseconds either way, while a register
 #: tile's unrolled code takes seconds to generate and optimize (a pattern first seen on small
@@ -77,7 +76,7 @@ SMALL_CALL_ITERATIONS = PARALLEL_MIN_ITERATIONS
 #: The schedule options of the untiled plan (sorted pairs): no tiles, no register tiles, and so
 #: no cost model deciding them (``polyopt.compile``'s ``tile=None, register_tile=None``).
 UNTILED = (("register_tile", None), ("tile", None))
-#: A CPU call of at most this many (label sizes multiplied) runs the untiled plan compiled at
+#: A CPU call of at most this many statement instances runs the untiled plan compiled at
 #: LLVM's -O1 (:data:`TINY`): scalar code, which runs a few nanoseconds more per instance than
 #: the vectorized -O3 code (on tens of thousands of instances, several times longer), for
 #: about half of LLVM's compile time.
@@ -223,13 +222,22 @@ def _long_sums(spec: EinsumSpec, sizes: dict[str, int], target: str) -> bool:
     return target == "cpu" and any(size > SUM_BLOCK for label, size in sizes.items() if label not in spec.output)
 
 
-def _plan_options(where: str, precision: str, sizes: dict[str, int]) -> tuple | None:
+@lru_cache(maxsize=1024)
+def _shape_of(spec: EinsumSpec, broadcast: tuple, path: tuple) -> Scop:
+    """The pattern's Scop in float64: its statements and their iterators, the same in every
+    element type, for counting a call's statement instances before its plan is chosen."""
+    return einsum_scop(spec, broadcast, path, as_dtype(np.float64))[0]
+
+
+def _plan_options(where: str, precision: str, spec: EinsumSpec, broadcast: tuple, path: tuple,
+                  sizes: dict[str, int]) -> tuple | None:
     """The plan options of a call: :data:`TINY` or :data:`UNTILED` for a small CPU call (see
     :data:`TINY_CALL_ITERATIONS`, :data:`SMALL_CALL_ITERATIONS`), the GPU's precision where it
     is not the default, else None (the defaults)."""
-    iterations = prod(sizes.values())
-    if where == "cpu" and iterations <= SMALL_CALL_ITERATIONS:
-        return TINY if iterations <= TINY_CALL_ITERATIONS else UNTILED
+    if where == "cpu":
+        iterations = iteration_count(_shape_of(spec, broadcast, path), sizes)
+        if iterations <= SMALL_CALL_ITERATIONS:
+            return TINY if iterations <= TINY_CALL_ITERATIONS else UNTILED
     return (("precision", precision),) if where == "cuda" and precision != "exact" else None
 
 
@@ -541,7 +549,8 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     # labels run in memory order, a transposed view of the result
     axes = _result_axes(spec, arrays, order) if out is None and where == "cpu" else tuple(range(len(shape)))
     plan = _plan(EinsumSpec(spec.inputs, tuple(spec.output[a] for a in axes)), broadcast, path, storage,
-                 DEFAULT_ALGORITHM, where, _plan_options(where, precision, sizes), _long_sums(spec, sizes, where))
+                 DEFAULT_ALGORITHM, where, _plan_options(where, precision, spec, broadcast, path, sizes),
+                 _long_sums(spec, sizes, where))
     on_gpu = where == "cuda" and (any(is_cupy(a) for a in ops) or is_cupy(out))
     if on_gpu and out is not None and not is_cupy(out):
         raise TypeError("einsum: out must be a CuPy array when the operands are on the GPU")

@@ -474,11 +474,11 @@ def test_compute_bound_contractions_get_tiles_and_register_tiles():
 
 
 def test_small_calls_run_the_untiled_kernel_and_larger_ones_the_tiled_kernel():
-    """A call whose label sizes multiply to at most SMALL_CALL_ITERATIONS runs its pattern's
-    untiled kernel (no tile or register-tile loops: cheap to compile; at most
-    TINY_CALL_ITERATIONS at LLVM's -O1); a larger call of the same pattern the tiled,
-    register-tiled one. All give numpy's results, and so does the tiled kernel called directly
-    on small odd sizes (partial register tiles everywhere)."""
+    """A call of at most SMALL_CALL_ITERATIONS statement instances runs its pattern's untiled
+    kernel (no tile or register-tile loops: cheap to compile; at most TINY_CALL_ITERATIONS at
+    LLVM's -O1); a larger call of the same pattern the tiled, register-tiled one. All give
+    numpy's results, and so does the tiled kernel called directly on small odd sizes (partial
+    register tiles everywhere)."""
     from polyopt import einsum_calls
     from polyopt.einsum import SMALL_CALL_ITERATIONS, TINY_CALL_ITERATIONS
     tiny = po.einsum_kernel("ij,jk->ik", (4, 5), (5, 6), tile=None, register_tile=None, llvm_level=1)
@@ -487,8 +487,9 @@ def test_small_calls_run_the_untiled_kernel_and_larger_ones_the_tiled_kernel():
     assert ") mod " not in str(untiled.schedule) and ") mod " in str(tiled.schedule)
     assert str(tiny.schedule) == str(untiled.schedule) and " x double>" not in tiny.optimized_ir
     for shape, kernel in [((7, 5, 3), tiny), ((30, 40, 17), untiled), ((64, 64, 17), tiled)]:
-        assert np.prod(shape) <= TINY_CALL_ITERATIONS or kernel is not tiny
-        assert (np.prod(shape) <= SMALL_CALL_ITERATIONS) == (kernel is not tiled)
+        instances = shape[0] * shape[2] * (1 + shape[1])  # zero-fill, then the sums of products
+        assert instances <= TINY_CALL_ITERATIONS or kernel is not tiny
+        assert (instances <= SMALL_CALL_ITERATIONS) == (kernel is not tiled)
         a, b = _operand(shape[:2]), _operand(shape[1:])
         _check(po.einsum("ij,jk->ik", a, b), a @ b)
         key = einsum_calls.call_key(("ij,jk->ik", a, b), None, None, "K", "safe", "greedy", None, None)
