@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from itertools import count
 
 from polyopt.analysis import expr as E
+from polyopt.analysis.reductions import sum_term
 from polyopt.codegen.kernel_body import Assign, BodyNode, promote_accumulators, rewrite, walk
 from polyopt.codegen.loop_nodes import Block, For, If
 from polyopt.codegen.promotion import linear, mentions
@@ -117,14 +118,7 @@ def _splits(loop: For, sums: frozenset[str], private: set[str]) -> bool:
 
 def _term(a: Assign) -> E.Expr | None:
     """``e`` of ``X = X + e`` or ``X = e + X``, else None."""
-    value = a.value
-    if not (isinstance(value, E.Binary) and value.op == "+"):
-        return None
-    if value.lhs == a.target:
-        return value.rhs
-    if value.rhs == a.target:
-        return value.lhs
-    return None
+    return sum_term(a.target, a.value)
 
 
 def _reads_rows(loop: For, coords: tuple[str, ...]) -> bool:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polyopt.analysis import expr as E
+from polyopt.analysis.reductions import sum_term
 from polyopt.analysis.scop import Scop, Statement
 from polyopt.codegen.ast import IslAstTranslator
 
@@ -143,15 +144,10 @@ def _operand(scop: Scop, e: E.Expr, written: set[str]) -> Operand | None:
 
 def _update_parts(scop: Scop, update: Statement):
     """(output index, left operand, right operand) of ``C[o] = C[o] + L * R``, or None."""
-    target, value = update.target, update.value
+    target = update.target
     output_index = _plain_index(target)
-    if output_index is None or not isinstance(value, E.Binary) or value.op != "+":
-        return None
-    if value.lhs == target:
-        product = value.rhs
-    elif value.rhs == target:
-        product = value.lhs
-    else:
+    product = sum_term(target, update.value)
+    if output_index is None or product is None:
         return None
     if not isinstance(product, E.Binary) or product.op != "*" or product.dtype != target.dtype:
         return None

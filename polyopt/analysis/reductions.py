@@ -22,18 +22,23 @@ from polyopt.analysis import expr as E
 from polyopt.analysis.scop import Scop, Statement
 
 
+def sum_term(target: E.Expr, value: E.Expr) -> E.Expr | None:
+    """``e`` where ``value`` is ``target + e`` or ``e + target``, else None."""
+    if not (isinstance(value, E.Binary) and value.op == "+"):
+        return None
+    if value.lhs == target:
+        return value.rhs
+    if value.rhs == target:
+        return value.lhs
+    return None
+
+
 def accumulated_array(stmt: Statement) -> str | None:
     """The array ``stmt`` adds a term to (``X[f] = X[f] + e`` or ``X[f] = e + X[f]``, ``e`` not
     reading ``X``, everything of one floating-point type), else None."""
     target, value = stmt.target, stmt.value
-    if not (isinstance(value, E.Binary) and value.op == "+" and target.dtype.is_float
-            and value.dtype == target.dtype and len(stmt.writes) == 1):
-        return None
-    if value.lhs == target:
-        term = value.rhs
-    elif value.rhs == target:
-        term = value.lhs
-    else:
+    term = sum_term(target, value)
+    if term is None or not (target.dtype.is_float and value.dtype == target.dtype and len(stmt.writes) == 1):
         return None
     if any(isinstance(n, E.Access) and n.array == target.array for n in E.walk(term)):
         return None
