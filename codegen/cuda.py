@@ -285,12 +285,15 @@ def kernel_parameters(scop: Scop, written: set[str]) -> list[str]:
     return params
 
 
-def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, shared: bool) -> str:
-    threads = prod(shape.block) if shape.block else 1
+def _opening(scop: Scop, kernel: Kernel, threads: int, private) -> list[str]:
+    """A kernel's signature (``threads`` a block at most) and its private scalars."""
     head = (f'extern "C" __global__ void __launch_bounds__({threads}) '
             f"{kernel.name}({', '.join(_kernel_parameters(scop, kernel))})")
-    out = [head, "{"]
-    out += [f"  {c_type_name(scop.arrays[s].dtype)} {s} = 0;" for s in private]
+    return [head, "{"] + [f"  {c_type_name(scop.arrays[s].dtype)} {s} = 0;" for s in private]
+
+
+def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, shared: bool) -> str:
+    out = _opening(scop, kernel, prod(shape.block) if shape.block else 1, private)
     body = assignments(scop, kernel.body)
     placement = dict(kernel.memory)
     keep = frozenset(a for a, place in placement.items() if place == "global")
@@ -326,9 +329,8 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
     else:
         buffers = []
         read_only = _read_only(scop, kernel) if shared and kernel.convex else set()
-        if any(place == "shared" for place in placement.values()):
-            read_only &= {a for a, place in placement.items() if place == "shared"}
-        read_only -= set(placement) - {a for a, place in placement.items() if place == "shared"}
+        placed_shared = {a for a, place in placement.items() if place == "shared"}
+        read_only = read_only & placed_shared if placed_shared else read_only - set(placement)
         if read_only:
             size = max(scop.arrays[a].dtype.numpy.itemsize for a in read_only)
             reach = tuple((b - 1) * v + 1 for b, v in zip(shape.block, shape.vector))
@@ -411,9 +413,7 @@ def _split_kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, body: BodyNode
     threads, _, _ = shape.cuda_block()
     per_warp = 32 // shape.parts
     group = sum(1 << (k * per_warp) for k in range(shape.parts))
-    out = [f'extern "C" __global__ void __launch_bounds__({threads}) '
-           f"{kernel.name}({', '.join(_kernel_parameters(scop, kernel))})", "{"]
-    out += [f"  {c_type_name(scop.arrays[s].dtype)} {s} = 0;" for s in private]
+    out = _opening(scop, kernel, threads, private)
     out += ["  const int _lane = threadIdx.x & 31;",
             f"  const int {PART} = _lane / {per_warp};",
             f"  const unsigned {GROUP} = {group:#x}u << (_lane % {per_warp});"]

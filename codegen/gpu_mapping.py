@@ -42,8 +42,8 @@ from polyopt.analysis.deps import dependences
 from polyopt.errors import CodegenError
 from polyopt.analysis.scop import Scop
 from polyopt.types import boolean
-from polyopt.islutil import coalesced
-from polyopt.analysis.reductions import accumulated_array, same_element_updates, statements_of
+from polyopt.islutil import coalesced, tuple_names
+from polyopt.analysis.reductions import accumulated_array, same_element_updates
 from polyopt.analysis.verify import carried_dependences
 from polyopt.transform.marks import (GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_REDUCE_MARK, GPU_THREAD_MARK,
                                      memory_placement)
@@ -183,13 +183,13 @@ def _holds_given_coordinates(node: isl.ScheduleNode) -> bool:
     return bool(found)
 
 
-def _sum_statements(node: isl.ScheduleNode) -> set[str]:
+def sum_statements(node: isl.ScheduleNode) -> set[str]:
     """The statements under ``gpu_reduce`` marks in the subtree of ``node``."""
     found: set[str] = set()
 
     def look(n: isl.ScheduleNode) -> bool:
         if n.get_type() == isl.schedule_node_type.mark and n.mark_get_id().get_name() == GPU_REDUCE_MARK:
-            found.update(statements_of(n.get_domain()))
+            found.update(tuple_names(n.get_domain()))
         return True
 
     node.foreach_descendant_top_down(look)
@@ -316,7 +316,7 @@ class _Mapper:
         host_vars = tuple(var for _, var in host)
         statements = frozenset(s.get_tuple_name() for s in _sets(domain))
         members, rest = coordinates_below(mark)
-        sums = frozenset(_sum_statements(rest))
+        sums = frozenset(sum_statements(rest))
         if not members:
             body = self.loop_ast(rest.get_subtree_schedule_union_map(), domain, None)
             true = E.Const(1, boolean)
@@ -360,7 +360,7 @@ class _Mapper:
 
     def is_sum_loop(self, band: isl.ScheduleNode) -> bool:
         """Whether the outermost member of ``band`` runs a sum and carries no other dependence."""
-        names = statements_of(band.get_domain())
+        names = set(tuple_names(band.get_domain()))
         if not any(accumulated_array(self.scop.statement(name)) for name in names):
             return False
         member = band.band_get_partial_schedule().get_at(0)

@@ -109,16 +109,12 @@ def _splits(loop: For, sums: frozenset[str], private: set[str]) -> bool:
     for a in assigns:
         if a.statement not in sums or not isinstance(a.target, E.Access) or mentions(a.target.indices, inner):
             return False
-        if a.target.dtype.name not in ("f32", "f64") or _term(a) is None:
+        term = sum_term(a.target, a.value)
+        if a.target.dtype.name not in ("f32", "f64") or term is None:
             return False
-        if any(isinstance(n, E.Access) and n.array in accumulated | private for n in E.walk(_term(a))):
+        if any(isinstance(n, E.Access) and n.array in accumulated | private for n in E.walk(term)):
             return False
     return bool(assigns)
-
-
-def _term(a: Assign) -> E.Expr | None:
-    """``e`` of ``X = X + e`` or ``X = e + X``, else None."""
-    return sum_term(a.target, a.value)
 
 
 def _reads_rows(loop: For, coords: tuple[str, ...]) -> bool:
@@ -126,7 +122,7 @@ def _reads_rows(loop: For, coords: tuple[str, ...]) -> bool:
     and none along the coordinate (where one thread a coordinate already reads rows whole)."""
     along_loop = along_coordinate = False
     for a in _sums_of(loop):
-        for n in E.walk(_term(a)):
+        for n in E.walk(sum_term(a.target, a.value)):
             if isinstance(n, E.Access) and n.indices:
                 last = linear(n.indices[-1]) or {}
                 along_loop |= last.get(loop.var) == 1

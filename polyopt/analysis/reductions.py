@@ -61,9 +61,3 @@ def same_element_updates(scop: Scop, statements) -> isl.UnionMap:
                 pairs = pairs.union(isl.UnionMap.from_map(a).apply_range(isl.UnionMap.from_map(b).reverse()))
     return pairs
 
-
-def statements_of(domain: isl.UnionSet) -> set[str]:
-    """The names of the statements with instances in ``domain``."""
-    names: set[str] = set()
-    domain.foreach_set(lambda s: names.add(s.get_tuple_name()))
-    return names

@@ -7,9 +7,9 @@ import islpy as isl
 
 from polyopt.analysis.deps import Dependences, dependences
 from polyopt.errors import IllegalScheduleError, IncompleteScheduleError, RacyParallelLoopError
-from polyopt.islutil import coalesced, maps_of
+from polyopt.islutil import coalesced, maps_of, tuple_names
 from polyopt.analysis.scop import Scop
-from polyopt.analysis.reductions import same_element_updates, statements_of
+from polyopt.analysis.reductions import same_element_updates
 from polyopt.transform.marks import (GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_REDUCE_MARK, GPU_THREAD_MARK,
                                      PARALLEL_MARK)
 
@@ -163,7 +163,7 @@ def check_gpu_mapping(scop: Scop, tree: isl.Schedule, deps: Dependences) -> None
         _check_band(scop, tree, deps, band,
                     f" ({'/'.join(dict.fromkeys(marks))}: a GPU {roles} coordinate{where})")
     for band, _, kernel in _marked_bands(tree, (GPU_REDUCE_MARK,)):
-        sums = same_element_updates(scop, statements_of(band.get_domain()))
+        sums = same_element_updates(scop, tuple_names(band.get_domain()))
         _check_band(scop, tree, deps, band, f" ({GPU_REDUCE_MARK}: a sum split over the threads of a "
                     f"warp in kernel {kernel}; only updates X[f] = X[f] + e of one element may "
                     "depend on each other across its iterations)", allowed=sums)

@@ -31,9 +31,9 @@ from typing import Callable, Iterable
 import islpy as isl
 
 from polyopt.analysis.scop import Scop
-from polyopt.codegen.gpu_mapping import GpuProgram
+from polyopt.codegen.gpu_mapping import GpuProgram, sum_statements
 from polyopt.codegen.gpu_reduction import OTHER_PARTS, ROW_PARTS
-from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_REDUCE_MARK, GPU_THREAD_MARK
+from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_THREAD_MARK
 
 #: Seconds per kernel launch (host loop launches included; an H100 with CuPy or a graph).
 LAUNCH_S = 3e-6
@@ -203,7 +203,7 @@ def estimate(scop: Scop, program: GpuProgram, sizes: dict[str, int] | None = Non
             below = below.child(0)
             coords += 1
         threads = counter.count(below.get_prefix_schedule_union_map().intersect_domain(domain).range())
-        if _splits_sums(below):  # the threads of a warp share each coordinate's sums
+        if sum_statements(below):  # the threads of a warp share each coordinate's sums
             threads *= ROW_PARTS if not coords else OTHER_PARTS
         found.append(KernelCost(name.split(" ", 1)[1], coords, counter.count(host),
                                 counter.count(domain), threads))
@@ -211,19 +211,6 @@ def estimate(scop: Scop, program: GpuProgram, sizes: dict[str, int] | None = Non
 
     program.tree.get_root().foreach_descendant_top_down(look)
     return ProgramCost(tuple(found))
-
-
-def _splits_sums(node: isl.ScheduleNode) -> bool:
-    """Whether a ``gpu_reduce`` mark is in the subtree of ``node``."""
-    found = []
-
-    def look(n: isl.ScheduleNode) -> bool:
-        if n.get_type() == isl.schedule_node_type.mark and n.mark_get_id().get_name() == GPU_REDUCE_MARK:
-            found.append(n)
-        return not found
-
-    node.foreach_descendant_top_down(look)
-    return bool(found)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from typing import Callable
 from dataclasses import dataclass, field, replace
 
 import islpy as isl
@@ -436,11 +437,8 @@ class CudaKernel:
                 self._graphs.clear()
             for name in self.compiled.shapes:  # build and load outside the capture
                 module.get_function(name)
-            stream = cupy.cuda.Stream(non_blocking=True)
-            with stream:
-                stream.begin_capture()
-                _run_steps(self.program.host, dict(params), values, module, self.compiled)
-                self._graphs[key] = (stream, stream.end_capture())
+            self._graphs[key] = _captured(
+                lambda: _run_steps(self.program.host, dict(params), values, module, self.compiled))
         stream, captured = self._graphs[key]
         current = cupy.cuda.get_current_stream()
         stream.wait_event(current.record())
@@ -538,15 +536,23 @@ class RepeatedCall:
             function, grid, block, values = self.launches[0]
             function(grid, block, values)
             return
-        cupy = cupy_module()
         if self.graph is None:
-            stream = cupy.cuda.Stream(non_blocking=True)
-            with stream:
-                stream.begin_capture()
+            def launch_all() -> None:
                 for function, grid, block, values in self.launches:
                     function(grid, block, values)
-                self.graph = stream.end_capture()
-        self.graph.launch(cupy.cuda.get_current_stream())
+            _, self.graph = _captured(launch_all)
+        self.graph.launch(cupy_module().cuda.get_current_stream())
+
+
+def _captured(launch: Callable[[], object]) -> tuple:
+    """(stream, CUDA graph) of the launches ``launch`` makes, captured on a new non-blocking
+    stream (nothing runs while capturing)."""
+    cupy = cupy_module()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        launch()
+        return stream, stream.end_capture()
 
 
 def _layouts(values: tuple) -> tuple:

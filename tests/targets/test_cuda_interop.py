@@ -121,11 +121,16 @@ def _recording_function(calls: list):
     return function
 
 
+def _scale_record(calls: list) -> LaunchRecord:
+    """The record of one launch of ``scale`` (N=8), noting its launches into ``calls``."""
+    return LaunchRecord("scale", (("param", "N", np.int64(8)), ("scalar", "alpha", np.float32),
+                                  ("array", "A", None), ("array", "B", None)),
+                        frozenset({"B"}), ((_recording_function(calls), (1, 1, 1), (32, 1, 1), (np.int64(5),)),))
+
+
 def test_a_launch_record_replays_with_the_new_arrays_and_scalars():
     calls = []
-    record = LaunchRecord("scale", (("param", "N", np.int64(8)), ("scalar", "alpha", np.float32),
-                                    ("array", "A", None), ("array", "B", None)),
-                          frozenset({"B"}), ((_recording_function(calls), (1, 1, 1), (32, 1, 1), (np.int64(5),)),))
+    record = _scale_record(calls)
     a, b = FakeCupy((8,), ptr=1 << 20), FakeCupy((8,), ptr=1 << 21)
     record({"alpha": 2.5, "A": a, "B": b, "N": 8})
     ((grid, block, args),) = calls
@@ -140,9 +145,7 @@ def test_a_launch_record_replays_with_the_new_arrays_and_scalars():
 
 def test_a_repeated_call_launches_again_only_for_the_same_arguments():
     calls = []
-    record = LaunchRecord("scale", (("param", "N", np.int64(8)), ("scalar", "alpha", np.float32),
-                                    ("array", "A", None), ("array", "B", None)),
-                          frozenset({"B"}), ((_recording_function(calls), (1, 1, 1), (32, 1, 1), (np.int64(5),)),))
+    record = _scale_record(calls)
     a, b = FakeCupy((8,), ptr=1 << 20), FakeCupy((8,), ptr=1 << 21)
     alpha = 2.5
     repeat = RepeatedCall.of((alpha, a), {"B": b}, record, {"alpha": alpha, "A": a, "B": b, "N": 8})
