@@ -59,6 +59,14 @@ class Variant:
     tn: int = 0
     warps_m: int = 0
     warps_n: int = 0
+    stages: int = 0
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether the tiles go global -> shared by ``cp.async`` in a ring of ``stages`` K tiles
+        (dynamic shared memory; only where the operands' rows are 16-byte aligned, see
+        :func:`async_aligned`), not through registers into two static buffers."""
+        return self.stages > 0
 
 
 @dataclass(frozen=True)
@@ -83,10 +91,16 @@ VARIANTS = {
     ("simt", "f64"): (Variant("simt", 64, 64, 8, 256, tm=4, tn=4),
                       Variant("simt", 32, 64, 8, 128, tm=4, tn=4),
                       Variant("simt", 64, 32, 8, 128, tm=4, tn=4)),
-    ("tf32", "f32"): (Variant("tf32", 64, 128, 16, 128, warps_m=2, warps_n=2),
+    ("tf32", "f32"): (Variant("tf32", 128, 128, 32, 128, warps_m=2, warps_n=2, stages=3),
+                      Variant("tf32", 64, 128, 32, 128, warps_m=2, warps_n=2, stages=3),
+                      Variant("tf32", 128, 64, 32, 128, warps_m=2, warps_n=2, stages=3),
+                      Variant("tf32", 64, 128, 16, 128, warps_m=2, warps_n=2),
                       Variant("tf32", 64, 64, 16, 128, warps_m=2, warps_n=2),
                       Variant("tf32", 128, 64, 16, 128, warps_m=2, warps_n=2)),
-    ("dmma", "f64"): (Variant("dmma", 64, 64, 16, 128, warps_m=2, warps_n=2),
+    ("dmma", "f64"): (Variant("dmma", 128, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
+                      Variant("dmma", 64, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
+                      Variant("dmma", 64, 32, 16, 64, warps_m=2, warps_n=1, stages=4),
+                      Variant("dmma", 64, 64, 16, 128, warps_m=2, warps_n=2),
                       Variant("dmma", 32, 64, 16, 64, warps_m=1, warps_n=2),
                       Variant("dmma", 64, 32, 16, 64, warps_m=2, warps_n=1)),
 }
@@ -266,24 +280,45 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
            "  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);",
            "  const long gz = _a[9] < 65535 ? _a[9] : 65535;",
            "  /* the tile: useful share of the tiles times grid fill (choose_kernel) */",
-           "  int pick = 0; double best = -1.0;"]
+           "  int pick = 0, first = 1; double best = -1.0;"]
+    if any(v.asynchronous for _, v in kernels):  # as async_aligned: operands and their strides in whole vectors
+        per_vector = COPY_BYTES // scop.arrays[c.output].dtype.numpy.itemsize
+        unit = UnitStrides.of(c)
+        positions = [3 + d for d, is_unit in enumerate((unit.lm, unit.lk, unit.rk, unit.rn)) if not is_unit]
+        positions += [len(RUN_ARGUMENTS) + 4 * j + d for j in range(slots.batch) for d in (1, 2)]
+        positions += [len(RUN_ARGUMENTS) + 4 * slots.batch + 3 * j + d for j in range(slots.outer_k) for d in (1, 2)]
+        tests = [f"(uintptr_t){c.left.array} % {COPY_BYTES} == 0", f"(uintptr_t){c.right.array} % {COPY_BYTES} == 0"]
+        tests += [f"_a[{p}] % {per_vector} == 0" for p in positions]
+        out.append(f"  const int aligned = {' && '.join(tests)};")
+    else:
+        out.append("  const int aligned = 0;")
     for k, (_, v) in enumerate(kernels):
-        speed = 1.0 if k == 0 else OTHER_TILE_SPEED
-        out.append(f"  {{ const long bx = (N + {v.bn - 1}) / {v.bn}, by = (M + {v.bm - 1}) / {v.bm};"
+        out.append(f"  if ({'' if v.asynchronous else '!'}aligned) {{ const long bx = (N + {v.bn - 1}) / {v.bn}, by = (M + {v.bm - 1}) / {v.bm};"
                    f" const double fill = (double)(bx * by * _a[9]) / ({MIN_BLOCKS_PER_SM}.0 * sms);"
-                   f" const double score = (double)M * N / ((double)bx * {v.bn} * by * {v.bm}) * (fill < 1.0 ? fill : 1.0) * {speed};"
+                   f" const double score = (double)M * N / ((double)bx * {v.bn} * by * {v.bm}) * (fill < 1.0 ? fill : 1.0)"
+                   f" * (first ? 1.0 : {OTHER_TILE_SPEED}); first = 0;"
                    f" if (score > best) {{ best = score; pick = {k}; }} }}")
     out.append("  switch (pick) {")
+    element_bytes = scop.arrays[c.output].dtype.numpy.itemsize
     for k, (kernel, v) in enumerate(kernels):
         grid = (f"dim3((unsigned)((N + {v.bn - 1}) / {v.bn} < 2147483647L ? (N + {v.bn - 1}) / {v.bn} : 2147483647L), "
                 f"(unsigned)((M + {v.bm - 1}) / {v.bm} < 65535 ? (M + {v.bm - 1}) / {v.bm} : 65535), (unsigned)gz)")
-        out.append(f"  case {k}: {kernel}<<<{grid}, dim3({v.threads})>>>({', '.join(args)}); break;")
+        shared = shared_bytes(c, v, element_bytes)
+        opt_in = (f"cudaFuncSetAttribute({kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, {shared}); "
+                  if shared else "")
+        out.append(f"  case {k}: {opt_in}{kernel}<<<{grid}, dim3({v.threads}), {shared}>>>({', '.join(args)}); break;")
     out.append("  }")
     return out + ["}", "#endif"]
 
 
 def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str]:
-    if variant.threads % variant.bk or variant.threads % variant.bm or variant.threads % variant.bn:
+    if variant.asynchronous:
+        per_vector = COPY_BYTES // scop.arrays[c.output].dtype.numpy.itemsize
+        if staged_tiles(c, variant) is None or any(rows * variant.bk % (per_vector * variant.threads)
+                                                   for rows in (variant.bm, variant.bn)):
+            raise ValueError(f"contraction tile {variant}: needs operands with a contiguous run and "
+                             "whole vectors of each tile per thread")
+    elif variant.threads % variant.bk or variant.threads % variant.bm or variant.threads % variant.bn:
         raise ValueError(f"contraction tile {variant}: the threads must be a multiple of BM, BN and BK")
     dtype = scop.arrays[c.output].dtype
     body = {"simt": _simt_body, "tf32": _mma_body, "dmma": _mma_body}[variant.engine](
@@ -335,7 +370,7 @@ def _tile_loads(c: Contraction, scop: Scop, v: Variant, t: str, unit: UnitStride
     buffer half ``_st``: (declarations, loads, stores). Each thread's elements of a tile are at
     fixed positions (``_ra + q * step`` rows or ``_ka + q * step`` K values), consecutive
     threads along the array's contiguous dimension. ``k_major_store``: shared tiles are
-    ``[BK][BM+PAD]`` (SIMT), else ``[BM][BK+PADK]`` (tensor cores)."""
+    ``[BK][BM+PAD]`` (SIMT), else ``[BM][BK+4]`` (tensor cores)."""
     decl, loads, stores = [], [], []
     for name, rows, operand, s_row, s_k, run_unit, k_unit, off, koff, total, buf in (
             ("a", v.bm, c.left, "sLm", "sLk", unit.lm, unit.lk, "_offL", "_nkL", "_M", "_As"),
@@ -465,26 +500,72 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     return out
 
 
-#: Per engine: MMA shape (m, n, k), A/B/C registers per lane.
+#: Per engine: MMA shape (m, n, k).
 _MMA = {"tf32": (16, 8, 8), "dmma": (8, 8, 4)}
+#: Bytes one ``cp.async`` copies (a 16-byte vector: the rows it reads must start 16-byte aligned).
+COPY_BYTES = 16
+#: Per engine, the row stride (elements) of a shared buffer whose rows are K values is
+#: ``residue`` modulo ``modulus``, and so is the stride of one whose rows are M or N values:
+#: the lanes of a fragment load then hit distinct banks (tf32: lane (g, t) reads row g, column
+#: t of 32-bit words; dmma: each half warp reads 4 x 4 doubles).
+_K_MAJOR_STRIDE = {"tf32": (8, 4), "dmma": (8, 4)}
+_ROW_MAJOR_STRIDE = {"tf32": (16, 8), "dmma": (8, 4)}
+
+
+@dataclass(frozen=True)
+class StagedTile:
+    """How an asynchronous kernel holds one operand's K tile in shared memory: ``k_major``
+    (rows of the operand, K contiguous: ``[rows][stride]``, the operand's K run has stride 1)
+    or not (``[BK][stride]``, its M or N run has stride 1); ``elements`` per stage."""
+
+    k_major: bool
+    stride: int
+    elements: int
+
+
+def staged_tiles(c: Contraction, v: Variant) -> tuple[StagedTile, StagedTile] | None:
+    """The shared-memory layout of the left and right operand's tiles in the asynchronous
+    kernel ``v``, None where an operand has neither its K run nor its M/N run contiguous (it
+    cannot be copied in 16-byte vectors)."""
+    unit = UnitStrides.of(c)
+    tiles = []
+    for rows, k_unit, run_unit in ((v.bm, unit.lk, unit.lm), (v.bn, unit.rk, unit.rn)):
+        if not (k_unit or run_unit):
+            return None
+        modulus, residue = (_K_MAJOR_STRIDE if k_unit else _ROW_MAJOR_STRIDE)[v.engine]
+        width = v.bk if k_unit else rows
+        stride = width + (residue - width) % modulus
+        tiles.append(StagedTile(k_unit, stride, (rows if k_unit else v.bk) * stride))
+    return tiles[0], tiles[1]
+
+
+def shared_bytes(c: Contraction, v: Variant, element_bytes: int) -> int:
+    """Dynamic shared memory of the asynchronous kernel ``v`` (0 for register-staged ones)."""
+    tiles = staged_tiles(c, v) if v.asynchronous else None
+    return 0 if tiles is None else v.stages * (tiles[0].elements + tiles[1].elements) * element_bytes
 
 
 def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
+    """The tensor-core kernel body: accumulators in the MMA's fragment layout, the K loop
+    (:func:`_pipeline` through registers, or :func:`_async_pipeline` with ``cp.async``), the
+    stores."""
     fm, fn, fk = _MMA[v.engine]
     wtm, wtn = v.bm // v.warps_m, v.bn // v.warps_n  # a warp's tile
     im, jn = wtm // fm, wtn // fn  # MMA tiles per warp tile
     per_c = 4 if v.engine == "tf32" else 2
-    padk = 4
-    slots, unit = Slots.of(c), UnitStrides.of(c)
-    decl, loads, stores = _tile_loads(c, scop, v, t, unit, k_major_store=False)
-    out = [f"  enum {{ BM = {v.bm}, BN = {v.bn}, BK = {v.bk}, PADK = {padk} }};",
-           f"  __shared__ __align__(16) {t} _As[2][BM][BK + PADK];",
-           f"  __shared__ __align__(16) {t} _Bs[2][BN][BK + PADK];",
-           "  const int _lane = threadIdx.x % 32, _warp = threadIdx.x / 32;",
-           "  const int _g = _lane / 4, _tg = _lane % 4;",
-           f"  const int _wm = (_warp / {v.warps_n}) * {wtm}, _wn = (_warp % {v.warps_n}) * {wtn};"]
+    slots = Slots.of(c)
+    out = [f"  enum {{ BM = {v.bm}, BN = {v.bn}, BK = {v.bk} }};"]
+    if v.asynchronous:
+        tiles = staged_tiles(c, v)
+        out += ["  extern __shared__ __align__(16) unsigned char _smem[];",
+                f"  {t} *const _As = ({t} *)_smem, *const _Bs = _As + {v.stages * tiles[0].elements};"]
+    else:
+        out += [f"  __shared__ __align__(16) {t} _As[2][BM][BK + 4];",
+                f"  __shared__ __align__(16) {t} _Bs[2][BN][BK + 4];"]
+    out += ["  const int _lane = threadIdx.x % 32, _warp = threadIdx.x / 32;",
+            "  const int _g = _lane / 4, _tg = _lane % 4;",
+            f"  const int _wm = (_warp / {v.warps_n}) * {wtm}, _wn = (_warp % {v.warps_n}) * {wtn};"]
     out += _grid_loops(c, slots, t)
-    out += decl
     # accumulator element (i, j, r): row/column of the output tile
     if v.engine == "tf32":
         row = f"_wm + _i * {fm} + _g + (_r / 2) * 8"
@@ -501,37 +582,61 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             f"            _acc[_i][_j][_r] = (_m < _M && _n < _N) ? "
             f"{_init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : ({acc_t})0;",
             "          }"]
-    if v.engine == "tf32":
-        frag = [f"            uint32_t _a[{im}][4], _b[{jn}][2];",
-                f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++) {{",
-                f"              const int _rr = _wm + _i * {fm} + _g;",
-                "              _a[_i][0] = __float_as_uint(_As[_cur][_rr][_kk + _tg]);",
-                "              _a[_i][1] = __float_as_uint(_As[_cur][_rr + 8][_kk + _tg]);",
-                "              _a[_i][2] = __float_as_uint(_As[_cur][_rr][_kk + _tg + 4]);",
-                "              _a[_i][3] = __float_as_uint(_As[_cur][_rr + 8][_kk + _tg + 4]);",
-                "            }",
-                f"            #pragma unroll\n            for (int _j = 0; _j < {jn}; _j++) {{",
-                f"              const int _cc = _wn + _j * {fn} + _g;",
-                "              _b[_j][0] = __float_as_uint(_Bs[_cur][_cc][_kk + _tg]);",
-                "              _b[_j][1] = __float_as_uint(_Bs[_cur][_cc][_kk + _tg + 4]);",
-                "            }",
-                f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
-                f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
-                "                pl_mma_tf32(_acc[_i][_j], _a[_i], _b[_j]);"]
+    if v.asynchronous:
+        def at(buffer: str, tile: StagedTile, operand) -> callable:
+            def element(r: str, k: str) -> str:
+                index = f"({r}) * {tile.stride} + ({k})" if tile.k_major else f"({k}) * {tile.stride} + ({r})"
+                return _scalar_text(scop, operand.value, f"{buffer}[{index}]")
+            return element
+        a_at, b_at = at("_as", tiles[0], c.left), at("_bs", tiles[1], c.right)
+        stage = [f"            const {t} *const _as = _As + _cs * {tiles[0].elements}, "
+                 f"*const _bs = _Bs + _cs * {tiles[1].elements};"]
     else:
-        frag = [f"            double _a[{im}], _b[{jn}];",
-                f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)"
-                f" _a[_i] = _As[_cur][_wm + _i * {fm} + _g][_kk + _tg];",
-                f"            #pragma unroll\n            for (int _j = 0; _j < {jn}; _j++)"
-                f" _b[_j] = _Bs[_cur][_wn + _j * {fn} + _g][_kk + _tg];",
-                f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
-                f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
-                "                pl_mma_f64(_acc[_i][_j], _a[_i], _b[_j]);"]
+        def a_at(r: str, k: str) -> str:
+            return f"_As[_cur][{r}][{k}]"
+
+        def b_at(r: str, k: str) -> str:
+            return f"_Bs[_cur][{r}][{k}]"
+        stage = []
+    if v.engine == "tf32":
+        bits = "pl_tf32_bits" if v.asynchronous else "__float_as_uint"  # register-staged tiles are rounded
+        frag = stage + [
+            f"            uint32_t _a[{im}][4], _b[{jn}][2];",
+            f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++) {{",
+            f"              const int _rr = _wm + _i * {fm} + _g;",
+            f"              _a[_i][0] = {bits}({a_at('_rr', '_kk + _tg')});",
+            f"              _a[_i][1] = {bits}({a_at('_rr + 8', '_kk + _tg')});",
+            f"              _a[_i][2] = {bits}({a_at('_rr', '_kk + _tg + 4')});",
+            f"              _a[_i][3] = {bits}({a_at('_rr + 8', '_kk + _tg + 4')});",
+            "            }",
+            f"            #pragma unroll\n            for (int _j = 0; _j < {jn}; _j++) {{",
+            f"              const int _cc = _wn + _j * {fn} + _g;",
+            f"              _b[_j][0] = {bits}({b_at('_cc', '_kk + _tg')});",
+            f"              _b[_j][1] = {bits}({b_at('_cc', '_kk + _tg + 4')});",
+            "            }",
+            f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
+            f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
+            "                pl_mma_tf32(_acc[_i][_j], _a[_i], _b[_j]);"]
+    else:
+        frag = stage + [
+            f"            double _a[{im}], _b[{jn}];",
+            f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)"
+            f" _a[_i] = {a_at(f'_wm + _i * {fm} + _g', '_kk + _tg')};",
+            f"            #pragma unroll\n            for (int _j = 0; _j < {jn}; _j++)"
+            f" _b[_j] = {b_at(f'_wn + _j * {fn} + _g', '_kk + _tg')};",
+            f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
+            f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
+            "                pl_mma_f64(_acc[_i][_j], _a[_i], _b[_j]);"]
+
     # the K tile in MMA steps; a partial last tile was padded with zeros by the loads
     def compute(guarded: bool) -> list[str]:
         return [f"          #pragma unroll\n          for (int _kk = 0; _kk < BK; _kk += {fk}) {{",
                 "            if (_kk < _kn) {" if guarded else "            {"] + frag + ["            }", "          }"]
-    out += _pipeline(loads, stores, compute, slots)
+    if v.asynchronous:
+        out += _async_pipeline(scop, c, v, t, tiles, compute(False), slots)
+    else:
+        decl, loads, stores = _tile_loads(c, scop, v, t, UnitStrides.of(c), k_major_store=False)
+        out += decl + _pipeline(loads, stores, compute, slots)
     out += [f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
             f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
             f"          #pragma unroll\n          for (int _r = 0; _r < {per_c}; _r++) {{",
@@ -543,8 +648,75 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     return out
 
 
+def _async_copies(c: Contraction, v: Variant, t: str, tiles: tuple[StagedTile, StagedTile]) -> list[str]:
+    """``cp.async`` of the K tile at ``_nk0`` (outer-K offsets ``_nkL``/``_nkR``) into stage
+    ``_ls``: 16-byte vectors, consecutive threads along the contiguous dimension; a vector
+    reaching past the array's run copies only what is inside and the rest of it is zero
+    (``src-size``), so the compute needs no bound checks."""
+    per_vector = COPY_BYTES // {"tf32": 4, "dmma": 8}[v.engine]
+    out = []
+    for name, rows, operand, s_row, s_k, off, koff, total, buf, tile in (
+            ("a", v.bm, c.left, "sLm", "sLk", "_offL", "_nkL", "_M", "_As", tiles[0]),
+            ("b", v.bn, c.right, "sRn", "sRk", "_offR", "_nkR", "_N", "_Bs", tiles[1])):
+        row0 = "_m0" if operand is c.left else "_n0"
+        width = v.bk if tile.k_major else rows
+        vectors = width // per_vector  # per row of the buffer
+        count = rows * v.bk // per_vector // v.threads
+        out.append(f"        #pragma unroll\n        for (int _q = 0; _q < {count}; _q++) {{")
+        out.append(f"          const int _c = threadIdx.x + _q * {v.threads};")
+        if tile.k_major:
+            out += [f"          const int _r = _c / {vectors}, _k = (_c % {vectors}) * {per_vector};",
+                    f"          const long _gr = {row0} + _r, _gk = _nk0 + _k;",
+                    f"          const int _nb = (_gr < {total} && _gk < _K) ? "
+                    f"(int)(_K - _gk < {per_vector} ? _K - _gk : {per_vector}) * {COPY_BYTES // per_vector} : 0;",
+                    f"          pl_cp16({buf} + _ls * {tile.elements} + _r * {tile.stride} + _k, "
+                    f"{operand.array} + {off} + {koff} + (_nb ? _gr * {s_row} + _gk : 0), _nb);"]
+        else:
+            out += [f"          const int _k = _c / {vectors}, _r = (_c % {vectors}) * {per_vector};",
+                    f"          const long _gr = {row0} + _r, _gk = _nk0 + _k;",
+                    f"          const int _nb = (_gk < _K && _gr < {total}) ? "
+                    f"(int)({total} - _gr < {per_vector} ? {total} - _gr : {per_vector}) * {COPY_BYTES // per_vector} : 0;",
+                    f"          pl_cp16({buf} + _ls * {tile.elements} + _k * {tile.stride} + _r, "
+                    f"{operand.array} + {off} + {koff} + (_nb ? _gr + _gk * {s_k} : 0), _nb);"]
+        out.append("        }")
+    return out
+
+
+def _async_pipeline(scop: Scop, c: Contraction, v: Variant, t: str, tiles: tuple[StagedTile, StagedTile],
+                    compute: list[str], slots: Slots) -> list[str]:
+    """The K loop over a ring of ``v.stages`` shared tiles filled by ``cp.async``: the first
+    ``stages - 1`` tiles are requested up front; per tile, wait for it, request the tile
+    ``stages - 1`` ahead into the slot the previous tile used (after the barrier: every warp is
+    done with it), and compute (stage ``_cs``). ``_nk0``/``_nko`` follow the tile requested."""
+    request = (["        {"] + _async_copies(c, v, t, tiles) +
+               ["        }", "        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] +
+               (_outer_k_offsets(slots) if slots.outer_k else []) +
+               ["        }", f"        _ls = _ls + 1 == {v.stages} ? 0 : _ls + 1;"])
+    out = ["      const long _NT = (_K + BK - 1) / BK * _KO;",
+           "      long _nk0 = 0, _nko = 0;",
+           "      long _nkL = 0, _nkR = 0;" if slots.outer_k else "      const long _nkL = 0, _nkR = 0;",
+           "      int _ls = 0, _cs = 0;",
+           f"      for (int _s = 0; _s < {v.stages - 1}; _s++) {{",
+           "        if (_s < _NT) {"] + request + ["        }", "        pl_cp_commit();", "      }",
+           "      for (long _tile = 0; _tile < _NT; _tile++) {",
+           f"        pl_cp_wait<{v.stages - 2}>();",
+           "        __syncthreads();",
+           f"        if (_tile + {v.stages - 1} < _NT) {{"] + request + ["        }", "        pl_cp_commit();"]
+    out += compute
+    out += [f"        _cs = _cs + 1 == {v.stages} ? 0 : _cs + 1;", "      }",
+            "      pl_cp_wait<0>();", "      __syncthreads();  /* the next tile of the grid loop reuses the ring */"]
+    return out
+
+
 _MMA_HELPERS = r"""
-__device__ inline float pl_tf32(float x) { uint32_t r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
+__device__ inline uint32_t pl_tf32_bits(float x) { uint32_t r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r; }
+__device__ inline float pl_tf32(float x) { return __uint_as_float(pl_tf32_bits(x)); }
+__device__ inline void pl_cp16(void *dst, const void *src, int bytes) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(s), "l"(src), "r"(bytes) : "memory");
+}
+__device__ inline void pl_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ inline void pl_cp_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 __device__ inline void pl_mma_tf32(float *c, const uint32_t *a, const uint32_t *b) {
   asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])

@@ -22,8 +22,10 @@ from polyopt.analysis.contraction import Contraction, epilogue_indices, find_con
 from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
-from polyopt.codegen.cuda_contraction import (MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED, PRECISIONS, VARIANTS,
-                                              ContractionSource, Slots, Variant, contraction_source, engine_for)
+from polyopt.codegen.cuda_contraction import (COPY_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED, PRECISIONS,
+                                              RUN_ARGUMENTS, VARIANTS, ContractionSource, Slots, UnitStrides,
+                                              Variant, contraction_source, engine_for, shared_bytes,
+                                              staged_tiles)
 from polyopt.codegen.gpu_mapping import map_to_gpu
 from polyopt.errors import ScheduleError
 from polyopt.schedulers.registry import schedule as run_scheduler
@@ -66,7 +68,7 @@ def contraction_plan(scop: Scop, name: str, precision: str = "exact") -> Contrac
     except ScheduleError:
         return None  # e.g. the init statement runs after some update in the original order
     kernel = program.kernels[0].name
-    variants = VARIANTS[(engine, dtype.name)]
+    variants = [v for v in VARIANTS[(engine, dtype.name)] if not v.asynchronous or staged_tiles(found, v)]
     kernels = tuple((kernel if k == 0 else f"{kernel}_{k}", v) for k, v in enumerate(variants))
     base = run_scheduler(scop, "original")
     tiles = " or ".join(f"{v.bm}x{v.bn}x{v.bk} ({v.threads} threads)" for v in variants)
@@ -179,22 +181,52 @@ def _run(indices: tuple[str, ...], extent: dict[str, int], arrays) -> tuple[list
     return run, [i for i in indices if i not in run]
 
 
+def async_aligned(c: Contraction, variant: Variant, layout: Launch, aligned_operands: bool) -> bool:
+    """Whether the asynchronous kernel ``variant`` may run this launch: both operands start
+    16-byte aligned (``aligned_operands``) and every stride of theirs that is not literal 1 in
+    the code (run, batch and outer-K strides) is a whole number of 16-byte vectors, so every
+    row a ``cp.async`` starts is aligned."""
+    if not aligned_operands:
+        return False
+    per_vector = COPY_BYTES // (8 if variant.engine == "dmma" else 4)
+    unit = UnitStrides.of(c)
+    values = layout.arguments
+    strides = [s for s, is_unit in zip(values[3:7], (unit.lm, unit.lk, unit.rk, unit.rn)) if not is_unit]
+    slots = Slots.of(c)
+    base = len(RUN_ARGUMENTS)
+    for j in range(slots.batch):
+        strides += values[base + 4 * j + 1: base + 4 * j + 3]
+    base += 4 * slots.batch
+    for j in range(slots.outer_k):
+        strides += values[base + 3 * j + 1: base + 3 * j + 3]
+    return all(s % per_vector == 0 for s in strides)
+
+
 def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dict[str, tuple[int, ...]],
-                  sm_count: int) -> tuple[str, Variant, Launch]:
-    """The kernel of ``source`` to launch (name, tile shape, layout): the one with the best
-    share of useful tile coordinates (M x N over the tiles' area) times grid fill (blocks over
-    :data:`~polyopt.codegen.cuda_contraction.MIN_BLOCKS_PER_SM` per SM, at most 1), the large
-    tile counted at full speed and the others at
+                  sm_count: int, aligned_operands: bool = True) -> tuple[str, Variant, Launch]:
+    """The kernel of ``source`` to launch (name, tile shape, layout). The candidates are the
+    asynchronous kernels where the launch lets them run (:func:`async_aligned`), else the
+    register-staged ones; among them, the one with the best share of useful tile coordinates
+    (M x N over the tiles' area) times grid fill (blocks over
+    :data:`~polyopt.codegen.cuda_contraction.MIN_BLOCKS_PER_SM` per SM, at most 1), the first
+    candidate counted at full speed and the others at
     :data:`~polyopt.codegen.cuda_contraction.OTHER_TILE_SPEED`; the first of equals."""
-    best, best_score = None, -1.0
-    for k, (name, variant) in enumerate(source.variants):
-        layout = launch_layout(source.contraction, variant, extent, shapes)
+    c = source.contraction
+    asynchronous = [v for _, v in source.variants if v.asynchronous]
+    use_async = bool(asynchronous) and async_aligned(c, asynchronous[0], launch_layout(c, asynchronous[0], extent, shapes),
+                                                     aligned_operands)
+    best, best_score, first = None, -1.0, True
+    for name, variant in source.variants:
+        if variant.asynchronous != use_async:
+            continue
+        layout = launch_layout(c, variant, extent, shapes)
         if layout.grid is None:
             return name, variant, layout
         m, n = layout.arguments[0], layout.arguments[1]
         tiles = -(-m // variant.bm) * variant.bm * -(-n // variant.bn) * variant.bn
         blocks = -(-m // variant.bm) * -(-n // variant.bn) * layout.arguments[9]
-        score = (m * n / tiles) * min(1.0, blocks / (MIN_BLOCKS_PER_SM * sm_count)) * (1.0 if k == 0 else OTHER_TILE_SPEED)
+        score = (m * n / tiles) * min(1.0, blocks / (MIN_BLOCKS_PER_SM * sm_count)) * (1.0 if first else OTHER_TILE_SPEED)
+        first = False
         if score > best_score:
             best, best_score = (name, variant, layout), score
     return best
@@ -208,11 +240,36 @@ def launch(source: ContractionSource, module, abi_values: list, params: dict[str
     c = source.contraction
     extent = {i: int(evaluate(e, params, {})) for i, e in c.extent.items()}
     shapes = {name: tuple(arrays[name].shape) for name in (c.left.array, c.right.array, c.output)}
-    name, variant, layout = choose_kernel(source, extent, shapes, sm_count)
-    if layout.grid is not None:
-        module.get_function(name)(layout.grid, (variant.threads, 1, 1),
-                                  tuple(abi_values) + tuple(np.int64(v) for v in layout.arguments))
+    aligned = all(arrays[name].data.ptr % COPY_BYTES == 0 for name in (c.left.array, c.right.array))
+    name, variant, layout = choose_kernel(source, extent, shapes, sm_count, aligned)
+    if layout.grid is None:
+        return
+    shared = shared_bytes(c, variant, arrays[c.left.array].itemsize)
+    args = tuple(abi_values) + tuple(np.int64(v) for v in layout.arguments)
+    if not shared:
+        module.get_function(name)(layout.grid, (variant.threads, 1, 1), args)
+        return
+    _allow_dynamic_shared(module.raw_function(name) if hasattr(module, "raw_function") else module.get_function(name),
+                          shared)
+    module.get_function(name)(layout.grid, (variant.threads, 1, 1), args, shared_mem=shared)
 
 
-__all__ = ["ContractionPlan", "Launch", "array_strides", "check_precision", "choose_kernel", "contraction_plan", "launch",
+#: Dynamic shared memory a kernel may take without opting in (bytes).
+STATIC_SHARED_LIMIT = 48 * 1024
+#: Per CuPy function (address), the dynamic shared memory it has been allowed.
+_SHARED_ALLOWED: dict[int, int] = {}
+
+
+def _allow_dynamic_shared(function, nbytes: int) -> None:
+    """Let CuPy ``function`` launch with ``nbytes`` of dynamic shared memory: past
+    :data:`STATIC_SHARED_LIMIT` a kernel has to opt in, once."""
+    if nbytes <= max(STATIC_SHARED_LIMIT, _SHARED_ALLOWED.get(function.ptr, 0)):
+        return
+    from cupy.cuda import driver
+    attribute = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
+    driver.funcSetAttribute(function.ptr, attribute, nbytes)
+    _SHARED_ALLOWED[function.ptr] = nbytes
+
+
+__all__ = ["ContractionPlan", "Launch", "array_strides", "async_aligned", "check_precision", "choose_kernel", "contraction_plan", "launch",
            "coordinate_tree", "launch_layout"]

@@ -22,6 +22,7 @@ import re
 import time
 from typing import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import islpy as isl
 import numpy as np
@@ -271,9 +272,10 @@ def as_cupy(value):
 
 
 def array_signature(array) -> tuple:
-    """What a recorded launch depends on in a CuPy array: shape, dtype, strides and device (the
-    address is read at every call)."""
-    return (array.shape, array.dtype, array.strides, array.data.device_id)
+    """What a recorded launch depends on in a CuPy array: shape, dtype, strides, device and
+    whether its address is 16-byte aligned (the contraction kernels copy aligned operands with
+    ``cp.async``; the address itself is read at every call)."""
+    return (array.shape, array.dtype, array.strides, array.data.device_id, array.data.ptr % 16 == 0)
 
 
 @dataclass(eq=False)
@@ -570,10 +572,15 @@ class _Recorder:
     def get_function(self, name: str):
         function = self.module.get_function(name)
 
-        def launch(grid, block, args):
-            self.launches.append((function, tuple(grid), tuple(block), tuple(args[self.leading:])))
-            function(grid, block, args)
+        def launch(grid, block, args, shared_mem: int = 0):
+            run = function if not shared_mem else partial(function, shared_mem=shared_mem)
+            self.launches.append((run, tuple(grid), tuple(block), tuple(args[self.leading:])))
+            run(grid, block, args)
         return launch
+
+    def raw_function(self, name: str):
+        """The module's own CuPy function ``name`` (to set its attributes)."""
+        return self.module.get_function(name)
 
     def record(self, scop: Scop, params: dict[str, int]) -> LaunchRecord | None:
         """The :class:`LaunchRecord` of the launches seen (None: too many to record)."""
