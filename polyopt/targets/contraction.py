@@ -256,19 +256,17 @@ def launch(source: ContractionSource, module, abi_values: list, params: dict[str
 
 #: Dynamic shared memory a kernel may take without opting in (bytes).
 STATIC_SHARED_LIMIT = 48 * 1024
-#: Per CuPy function (address), the dynamic shared memory it has been allowed.
-_SHARED_ALLOWED: dict[int, int] = {}
+#: Per CuPy kernel (by identity; the kernel is kept), the dynamic shared memory it may take.
+_SHARED_ALLOWED: dict[int, tuple[object, int]] = {}
 
 
 def _allow_dynamic_shared(function, nbytes: int) -> None:
-    """Let CuPy ``function`` launch with ``nbytes`` of dynamic shared memory: past
+    """Let CuPy kernel ``function`` launch with ``nbytes`` of dynamic shared memory: past
     :data:`STATIC_SHARED_LIMIT` a kernel has to opt in, once."""
-    if nbytes <= max(STATIC_SHARED_LIMIT, _SHARED_ALLOWED.get(function.ptr, 0)):
+    if nbytes <= max(STATIC_SHARED_LIMIT, _SHARED_ALLOWED.get(id(function), (None, 0))[1]):
         return
-    from cupy.cuda import driver
-    attribute = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)
-    driver.funcSetAttribute(function.ptr, attribute, nbytes)
-    _SHARED_ALLOWED[function.ptr] = nbytes
+    function.max_dynamic_shared_size_bytes = nbytes
+    _SHARED_ALLOWED[id(function)] = (function, nbytes)
 
 
 __all__ = ["ContractionPlan", "Launch", "array_strides", "async_aligned", "check_precision", "choose_kernel", "contraction_plan", "launch",

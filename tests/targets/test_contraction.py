@@ -13,7 +13,7 @@ from polyopt.analysis.contraction import find_contraction
 from polyopt.codegen.cuda_contraction import ContractionSource, Slots, UnitStrides
 from polyopt.targets.cache import scop_of
 from polyopt.targets import contraction
-from polyopt.targets.contraction import choose_kernel, contraction_plan, launch_layout
+from polyopt.targets.contraction import async_aligned, choose_kernel, contraction_plan, launch_layout
 from polyopt.targets.cuda import plan
 
 from conftest import needs_gpu
@@ -33,6 +33,8 @@ PATTERNS = [
     ("kib,kjb->bij", [(9, 20, 3), (9, 30, 3)]),  # K outermost everywhere, batch innermost
     ("acb,cbd->ad", [(17, 5, 6), (5, 6, 23)]),  # K = (c, b): one run in A's order
     ("bca,cd->bad", [(4, 6, 5), (6, 7)]),  # M = (b, a) not adjacent in the output
+    ("ij,jk->ik", [(130, 68), (68, 140)]),  # rows in whole 16-byte vectors: cp.async, B by N rows
+    ("ki,kj->ij", [(37, 132), (37, 76)]),  # both operands by M/N rows, K ragged
 ]
 
 
@@ -165,8 +167,27 @@ def _relative_error(result, expected) -> float:
     return float(np.linalg.norm(result - expected) / max(np.linalg.norm(expected), 1e-300))
 
 
+def _force_tile(monkeypatch, tile: int) -> None:
+    """Make every contraction launch take kernel ``tile`` of its source; skip the test where
+    there is no such kernel, or where it is an asynchronous one that may not run the launch
+    (operands not in whole 16-byte vectors)."""
+    def forced(source, extent, shapes, sm_count, aligned_operands=True):
+        if tile >= len(source.variants):
+            pytest.skip(f"the source has {len(source.variants)} kernels")
+        name, variant = source.variants[tile]
+        layout = launch_layout(source.contraction, variant, extent, shapes)
+        if variant.asynchronous and not async_aligned(source.contraction, variant, layout, aligned_operands):
+            pytest.skip("cp.async kernel, operands not in whole 16-byte vectors")
+        return name, variant, layout
+    monkeypatch.setattr(contraction, "choose_kernel", forced)
+
+
+#: Kernels per contraction source: three asynchronous tiles (TF32, DMMA), three register-staged.
+TILES = range(6)
+
+
 @needs_gpu
-@pytest.mark.parametrize("tile", [0, 1, 2])
+@pytest.mark.parametrize("tile", TILES)
 @pytest.mark.parametrize("precision", ["exact", "tf32"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("subscripts, shapes", PATTERNS)
@@ -174,11 +195,7 @@ def test_contractions_match_numpy(subscripts, shapes, dtype, precision, tile, mo
     """Every pattern in every engine and tile shape (the launch made to take tile ``tile``)."""
     import cupy
 
-    def forced(source, extent, shapes, sm_count):
-        name, variant = source.variants[tile]
-        return name, variant, launch_layout(source.contraction, variant, extent, shapes)
-    monkeypatch.setattr(contraction, "choose_kernel", forced)
-
+    _force_tile(monkeypatch, tile)
     if dtype == np.float64 and precision == "tf32":
         pytest.skip("tf32 concerns f32 data")
     rng = np.random.default_rng(len(subscripts))
@@ -192,13 +209,15 @@ def test_contractions_match_numpy(subscripts, shapes, dtype, precision, tile, mo
 
 
 @needs_gpu
+@pytest.mark.parametrize("sizes", [(131, 77, 45), (132, 76, 44)], ids=["ragged", "whole-vectors"])
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
-def test_suite_gemm_with_alpha_and_beta(dtype):
+def test_suite_gemm_with_alpha_and_beta(dtype, sizes):
     """The init statement (C *= beta) and the scaled operand (alpha * A) of PolyBench's gemm, at
-    sizes no tile divides, through po.compile as a library call runs it."""
+    sizes no tile divides, through po.compile as a library call runs it (rows in whole 16-byte
+    vectors: the cp.async kernel, alpha applied as the fragments are read)."""
     entry = po.suite.get("gemm")
     kernel = entry.kernel.with_dtype(dtype)
-    args = entry.inputs({"NI": 131, "NJ": 77, "NK": 45})
+    args = entry.inputs(dict(zip(("NI", "NJ", "NK"), sizes)))
     if dtype == "f32":
         args = {k: (v.astype(np.float32) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
     expected = {k: (v.astype(np.float64) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
@@ -334,22 +353,18 @@ def test_element_wise_epilogues_join_the_kernel():
 
 
 @needs_gpu
-@pytest.mark.parametrize("tile", [0, 1, 2])
+@pytest.mark.parametrize("tile", TILES)
 def test_epilogues_on_the_gpu_match_numpy(tile, monkeypatch):
     import cupy
 
     bmm_bias_relu = example_kernel("bmm_bias_relu")
-
-    def forced(source, extent, shapes, sm_count):
-        name, variant = source.variants[tile]
-        return name, variant, launch_layout(source.contraction, variant, extent, shapes)
-    monkeypatch.setattr(contraction, "choose_kernel", forced)
+    _force_tile(monkeypatch, tile)
     rng = np.random.default_rng(9)
-    a, b, bias = rng.standard_normal((3, 37, 20)), rng.standard_normal((3, 20, 45)), rng.standard_normal(45)
-    c = cupy.zeros((3, 37, 45))
+    a, b, bias = rng.standard_normal((3, 37, 20)), rng.standard_normal((3, 20, 44)), rng.standard_normal(44)
+    c = cupy.zeros((3, 37, 44))
     po.compile(bmm_bias_relu, target="cuda")(c, cupy.asarray(a), cupy.asarray(b), cupy.asarray(bias))
     assert _relative_error(c.get(), np.maximum(a @ b + bias, 0)) < 1e-13
     a, b, bias = (x.astype(np.float32) for x in (a, b[0], rng.standard_normal(37)))
-    c = cupy.zeros((3, 37, 45), np.float32)
+    c = cupy.zeros((3, 37, 44), np.float32)
     po.compile(flat_matmul_bias_relu, target="cuda")(cupy.asarray(a), cupy.asarray(b), cupy.asarray(bias), c)
     assert _relative_error(c.get(), np.maximum(a.astype(float) @ b + bias[:, None], 0)) < 1e-6
