@@ -35,7 +35,24 @@ _MATH_F64 = {"sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "c
              "tanh": "tanh", "pow": "pow", "floor": "floor", "abs": "fabs"}
 
 
+#: The half types' names in C, where CUDA's headers do not define them (gcc's ``_Float16``, and
+#: ``__bf16`` where the compiler has it: gcc 13 on): one spelling (:attr:`DType.c_name`) serves
+#: the C and the CUDA emitters.
+_HALF_TYPEDEFS = """\
+#ifndef __CUDACC__
+typedef _Float16 __half;
+#ifdef __BFLT16_MAX__
+typedef __bf16 __nv_bfloat16;
+#endif
+#endif
+"""
+
+
 def c_type_name(dtype: DType) -> str:
+    """The C (and CUDA) spelling of ``dtype``; half types are CUDA's ``__half`` and
+    ``__nv_bfloat16`` (:func:`c_prelude` defines them for C compilers)."""
+    if dtype.is_half:
+        return dtype.c_name
     if dtype.is_float:
         return {"f32": "float", "f64": "double", "f80": "long double"}[dtype.name]
     return "int" if dtype.name == "bool" else f"{'u' if dtype.unsigned else ''}int{dtype.bits}_t"
@@ -69,6 +86,8 @@ class CExpr:
 
     def emit(self, e: E.Expr) -> tuple[str, int]:
         if isinstance(e, E.Const):
+            if e.dtype.is_half:  # a conversion: a bare double would be ambiguous beside a __half in C++
+                return f"({c_type_name(e.dtype)}){float(e.value)!r}", _UNARY
             if e.dtype.is_float:
                 text = repr(float(e.value)) + ("f" if e.dtype.name == "f32" else "")
             elif e.dtype.unsigned:
@@ -149,12 +168,19 @@ def c_function(scop: Scop, loops: Node, function_name: str, *, openmp: bool = Fa
     locals_ = [a.name for a in scop.arrays.values() if a.local]
     body = c_loop_nest(scop, loops, openmp=openmp, declare=locals_)
     signature = f"void {function_name}({', '.join(params) or 'void'})"
-    return _PRELUDE + "\n" + signature + "\n{\n" + "\n".join(views + body) + "\n}\n"
+    return c_prelude(uses_half_types(scop)) + "\n" + signature + "\n{\n" + "\n".join(views + body) + "\n}\n"
 
 
-def c_prelude() -> str:
-    """The includes and inline helpers (floor division, modulo) the emitted statements use."""
-    return _PRELUDE
+def uses_half_types(scop: Scop) -> bool:
+    """Whether some array of ``scop`` holds a half type (its C needs their names)."""
+    return any(a.dtype.is_half for a in scop.arrays.values())
+
+
+def c_prelude(half_types: bool = False) -> str:
+    """The includes and inline helpers (floor division, modulo) the emitted statements use;
+    with ``half_types`` also the typedefs naming gcc's half types as CUDA does (nothing under a
+    CUDA compiler, whose ``cuda_fp16.h`` and ``cuda_bf16.h`` define them)."""
+    return _PRELUDE + (_HALF_TYPEDEFS if half_types else "")
 
 
 def c_loop_nest(scop: Scop, loops: Node, *, openmp: bool = False, depth: int = 1,

@@ -57,7 +57,7 @@ from polyopt.codegen.ast import abi_arguments, instantiate
 from polyopt.codegen.promotion import elements_to_promote
 from polyopt.errors import CodegenError
 from polyopt.analysis.scop import Scop
-from polyopt.types import DType
+from polyopt.types import DType, bf16_bits
 
 _I1, _I32, _I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 _PTR = ir.PointerType()
@@ -87,11 +87,30 @@ class _X86FP80Type(ir.Type):
         return "0xK" + np.longdouble(value).tobytes()[:10][::-1].hex().upper()
 
 
+class _BFloatType(ir.Type):
+    """LLVM's ``bfloat`` (llvmlite has no class for it): bf16 arrays. Constants are written in
+    LLVM's ``0xR`` form, the 16 bits in hex. Kernels only load, store and convert it (arithmetic
+    runs in f32, :func:`polyopt.analysis.expr.binary`); LLVM expands the conversions inline."""
+
+    def __str__(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _BFloatType)
+
+    def __hash__(self) -> int:
+        return hash(_BFloatType)
+
+    def format_constant(self, value) -> str:
+        return f"0xR{int(bf16_bits(value)):04X}"
+
+
 def llvm_type(dtype: DType) -> ir.Type:
     """The IR type of ``dtype``; LLVM's integers carry no sign (u8 and i8 are both ``i8``): the
     operations choose it (:meth:`_FunctionEmitter.binary`, :meth:`_FunctionEmitter.convert`)."""
     if dtype.is_float:
-        return {"f32": ir.FloatType(), "f64": ir.DoubleType(), "f80": _X86FP80Type()}[dtype.name]
+        return {"f16": ir.HalfType(), "bf16": _BFloatType(), "f32": ir.FloatType(), "f64": ir.DoubleType(),
+                "f80": _X86FP80Type()}[dtype.name]
     return ir.IntType(dtype.bits)
 
 
@@ -609,6 +628,8 @@ class _FunctionEmitter:
         (keeping the low bits); floats convert to and from signed or unsigned integers."""
         b, to = self.builder, llvm_type(target)
         unsigned = source.unsigned or source.name == "bool"
+        if source.is_float and target.is_float and target.is_half and source.bits != 32:
+            return b.fptrunc(self._to_float(value, source), to)
         if source.is_float and target.is_float:
             return b.fpext(value, to) if target.bits > source.bits else b.fptrunc(value, to)
         if source.is_float:
@@ -620,6 +641,26 @@ class _FunctionEmitter:
         if target.bits < source.bits:
             return b.trunc(value, to)
         return b.zext(value, to) if unsigned else b.sext(value, to)
+
+    def _to_float(self, value: ir.Value, source: DType) -> ir.Value:
+        """A float (f32) on the way from ``source`` to a half type: exact from the other half
+        type; from f64 rounded to odd (toward zero, the last bit set where inexact), which the
+        rounding to half then makes the correctly rounded result (f32 has more than twice the
+        half types' digits) -- LLVM would call compiler-rt's ``__truncdfhf2``/``__truncdfbf2``
+        for a direct ``fptrunc``, which the JIT does not link."""
+        b, single = self.builder, ir.FloatType()
+        if source.is_half:
+            return b.fpext(value, single)
+        if source.name != "f64":
+            raise CodegenError(f"no conversion from {source} to a half-precision type")
+        nearest = b.fptrunc(value, single)
+        widened = b.fpext(nearest, value.type)
+        inexact = b.fcmp_unordered("!=", widened, value)
+        away = b.xor(b.fcmp_ordered(">", widened, value), b.fcmp_ordered("<", value, ir.Constant(value.type, 0.0)))
+        bits = b.bitcast(nearest, _I32)
+        toward_zero = b.select(away, b.sub(bits, ir.Constant(_I32, 1)), bits)
+        odd = b.select(inexact, b.or_(toward_zero, ir.Constant(_I32, 1)), bits)
+        return b.bitcast(odd, single)
 
     def call(self, e: E.Call) -> ir.Value:
         args = [self.expr(a) for a in e.args]

@@ -966,7 +966,7 @@ def optimize_c_file(path, *, defines: dict | None = None, include_dirs=(), algor
     A file without a region of its own (regions in headers it includes do not count) is a
     :class:`~polyopt.FrontendError`: there is nothing to optimize."""
     from polyopt.codegen.ast import build_loop_ast
-    from polyopt.codegen.c import c_loop_nest, c_prelude
+    from polyopt.codegen.c import c_loop_nest, c_prelude, uses_half_types
     from polyopt.schedulers.registry import schedule
     from polyopt.analysis.verify import verify
 
@@ -985,4 +985,4 @@ def optimize_c_file(path, *, defines: dict | None = None, include_dirs=(), algor
                            declare=list(kernel.inner_locals))
         block = ["{" + f"  /* {kernel.name}: polyopt {algorithm} schedule */", *nest, "}"]
         lines[kernel.region.first_line:kernel.region.last_line - 1] = [line + "\n" for line in block]
-    return c_prelude() + "".join(lines)
+    return c_prelude(any(uses_half_types(k.scop) for k in kernels)) + "".join(lines)

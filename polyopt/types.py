@@ -23,6 +23,12 @@ class DType:
     is_float: bool
     unsigned: bool = False
 
+    @property
+    def is_half(self) -> bool:
+        """A 16-bit float (:data:`f16`, :data:`bf16`): stored in half precision, computed in
+        f32 (each operation rounds its result back, see :func:`polyopt.analysis.expr.binary`)."""
+        return self.is_float and self.bits == 16
+
     def __getitem__(self, shape) -> "ArrayType":
         """``f64["N", "M"]`` -> the array annotation with those (affine, textual) extents."""
         extents = shape if isinstance(shape, tuple) else (shape,)
@@ -39,6 +45,30 @@ class DType:
         return -(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1
 
 
+def _bfloat16_numpy() -> np.dtype:
+    """numpy's dtype for bf16 arrays: ml_dtypes' ``bfloat16`` if that package is importable,
+    else uint16 (the raw bits; numpy itself has no bfloat16)."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return np.dtype(np.uint16)
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def bf16_bits(values) -> np.ndarray:
+    """The bfloat16 bit patterns (uint16) nearest to ``values`` (rounded to nearest, ties to
+    even, from float32 as CUDA's ``__float2bfloat16`` does; NaN stays a quiet NaN)."""
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    nan = np.isnan(np.asarray(values, dtype=np.float32))
+    return np.where(nan, (bits >> 16) | 0x40, rounded).astype(np.uint16)
+
+
+def bf16_values(bits) -> np.ndarray:
+    """The float32 values of bfloat16 bit patterns (exact: bf16 is float32's upper half)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
 @dataclass(frozen=True)
 class ArrayType:
     """The annotation of an array argument: element type and extents as affine text."""
@@ -49,6 +79,12 @@ class ArrayType:
 
 f32 = DType("f32", np.dtype(np.float32), "float", 32, True)
 f64 = DType("f64", np.dtype(np.float64), "double", 64, True)
+#: Half precision: IEEE binary16 (numpy's float16; CUDA's ``__half``) and bfloat16 (float32's
+#: exponent with 8 significand bits; CUDA's ``__nv_bfloat16``). numpy has no bfloat16: bf16
+#: arrays are ml_dtypes' ``bfloat16`` where that package is installed (the ``bf16`` extra),
+#: else their raw bits as uint16 arrays (see :func:`bf16_bits`).
+f16 = DType("f16", np.dtype(np.float16), "__half", 16, True)
+bf16 = DType("bf16", _bfloat16_numpy(), "__nv_bfloat16", 16, True)
 i32 = DType("i32", np.dtype(np.int32), "int", 32, False)
 i64 = DType("i64", np.dtype(np.int64), "long", 64, False)
 #: C's small and unsigned integer types (x86-64 widths; ``char`` is signed there).
@@ -61,7 +97,9 @@ u64 = DType("u64", np.dtype(np.uint64), "unsigned long", 64, False, unsigned=Tru
 #: The type of comparisons and logical operators inside kernel bodies (never stored in arrays).
 boolean = DType("bool", np.dtype(np.bool_), "int", 1, False)
 
-ELEMENT_TYPES: dict[str, DType] = {t.name: t for t in (f32, f64, i8, u8, i16, u16, i32, u32, i64, u64)}
+#: bf16 comes last: without ml_dtypes its numpy dtype is uint16, which :func:`as_dtype` must
+#: read as u16.
+ELEMENT_TYPES: dict[str, DType] = {t.name: t for t in (f16, f32, f64, i8, u8, i16, u16, i32, u32, i64, u64, bf16)}
 
 #: numpy's longdouble where it is the x87 80-bit extended type (x86-64; stored in 16 bytes),
 #: else None. po.einsum compiles longdouble data in it on the CPU; it is not a kernel annotation
@@ -84,7 +122,8 @@ def as_dtype(value) -> DType:
 
 
 def promote(a: DType, b: DType) -> DType:
-    """Result type of arithmetic between two (non-weak) operands: float wins, the wider float;
+    """Result type of arithmetic between two (non-weak) operands: float wins, the wider float
+    (f16 with f32 is f32, as in numpy; f16 with bf16 is f32, as in PyTorch);
     integers follow C's usual arithmetic conversions: each is first promoted (types narrower
     than ``int`` become i32, :func:`integer_promotion`), then the wider wins, and at equal
     width the unsigned one (i32 with u32 is u32, i64 with u32 is i64). Booleans stay booleans
@@ -92,6 +131,8 @@ def promote(a: DType, b: DType) -> DType:
     if a.is_float or b.is_float:
         if a.is_float != b.is_float:
             return a if a.is_float else b
+        if a != b and a.bits == b.bits == 16:  # f16 with bf16: neither holds the other
+            return f32
         return a if a.bits >= b.bits else b
     if a == b == boolean:
         return boolean
@@ -99,6 +140,16 @@ def promote(a: DType, b: DType) -> DType:
     if a.bits != b.bits:
         return a if a.bits > b.bits else b
     return a if a.unsigned else b
+
+
+def rounded(value: float, dtype: DType) -> float:
+    """``value`` rounded to the nearest value of the half type ``dtype`` (a literal of a half
+    expression: numpy rounds a Python float to float16 before it computes); other types keep it."""
+    if dtype.name == "f16":
+        return float(np.float16(value))
+    if dtype.name == "bf16":
+        return float(bf16_values(bf16_bits(value)))
+    return value
 
 
 def integer_promotion(t: DType) -> DType:

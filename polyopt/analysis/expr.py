@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from polyopt.types import DType, boolean, f64, i64, integer_promotion, promote
+from polyopt.types import DType, boolean, f32, f64, i64, integer_promotion, promote, rounded
 
 #: Binary operators. Arithmetic keeps Python semantics: "//" and "%" are floor division and
 #: floor modulo; "tdiv"/"tmod" are C's truncating ones (only produced by the AST translation,
@@ -165,13 +165,26 @@ def _operand_type(a: Expr, b: Expr) -> DType:
 
 
 def cast(expr: Expr, dtype: DType) -> Expr:
-    """``expr`` converted to ``dtype`` (literals are converted in place)."""
+    """``expr`` converted to ``dtype`` (literals are converted in place, rounded to a half
+    type). A half type converts to and from f32 and f64 only: to integers and to the other
+    half type through f32 (the backends then need no other conversions of half types)."""
     if expr.dtype == dtype:
         return expr
     if isinstance(expr, Const):
-        value = float(expr.value) if dtype.is_float else int(expr.value)
+        value = rounded(float(expr.value), dtype) if dtype.is_float else int(expr.value)
         return Const(value, dtype, expr.weak)
+    if (expr.dtype.is_half or dtype.is_half) and not {expr.dtype, dtype} & {f32, f64}:
+        return Cast(cast(expr, f32), dtype)  # half <-> integer or other half type: through f32
     return Cast(expr, dtype)
+
+
+def _in_f32(build: Callable[..., Expr], *operands: Expr) -> Expr:
+    """An operation on half-precision operands (f16, bf16) as numpy and CUDA compute it: in f32
+    (exact for the operands), its result rounded back to the half type (a comparison's boolean
+    as it is). One rounding per operation, so ``a * b + c`` rounds twice, never fused."""
+    half = next(o.dtype for o in operands if o.dtype.is_half)
+    result = build(*(cast(o, f32) if o.dtype.is_half else o for o in operands))
+    return cast(result, half) if result.dtype == f32 else result
 
 
 def binary(op: str, lhs: Expr, rhs: Expr) -> Expr:
@@ -192,6 +205,8 @@ def binary(op: str, lhs: Expr, rhs: Expr) -> Expr:
     if op == "**" and not common.is_float and not (isinstance(rhs, Const) and rhs.value >= 0):
         common = f64  # an integer power is an integer only for a literal exponent >= 0: 2 ** -1 == 0.5
     lhs, rhs = cast(lhs, common), cast(rhs, common)
+    if common.is_half:
+        return _in_f32(lambda x, y: binary(op, x, y), lhs, rhs)
     if op in COMPARISON_OPS:
         return Binary(op, lhs, rhs, boolean)
     weak = isinstance(lhs, Const) and lhs.weak and isinstance(rhs, Const) and rhs.weak
@@ -212,6 +227,9 @@ def _fold(op: str, a, b):
 
 def call(func: str, args: list[Expr]) -> Expr:
     """A typed math call: integer arguments of float functions are converted to f64."""
+    natural = _operand_type(*args) if func == "pow" else args[0].dtype
+    if natural.is_half:
+        return _in_f32(lambda *wide: call(func, list(wide)), *(cast(a, natural) for a in args))
     if func == "abs":
         return Call(func, (args[0],), args[0].dtype)
     if func == "pow":
@@ -227,6 +245,8 @@ def truth(value: Expr) -> Expr:
     """``value`` as a boolean, with Python's truthiness (nonzero is true)."""
     if value.dtype == boolean:
         return value
+    if value.dtype.is_half:
+        return truth(cast(value, f32))
     return Binary("!=", value, Const(0.0 if value.dtype.is_float else 0, value.dtype), boolean)
 
 
@@ -241,6 +261,8 @@ def negate(operand: Expr) -> Expr:
     operand = cast(operand, integer_promotion(operand.dtype))  # C: -c of a char is an int
     if isinstance(operand, Const):
         return Const(-operand.value, operand.dtype, operand.weak)
+    if operand.dtype.is_half:
+        return _in_f32(negate, operand)
     return Unary("neg", operand, operand.dtype)
 
 
