@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from itertools import product
 from math import gcd, prod
+from typing import Iterable
 
 from polyopt.analysis import expr as E
 from polyopt.analysis.affine import extent_expr
@@ -37,7 +38,7 @@ from polyopt.codegen.promotion import mentions
 from polyopt.codegen.shared_memory import HALF, Staged, stage_reads
 from polyopt.errors import CodegenError
 from polyopt.analysis.scop import Scop
-from polyopt.types import boolean, i64
+from polyopt.types import DType, boolean, i64
 
 #: Threads per block for 1, 2 and 3 thread coordinates (outermost first, last is x).
 DEFAULT_BLOCK = {1: (256,), 2: (8, 32), 3: (2, 4, 32)}
@@ -179,10 +180,16 @@ class CudaExpr(CExpr):
         return super().emit(e)
 
 
-def cuda_prelude() -> str:
+#: The CUDA headers defining the half types (NVRTC finds them: CuPy passes the toolkit's
+#: include folder), included only by kernels that use them.
+_HALF_HEADERS = {"f16": "#include <cuda_fp16.h>", "bf16": "#include <cuda_bf16.h>"}
+
+
+def cuda_prelude(dtypes: Iterable[DType] = ()) -> str:
     """The C emitter's helpers for the kernels and the host wrapper (whose loop bounds may
-    divide); NVRTC has no standard headers."""
-    lines = []
+    divide); NVRTC has no standard headers. ``dtypes``: the element types the kernels use, for
+    the headers of half types (``__half``, ``__nv_bfloat16``)."""
+    lines = sorted({_HALF_HEADERS[t.name] for t in dtypes if t.name in _HALF_HEADERS})
     for line in c_prelude().splitlines():
         if line.startswith("#include"):
             continue
@@ -227,7 +234,7 @@ def cuda_source(scop: Scop, program: GpuProgram, host_function: str, *, block=No
                                  uses_scalars=uses_scalars[k.name])
             wide[k.name] = f"{k.name}_w"
             shapes[wide[k.name]] = shape
-    parts = [cuda_prelude()]
+    parts = [cuda_prelude(a.dtype for a in scop.arrays.values())]
     parts += [f"__device__ {c_type_name(scop.arrays[s].dtype)} {s};" for s in on_device]
     for kernel in program.kernels:
         variants = [kernel] + ([replace(kernel, name=wide[kernel.name])] if kernel.name in wide

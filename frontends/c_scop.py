@@ -49,7 +49,7 @@ from polyopt.frontends.common import assemble_scop, build_statement, domain_set
 from polyopt.frontends.schedule_tree import Leaf, Loop
 from polyopt.islutil import ISL_KEYWORDS, isl_safe_name
 from polyopt.analysis.scop import Argument, Array, Scop
-from polyopt.types import DType, boolean, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
+from polyopt.types import DType, boolean, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 
 try:
     from pycparser import c_ast, c_generator, c_parser
@@ -94,6 +94,10 @@ _FAKE_HEADERS = {
     **{name: "" for name in ("stdint.h", "stddef.h", "stdarg.h", "unistd.h", "time.h",
                              "sys/types.h", "inttypes.h")},
 }
+#: gcc and clang's half-precision type names, declared for pycparser (which knows only C99's
+#: types; :func:`_base_type` reads them as f16). Their declarations are not symbols of the file.
+_HALF_TYPE_NAMES = frozenset({"_Float16", "__fp16"})
+_HALF_NAMES = "".join(f"typedef float {name};" for name in sorted(_HALF_TYPE_NAMES)) + "\n"
 #: GNU spellings pycparser does not read, defined away (or to their C99 forms).
 _GNU_DEFINES = ("__attribute__(x)=", "__extension__=", "__restrict=restrict", "__restrict__=restrict",
                 "__inline=inline", "__inline__=inline", "__asm__(x)=", "__const=const",
@@ -165,6 +169,8 @@ def _base_type(names: list[str]) -> DType | None:
         return f64
     if words == {"float"}:
         return f32
+    if len(words) == 1 and words <= _HALF_TYPE_NAMES:
+        return f16
     if words == {"void"}:
         return None
     if not words <= {"char", "short", "int", "long", "_Bool"}:
@@ -238,7 +244,7 @@ def from_c(source, function: str | None = None, *, defines: dict | None = None,
     output = preprocess(path, text, defines=defines, include_dirs=include_dirs)
     if not path:
         output = output.replace('"<stdin>"', '"<string>"')
-    tree = _parse(output, name)
+    tree = _parse(_HALF_NAMES + output, name)
     kernels = []
     globals_ = _file_symbols(tree)
     for func in (n for n in tree.ext if isinstance(n, c_ast.FuncDef)):
@@ -419,7 +425,7 @@ class _Translator:
         if isinstance(node, c_ast.TypeDecl):
             node = node.type
         if isinstance(node, c_ast.IdentifierType):
-            if len(node.names) == 1 and node.names[0] in self.typedefs:
+            if len(node.names) == 1 and node.names[0] in self.typedefs and node.names[0] not in _HALF_TYPE_NAMES:
                 return self._type(self.typedefs[node.names[0]].type)
             try:
                 return _base_type(node.names)

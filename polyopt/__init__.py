@@ -20,7 +20,7 @@ from polyopt import _layout
 
 _layout.mount(__name__, _Path(__file__).resolve().parent)
 
-from polyopt.types import DType, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64  # noqa: E402
+from polyopt.types import DType, bf16, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64  # noqa: E402
 from polyopt.errors import (CodegenError, FrontendError, IllegalScheduleError,  # noqa: E402
                             IncompleteScheduleError, LoopTranslationError, PolyoptError,
                             PolyoptWarning, ScheduleError)
@@ -57,7 +57,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'polyopt' has no attribute {name!r}")
 
 __all__ = [
-    "DType", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
+    "DType", "f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
     "PolyoptError", "FrontendError", "IllegalScheduleError", "IncompleteScheduleError", "ScheduleError", "CodegenError",
     "LoopTranslationError", "PolyoptWarning",
     "Array", "Argument", "Scop", "Statement", "Dependences", "dependences",
