@@ -1,0 +1,218 @@
+"""Half-precision element types f16 and bf16: each operation computes in f32 and rounds to the
+half type (numpy's float16 ufuncs, CUDA's __half operators), so CPU kernels match numpy float16
+references computed the same way, operation by operation; f16 with f32 is f32. bf16 runs on
+ml_dtypes' bfloat16 arrays where that package is installed, else on raw uint16 bits. CUDA
+sources with half arrays build with nvcc (skipped without it)."""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import polyopt as po
+from polyopt import bf16, f16, f32, f64, i64
+from polyopt.analysis import expr as E
+from polyopt.types import as_dtype, bf16_bits, bf16_values, promote, u16
+
+try:
+    import ml_dtypes
+except ImportError:  # the optional "bf16" extra
+    ml_dtypes = None
+
+needs_ml_dtypes = pytest.mark.skipif(ml_dtypes is None, reason="ml_dtypes (the bf16 extra) is not installed")
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+
+
+@po.kernel
+def gemm16(A: f16["N", "K"], B: f16["K", "M"], C: f16["N", "M"]):
+    for i in range(N):
+        for j in range(M):
+            for k in range(K):
+                C[i, j] += A[i, k] * B[k, j]
+
+
+@po.kernel
+def stencil16(A: f16["T", "N"]):
+    for t in range(1, T):
+        for i in range(1, N - 1):
+            A[t, i] = (A[t - 1, i - 1] + A[t - 1, i] + A[t - 1, i + 1]) * 0.333
+
+
+@po.kernel
+def elementwise(X: f16["N"], Y: f32["N"], Z: f16["N"], W: f32["N"]):
+    for i in range(N):
+        Z[i] = sqrt(X[i] * X[i] + 1.5) - X[i] / 3.0 if X[i] > 0 else -X[i]
+        W[i] = X[i] * Y[i]
+
+
+def _halves(shape, seed, dtype=np.float16):
+    return np.random.default_rng(seed).uniform(-2, 2, size=shape).astype(dtype)
+
+
+def test_half_types_are_dtypes_and_annotations():
+    assert po.f16 is f16 and po.bf16 is bf16 and f16.numpy == np.float16
+    assert f16["N", "M"].dtype is f16 and f16.is_half and bf16.is_half and not f32.is_half
+    assert promote(f16, f32) is f32 and promote(f16, bf16) is f32 and promote(f16, f16) is f16
+    assert as_dtype(np.float16) is f16 and as_dtype(np.uint16) is u16 and as_dtype("bf16") is bf16
+    # a weak literal rounds to the half type; the operation runs in f32 and rounds back
+    product = E.binary("*", E.Access("A", (), f16), E.Const(0.1, f64, True))
+    assert product.dtype is f16 and isinstance(product, E.Cast) and product.operand.dtype is f32
+    assert product.operand.rhs.value == float(np.float16(0.1))
+
+
+def test_gemm_rounds_each_update_like_numpy():
+    A, B = _halves((13, 40), 0), _halves((40, 11), 1)
+    C = np.zeros((13, 11), np.float16)
+    gemm16(A, B, C)
+    expected = np.zeros_like(C)
+    for k in range(A.shape[1]):  # numpy float16: each product and each sum rounded
+        expected = expected + A[:, k:k + 1] * B[k:k + 1, :]
+    np.testing.assert_array_equal(C, expected)
+
+
+def test_stencil_and_elementwise_match_numpy_float16():
+    A = _halves((6, 50), 2)
+    expected = A.copy()
+    stencil16(A)
+    for t in range(1, 6):
+        expected[t, 1:-1] = (expected[t - 1, :-2] + expected[t - 1, 1:-1] + expected[t - 1, 2:]) * np.float16(0.333)
+    np.testing.assert_array_equal(A, expected)
+    X, Y = _halves(100, 3), _halves(100, 4, np.float32)
+    Z, W = np.zeros(100, np.float16), np.zeros(100, np.float32)
+    elementwise(X, Y, Z, W)
+    positive = np.sqrt(X * X + np.float16(1.5)) - X / np.float16(3.0)
+    np.testing.assert_array_equal(Z, np.where(X > 0, positive, -X))
+    np.testing.assert_array_equal(W, X * Y)  # f16 with f32 computes in f32
+
+
+def test_conversions_from_f64_round_once():
+    """f64 to a half type is correctly rounded (through f32 rounded to odd, not twice to
+    nearest), without compiler-rt's __truncdfhf2 in the JIT."""
+    @po.kernel
+    def narrow(X: f64["N"], H: f16["N"], I: i64["N"]):
+        for i in range(N):
+            H[i] = X[i]
+            I[i] = H[i]
+
+    # halfway between two halves in f64, but not in f32: rounding twice would go wrong
+    ties = 1.0 + 2.0 ** -11 + np.array([2.0 ** -40, -(2.0 ** -40)])
+    X = np.concatenate([ties, np.random.default_rng(5).standard_normal(200) * 1000, [1e300, -1e-300, np.nan]])
+    H, I = np.zeros(X.size, np.float16), np.zeros(X.size, np.int64)
+    narrow(X, H, I)
+    np.testing.assert_array_equal(H, X.astype(np.float16))
+    finite = np.isfinite(H)
+    np.testing.assert_array_equal(I[finite], H[finite].astype(np.int64))
+
+
+@po.kernel
+def axpy_bf16(X: bf16["N"], Y: bf16["N"]):
+    for i in range(N):
+        Y[i] = X[i] * 0.1 + Y[i]
+
+
+def _bf16_reference(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """``X * 0.1 + Y`` on bf16 values (float32), each operation rounded to bf16."""
+    rounded = lambda v: bf16_values(bf16_bits(v))  # noqa: E731
+    return rounded(rounded(X * rounded(0.1)) + Y)
+
+
+@needs_ml_dtypes
+def test_bf16_arrays_of_ml_dtypes():
+    X, Y = _halves(300, 6, ml_dtypes.bfloat16), _halves(300, 7, ml_dtypes.bfloat16)
+    expected = _bf16_reference(X.astype(np.float32), Y.astype(np.float32))
+    axpy_bf16(X, Y)
+    np.testing.assert_array_equal(Y.astype(np.float32), expected)
+
+
+def test_bf16_bits_round_to_nearest_even():
+    values = np.array([1.0, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, -3.5, 1e-40, np.inf], np.float32)
+    assert list(bf16_values(bf16_bits(values))) == [1.0, 1.0, 1.0 + 2 * 2.0 ** -7, -3.5, bf16_values(bf16_bits(1e-40)), np.inf]
+    assert np.isnan(bf16_values(bf16_bits(np.nan)))
+    if ml_dtypes is not None:
+        sample = np.random.default_rng(8).standard_normal(1000).astype(np.float32)
+        np.testing.assert_array_equal(bf16_bits(sample), sample.astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+def test_half_scalars_and_integer_uses_are_refused():
+    with pytest.raises(po.FrontendError, match="half type f16.*annotate it f32"):
+        po.compile(po.kernel_from_source("def scale(alpha: f16, A: f16['N']):\n"
+                                         "    for i in range(N):\n        A[i] *= alpha\n"))
+    with pytest.raises(po.FrontendError, match="integer expression is needed here, not a f16 value"):
+        po.compile(po.kernel_from_source("def gather(A: f16['N'], B: i64['N']):\n"
+                                         "    for i in range(N):\n        B[A[i]] = 1\n"))
+
+
+def test_python_operators_on_halves_match_numpy():
+    kernel = po.kernel_from_source(
+        "def ops(X: f16['N'], M: f16['N'], D: f16['N'], L: f16['N'], A: f16['N'], I: i64['N']):\n"
+        "    for i in range(N):\n"
+        "        M[i] = X[i] % 0.7\n        D[i] = X[i] // 0.3\n        L[i] = min(X[i], 0.5)\n"
+        "        A[i] = abs(X[i]) ** 2\n        I[i] = int(X[i] * 10.0)\n")
+    X = _halves(200, 12)
+    M, D, L, A = (np.zeros(200, np.float16) for _ in range(4))
+    I = np.zeros(200, np.int64)
+    kernel(X, M, D, L, A, I)
+    np.testing.assert_array_equal(M, X % np.float16(0.7))
+    np.testing.assert_array_equal(D, X // np.float16(0.3))
+    np.testing.assert_array_equal(L, np.minimum(X, np.float16(0.5)))
+    np.testing.assert_array_equal(A, np.abs(X) ** 2)
+    np.testing.assert_array_equal(I, (X * np.float16(10.0)).astype(np.int64))
+
+
+def test_c_frontend_reads_float16():
+    source = """
+void k(int n, _Float16 A[n], __fp16 B[n]) {
+#pragma scop
+  for (int i = 1; i < n; i++)
+    B[i] = A[i] * A[i - 1] + 0.1f;
+#pragma endscop
+}
+"""
+    (scop_kernel,) = po.from_c(source)
+    assert {a.dtype for a in scop_kernel.scop.arrays.values()} == {f16}
+    A, B = _halves(20, 9), np.zeros(20, np.float16)
+    po.compile(scop_kernel.scop)(A=A, B=B)
+    np.testing.assert_array_equal(B[1:], ((A[1:] * A[:-1]).astype(np.float32) + np.float32(0.1)).astype(np.float16))
+
+
+def test_einsum_float16_sums_in_f32_and_rounds_once():
+    """po.einsum on float16: products and sums in f32, the result rounded to float16 once
+    (numpy's matmul; numpy's einsum does so where its inner loop is the sum, else it rounds
+    every partial sum)."""
+    A, B = _halves((30, 500), 10), _halves((500, 20), 11)
+    C = po.einsum("ik,kj->ij", A, B)
+    assert C.dtype == np.float16
+    exact = (A.astype(np.float64) @ B.astype(np.float64))
+    np.testing.assert_allclose(C.astype(np.float64), exact, rtol=2 ** -10, atol=2 ** -10 * np.abs(exact).max())
+    np.testing.assert_array_equal(C, A @ B)
+    numpy_einsum = np.einsum("ik,kj->ij", A, B)  # rounds its partial sums: further off
+    assert np.abs(numpy_einsum.astype(np.float64) - exact).max() >= np.abs(C.astype(np.float64) - exact).max()
+    np.testing.assert_allclose(po.einsum("ij,j->i", A, B[:, 0]), np.einsum("ij,j->i", A, B[:, 0]), rtol=2 ** -9, atol=2 ** -6)
+
+
+@needs_nvcc
+def test_nvcc_builds_half_kernels(tmp_path):
+    """CUDA kernels on __half and __nv_bfloat16 arrays: arithmetic through float, the headers
+    included; each builds with nvcc."""
+    @po.kernel
+    def mixed(X: bf16["N"], Y: f16["N"], Z: f32["N"]):
+        for i in range(1, N - 1):
+            Y[i] = (X[i - 1] + X[i] + X[i + 1]) * 0.333 if X[i] > 0 else -Y[i]
+            Z[i] = Y[i] * X[i]
+
+    files = []
+    for k, kernel in enumerate((gemm16, stencil16, elementwise, axpy_bf16, mixed)):
+        source = po.cuda_source(kernel)
+        assert "#include <cuda_fp16.h>" in source or "#include <cuda_bf16.h>" in source
+        (tmp_path / f"half{k}.cu").write_text(source)
+        files.append(f"half{k}.cu")
+
+    @po.kernel
+    def single(A: f32["N"]):
+        for i in range(N):
+            A[i] = A[i] * 2.0
+
+    assert "cuda_fp16.h" not in po.cuda_source(single)  # kernels without half arrays: no headers
+    result = subprocess.run(["nvcc", "-arch=sm_90", "-c", *files], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
