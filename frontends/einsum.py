@@ -450,10 +450,12 @@ class _Term:
 
 
 def einsum_scop(spec: EinsumSpec, broadcast: Sequence[tuple[bool, ...]], path: Sequence[tuple[int, ...]],
-                dtype: DType, complex_parts: bool = False, blocked_sums: bool = False
-                ) -> tuple[Scop, tuple[tuple[str, tuple[str, ...]], ...]]:
+                dtype: DType, complex_parts: bool = False, blocked_sums: bool = False,
+                operand_dtype: DType | None = None) -> tuple[Scop, tuple[tuple[str, tuple[str, ...]], ...]]:
     """The Scop computing ``spec`` along ``path`` in element type ``dtype``, and its temporaries
     as (array name, labels) pairs (array arguments the caller allocates, in label sizes).
+    ``operand_dtype``: the element type of the operands where it is not ``dtype`` (f16 operands
+    of f32 sums): each element read is converted to ``dtype``, and all arithmetic is in ``dtype``.
 
     Arrays: ``op0, op1, ...`` (with extent 1 where broadcast), the temporaries ``t0, t1, ...``
     and ``out``; parameters ``N_<label>``. With ``complex_parts`` every array holds complex
@@ -469,9 +471,9 @@ def einsum_scop(spec: EinsumSpec, broadcast: Sequence[tuple[bool, ...]], path: S
     """
     terms = [_Term(f"op{k}", labels, tuple(bc), complex_parts)
              for k, (labels, bc) in enumerate(zip(spec.inputs, broadcast))]
-    arrays = {t.array: Array(t.array, dtype, t.shape()) for t in terms}
+    arrays = {t.array: Array(t.array, operand_dtype or dtype, t.shape()) for t in terms}
     params = tuple(sorted({size_parameter(label) for labels in spec.inputs for label in labels}))
-    builder = _Builder(params, dtype)
+    builder = _Builder(params, dtype, {name: array.dtype for name, array in arrays.items()})
     current, temporaries, tree, partials = list(terms), [], [], 0
     for step in path:
         picked = [current[k] for k in step]
@@ -500,7 +502,7 @@ def einsum_scop(spec: EinsumSpec, broadcast: Sequence[tuple[bool, ...]], path: S
     for stmt in builder.statements:
         domain = domain.union(isl.UnionSet.from_set(stmt.domain))
     order = [a for a in arrays if a != OUTPUT] + [OUTPUT]
-    arguments = tuple(Argument(name, "array", dtype) for name in order)
+    arguments = tuple(Argument(name, "array", arrays[name].dtype) for name in order)
     scop = Scop("einsum", params, context, {n: arrays[n] for n in order}, tuple(builder.statements),
                 original_schedule(domain, tree, params), arguments, source=str(spec))
     return scop, tuple(temporaries)
@@ -527,9 +529,10 @@ def _streams_a_sum(order: tuple[str, ...], target: _Term, inputs: list[_Term]) -
 class _Builder:
     """Creates the statements of the contraction steps (with their access relations)."""
 
-    def __init__(self, params: tuple[str, ...], dtype: DType):
+    def __init__(self, params: tuple[str, ...], dtype: DType, operand_dtypes: dict[str, DType]):
         self.params = f"[{', '.join(params)}]"
         self.dtype = dtype
+        self.operand_dtypes = operand_dtypes  # of the operand arrays (the others hold ``dtype``)
         self.statements: list[Statement] = []
 
     def contraction(self, target: _Term, inputs: list[_Term], labels: tuple[str, ...],
@@ -570,11 +573,16 @@ class _Builder:
         return _nest(target_iters, init) + _nest(per_block, reset + [Loop(position, 1, accumulate)] + add)
 
     def _product(self, inputs: list[_Term], at: dict[str, E.Expr] | None = None) -> tuple[E.Expr, E.Expr | None]:
-        """The product of the inputs' elements, in (real, imaginary or None) parts."""
-        product = inputs[0].parts(self.dtype, at)
+        """The product of the inputs' elements, in (real, imaginary or None) parts, in ``dtype``."""
+        product = self._element(inputs[0], at)
         for term in inputs[1:]:
-            product = _times(product, term.parts(self.dtype, at))
+            product = _times(product, self._element(term, at))
         return product
+
+    def _element(self, term: _Term, at: dict[str, E.Expr] | None) -> tuple[E.Expr, E.Expr | None]:
+        """``term``'s element in (real, imaginary or None) parts, converted to ``dtype``."""
+        parts = term.parts(self.operand_dtypes.get(term.array, self.dtype), at)
+        return tuple(None if p is None else E.cast(p, self.dtype) for p in parts)
 
     def _statement(self, iters: tuple[str, ...], bounds: str, target: E.Access, value: E.Expr) -> Leaf:
         name = f"S{len(self.statements)}"

@@ -14,7 +14,11 @@ numpy's promotion and casting rules. How each dtype runs:
 - bool, int8, int16, uint8, uint16, uint32: compiled in int64, then cast back (exact: integer
   sums of products wrap identically modulo 2**bits; bool's nonzero is numpy's logical or/and).
 - uint64: compiled in int64 on the same bits (two's complement arithmetic is exact mod 2**64).
-- float16: compiled in float32, then rounded to float16 (numpy also accumulates half in float).
+- float16 (and ml_dtypes' bfloat16): the kernel reads the operands in their half type (f16,
+  bf16) and converts each element to float32, where it multiplies and sums; the float32 result
+  is rounded to the half type once. numpy's matmul does the same; numpy.einsum does so where
+  its inner loop is the sum ('ij,j->i') and otherwise rounds every partial sum to float16
+  ('ik,kj->ij'), which is less accurate: po.einsum's results are then within numpy's error.
 - complex64, complex128: compiled on their float32/float64 (real, imaginary) pairs, numpy's
   memory layout of complex arrays: each statement becomes one per part
   (``einsum_scop(..., complex_parts=True)``).
@@ -58,7 +62,7 @@ from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 from polyopt.targets.arguments import default_num_threads
 from polyopt.targets.cpu import CompiledKernel, compile
 from polyopt.analysis.scop import Scop, Statement
-from polyopt.types import ELEMENT_TYPES, DType, as_dtype, f80
+from polyopt.types import ELEMENT_TYPES, DType, as_dtype, bf16, f16, f80
 
 _ORDERS = ("C", "F", "A", "K")
 #: Below this many statement instances a call runs on one thread, whatever num_threads says:
@@ -86,7 +90,10 @@ TINY = (("llvm_level", 1),) + UNTILED
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 #: dtypes compiled in a wider polyopt type (the result is cast back exactly, see the module doc)
 _WIDENED = {np.dtype(t): np.dtype(np.int64) for t in (np.bool_, np.int8, np.int16, np.uint8, np.uint16, np.uint32)}
-_WIDENED[np.dtype(np.float16)] = np.dtype(np.float32)
+#: half-precision dtypes, summed in float32, their operands read in their own type (bf16 only
+#: as ml_dtypes' bfloat16: without it bf16 arrays are uint16 bits, numbers to numpy)
+_HALVES = {t.numpy for t in (f16, bf16) if t.numpy.kind != "u"}
+_WIDENED.update({half: np.dtype(np.float32) for half in _HALVES})
 #: dtypes whose bits are reinterpreted as a polyopt type of the same width
 _REINTERPRETED = {np.dtype(np.uint64): np.dtype(np.int64)}
 #: complex dtypes, compiled as (real, imaginary) pairs of their part type
@@ -118,6 +125,13 @@ def _storage_dtype(dtype: np.dtype) -> np.dtype:
     if dtype in _WIDENED:
         return _WIDENED[dtype]
     return _REINTERPRETED.get(dtype, dtype)
+
+
+def _operand_storage(result: np.dtype) -> np.dtype | None:
+    """The dtype the kernel reads the operands in where it is not the storage dtype: the half
+    types' own (converted to float32 element by element); None for the others."""
+    result = result.newbyteorder("=")
+    return result if result in _HALVES else None
 
 
 def _element_type(storage: np.dtype) -> DType:
@@ -186,15 +200,18 @@ def default_schedule_options(scop: Scop) -> dict[str, object]:
 
 @lru_cache(maxsize=256)
 def _plan(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, algorithm: str,
-          target: str = "cpu", options: tuple | None = None, blocked_sums: bool = False) -> _Plan:
+          target: str = "cpu", options: tuple | None = None, blocked_sums: bool = False,
+          operands: np.dtype | None = None) -> _Plan:
     """The (cached) plan of one pattern; sizes are parameters, so new shapes reuse it.
     ``options``: schedule options as sorted (name, value) pairs (e.g. :data:`UNTILED`); None:
     the defaults (CPU: :func:`default_schedule_options`; CUDA: the backend's own tiles and
     blocks).
-    ``blocked_sums``: long sums in blocks (``einsum_scop``; see :func:`_long_sums`)."""
+    ``blocked_sums``: long sums in blocks (``einsum_scop``; see :func:`_long_sums`).
+    ``operands``: the operands' dtype where it is not ``storage`` (:func:`_operand_storage`)."""
     element = _element_type(_COMPLEX_PARTS.get(storage, storage))
     scop, temporaries = einsum_scop(spec, broadcast, path, element, complex_parts=storage in _COMPLEX_PARTS,
-                                    blocked_sums=blocked_sums)
+                                    blocked_sums=blocked_sums,
+                                    operand_dtype=None if operands is None else _element_type(operands))
     if target == "cuda" and storage in _CPU_ONLY:
         raise TargetUnavailableError(
             f"einsum: {storage} data (x87 extended precision) has no CUDA code; the GPU compiles "
@@ -548,14 +565,15 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     # the result in numpy's layout: the kernel writes it as a C-contiguous array whose output
     # labels run in memory order, a transposed view of the result
     axes = _result_axes(spec, arrays, order) if out is None and where == "cpu" else tuple(range(len(shape)))
+    operands = _operand_storage(result)
     plan = _plan(EinsumSpec(spec.inputs, tuple(spec.output[a] for a in axes)), broadcast, path, storage,
                  DEFAULT_ALGORITHM, where, _plan_options(where, precision, spec, broadcast, path, sizes),
-                 _long_sums(spec, sizes, where))
+                 _long_sums(spec, sizes, where), operands)
     on_gpu = where == "cuda" and (any(is_cupy(a) for a in ops) or is_cupy(out))
     if on_gpu and out is not None and not is_cupy(out):
         raise TypeError("einsum: out must be a CuPy array when the operands are on the GPU")
     xp = cupy_module() if on_gpu else np
-    buffers = {f"op{k}": _as_storage(xp, op if is_cupy(op) else a, result, storage, out)
+    buffers = {f"op{k}": _as_storage(xp, op if is_cupy(op) else a, result, operands or storage, out)
                for k, (op, a) in enumerate(zip(ops, arrays))}
     for name, labels in plan.temporaries:
         buffers[name] = xp.empty(tuple(sizes[label] for label in labels), dtype=storage)
@@ -627,7 +645,8 @@ def einsum_kernel(subscripts: str, *shapes_or_arrays, dtype=None, optimize="gree
         raise TypeError(f"einsum on {result} data runs on polyopt's reference interpreter and has no "
                         "compiled kernel (polyopt.frontends.einsum.einsum_scop builds its Scop)")
     options = tuple(sorted(schedule_options.items())) if schedule_options else None
-    return _plan(spec, broadcast, path, storage, algorithm, target, options, _long_sums(spec, sizes, target)).kernel
+    return _plan(spec, broadcast, path, storage, algorithm, target, options, _long_sums(spec, sizes, target),
+                 _operand_storage(result)).kernel
 
 
 __all__ = ["TargetUnavailableError", "default_schedule_options", "einsum", "einsum_kernel", "reuses_operands",
