@@ -889,11 +889,15 @@ def _widest_vector_bits() -> int:
 
 @lru_cache(maxsize=None)
 def _initialize() -> None:
+    """LLVM's native target, and the libraries JIT-compiled code calls: libm's math functions,
+    and libgcc's half-precision conversions (``__truncsfhf2``, ``__extendhfsf2``: GCC 12 on),
+    which LLVM calls for f16 on an x86 host without F16C (with it, they are instructions)."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    libm = ctypes.util.find_library("m")
-    if libm:
-        llvm.load_library_permanently(libm)
+    for name in ("m", "gcc_s"):
+        path = ctypes.util.find_library(name)
+        if path:
+            llvm.load_library_permanently(path)
 
 
 def _new_target_machine() -> llvm.TargetMachine:

@@ -253,3 +253,34 @@ def test_nvcc_builds_half_kernels(tmp_path):
     result = subprocess.run(["nvcc", "-arch=sm_90", "-c", *files], cwd=tmp_path,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
+
+
+def test_f16_on_a_host_without_f16c():
+    """Without the F16C instructions LLVM converts half values by calling libgcc's
+    ``__truncsfhf2`` and ``__extendhfsf2``, which the JIT links (a fresh interpreter whose
+    target machine leaves F16C and AVX out; no disk cache, whose key has the host's features)."""
+    program = """
+import llvmlite.binding as llvm
+import numpy as np
+import polyopt.codegen.llvm as L
+
+def plain_x86_64():
+    L._initialize()
+    features = llvm.get_host_cpu_features()
+    for name in list(features):
+        if name == "f16c" or name.startswith("avx") or name == "fma":
+            features[name] = False
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(cpu="x86-64", features=features.flatten(), opt=3, jit=True)
+
+L._new_target_machine = plain_x86_64
+import os
+os.environ["POLYOPT_CACHE"] = "0"
+import polyopt as po
+kernel = po.kernel_from_source("def f(A: f16['N'], B: f16['N']):\\n    for i in range(N):\\n        B[i] = A[i] * 0.1\\n")
+A, B = np.arange(50, dtype=np.float16), np.zeros(50, np.float16)
+po.compile(kernel)(A, B)
+assert (B == A * np.float16(0.1)).all()
+"""
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
