@@ -17,12 +17,16 @@ Three ways to run the K loop (``Variant.engine``):
   arithmetic is the statement's);
 - ``tf32``: warp-level ``mma.sync.m16n8k8`` on TF32 (10-bit mantissa) operands with f32
   accumulation (``precision="tf32"``: results change, never the default);
-- ``dmma``: ``mma.sync.m8n8k4`` on f64 (sm_80+), each product and sum IEEE double: the default
-  for f64 (it sums the K values of a step in the hardware's order).
+- ``dmma``: ``mma.sync.m16n8k16`` on f64 (sm_90; eight ``m8n8k4`` on sm_80), each product and
+  sum IEEE double: the default for f64 (it sums the K values of a step in the hardware's order).
 
-Tiles go through shared memory with double buffering (the next tile is loaded into registers
-while the current one is used); loads walk the array's contiguous dimension, so the M/N/K
-groups of any layout read coalesced (transposed operands need no copy).
+Tiles go through shared memory. Where both operands' rows start on 16-byte boundaries (checked
+at each launch, :func:`polyopt.targets.contraction.async_aligned`), the tensor-core kernels copy
+them with ``cp.async`` into a ring of ``stages`` K tiles (dynamic shared memory), each tile laid
+out as the operand is (K or M/N contiguous); otherwise tiles are double buffered through
+registers (the next tile is loaded while the current one is used). Loads walk the array's
+contiguous dimension, so the M/N/K groups of any layout read coalesced (transposed operands
+need no copy).
 """
 from __future__ import annotations
 
@@ -500,8 +504,12 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     return out
 
 
-#: Per engine: MMA shape (m, n, k).
-_MMA = {"tf32": (16, 8, 8), "dmma": (8, 8, 4)}
+#: Per engine: MMA shape (m, n, k). Both are ``m16n8kK`` with the same fragment layout (lane
+#: ``4 * g + t``): A value ``q`` at row ``g + 8 * (q % 2)``, K ``t + 4 * (q // 2)``; B value
+#: ``q`` at K ``t + 4 * q``, column ``g``; accumulator ``r`` at row ``g + 8 * (r // 2)``,
+#: column ``2 * t + r % 2``. f64 runs ``m16n8k16`` (sm_90; on older GPUs as eight ``m8n8k4``
+#: over the same registers, see ``pl_mma_f64``).
+_MMA = {"tf32": (16, 8, 8), "dmma": (16, 8, 16)}
 #: Bytes one ``cp.async`` copies (a 16-byte vector: the rows it reads must start 16-byte aligned).
 COPY_BYTES = 16
 #: Per engine, the row stride (elements) of a shared buffer whose rows are K values is
@@ -552,7 +560,7 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     fm, fn, fk = _MMA[v.engine]
     wtm, wtn = v.bm // v.warps_m, v.bn // v.warps_n  # a warp's tile
     im, jn = wtm // fm, wtn // fn  # MMA tiles per warp tile
-    per_c = 4 if v.engine == "tf32" else 2
+    per_c, per_a, per_b = 4, fk // 2, fk // 4  # accumulator, A and B values per lane
     slots = Slots.of(c)
     out = [f"  enum {{ BM = {v.bm}, BN = {v.bn}, BK = {v.bk} }};"]
     if v.asynchronous:
@@ -567,12 +575,8 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             f"  const int _wm = (_warp / {v.warps_n}) * {wtm}, _wn = (_warp % {v.warps_n}) * {wtn};"]
     out += _grid_loops(c, slots, t)
     # accumulator element (i, j, r): row/column of the output tile
-    if v.engine == "tf32":
-        row = f"_wm + _i * {fm} + _g + (_r / 2) * 8"
-        col = f"_wn + _j * {fn} + _tg * 2 + (_r % 2)"
-    else:
-        row = f"_wm + _i * {fm} + _g"
-        col = f"_wn + _j * {fn} + _tg * 2 + _r"
+    row = f"_wm + _i * {fm} + _g + (_r / 2) * 8"
+    col = f"_wn + _j * {fn} + _tg * 2 + (_r % 2)"
     acc_t = "float" if v.engine == "tf32" else "double"
     out += [f"      {acc_t} _acc[{im}][{jn}][{per_c}];",
             f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
@@ -598,35 +602,22 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
         def b_at(r: str, k: str) -> str:
             return f"_Bs[_cur][{r}][{k}]"
         stage = []
-    if v.engine == "tf32":
-        bits = "pl_tf32_bits" if v.asynchronous else "__float_as_uint"  # register-staged tiles are rounded
-        frag = stage + [
-            f"            uint32_t _a[{im}][4], _b[{jn}][2];",
-            f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++) {{",
-            f"              const int _rr = _wm + _i * {fm} + _g;",
-            f"              _a[_i][0] = {bits}({a_at('_rr', '_kk + _tg')});",
-            f"              _a[_i][1] = {bits}({a_at('_rr + 8', '_kk + _tg')});",
-            f"              _a[_i][2] = {bits}({a_at('_rr', '_kk + _tg + 4')});",
-            f"              _a[_i][3] = {bits}({a_at('_rr + 8', '_kk + _tg + 4')});",
-            "            }",
-            f"            #pragma unroll\n            for (int _j = 0; _j < {jn}; _j++) {{",
-            f"              const int _cc = _wn + _j * {fn} + _g;",
-            f"              _b[_j][0] = {bits}({b_at('_cc', '_kk + _tg')});",
-            f"              _b[_j][1] = {bits}({b_at('_cc', '_kk + _tg + 4')});",
-            "            }",
-            f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
-            f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
-            "                pl_mma_tf32(_acc[_i][_j], _a[_i], _b[_j]);"]
+    if v.engine == "tf32":  # TF32 operands as 32-bit registers; register-staged tiles are rounded
+        reg_t, mma = "uint32_t", "pl_mma_tf32"
+        bits = "pl_tf32_bits" if v.asynchronous else "__float_as_uint"
     else:
-        frag = stage + [
-            f"            double _a[{im}], _b[{jn}];",
-            f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)"
-            f" _a[_i] = {a_at(f'_wm + _i * {fm} + _g', '_kk + _tg')};",
-            f"            #pragma unroll\n            for (int _j = 0; _j < {jn}; _j++)"
-            f" _b[_j] = {b_at(f'_wn + _j * {fn} + _g', '_kk + _tg')};",
-            f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
-            f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
-            "                pl_mma_f64(_acc[_i][_j], _a[_i], _b[_j]);"]
+        reg_t, mma, bits = "double", "pl_mma_f64", ""
+    frag = stage + [
+        f"            {reg_t} _a[{im}][{per_a}], _b[{jn}][{per_b}];",
+        f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
+        f"              #pragma unroll\n              for (int _q = 0; _q < {per_a}; _q++)",
+        f"                _a[_i][_q] = {bits}({a_at(f'_wm + _i * {fm} + _g + (_q % 2) * 8', '_kk + _tg + (_q / 2) * 4')});",
+        f"            #pragma unroll\n            for (int _j = 0; _j < {jn}; _j++)",
+        f"              #pragma unroll\n              for (int _q = 0; _q < {per_b}; _q++)",
+        f"                _b[_j][_q] = {bits}({b_at(f'_wn + _j * {fn} + _g', '_kk + _tg + _q * 4')});",
+        f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
+        f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
+        f"                {mma}(_acc[_i][_j], _a[_i], _b[_j]);"]
 
     # the K tile in MMA steps; a partial last tile was padded with zeros by the loads
     def compute(guarded: bool) -> list[str]:
@@ -722,8 +713,18 @@ __device__ inline void pl_mma_tf32(float *c, const uint32_t *a, const uint32_t *
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-__device__ inline void pl_mma_f64(double *c, double a, double b) {
-  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
-               : "+d"(c[0]), "+d"(c[1]) : "d"(a), "d"(b));
+__device__ inline void pl_mma_f64(double *c, const double *a, const double *b) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7,%8,%9,%10,%11}, "
+               "{%12,%13,%14,%15}, {%0,%1,%2,%3};"
+               : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
+               : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]),
+                 "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
+#else  /* the same product as eight m8n8k4: rows half h, K step s take a[2s + h], b[s] */
+  for (int s = 0; s < 4; s++)
+    for (int h = 0; h < 2; h++)
+      asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};"
+                   : "+d"(c[2 * h]), "+d"(c[2 * h + 1]) : "d"(a[2 * s + h]), "d"(b[s]));
+#endif
 }
 """
