@@ -124,8 +124,19 @@ def _bf16_reference(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
 def test_bf16_arrays_of_ml_dtypes():
     X, Y = _halves(300, 6, ml_dtypes.bfloat16), _halves(300, 7, ml_dtypes.bfloat16)
     expected = _bf16_reference(X.astype(np.float32), Y.astype(np.float32))
+    interpreted = Y.copy()
     axpy_bf16(X, Y)
     np.testing.assert_array_equal(Y.astype(np.float32), expected)
+    po.interpret(axpy_bf16, X, interpreted)
+    np.testing.assert_array_equal(interpreted, Y)
+
+
+def test_interpreter_agrees_on_f16():
+    A, B = _halves((6, 9), 15), _halves((9, 5), 16)
+    compiled, interpreted = np.zeros((6, 5), np.float16), np.zeros((6, 5), np.float16)
+    gemm16(A, B, compiled)
+    po.interpret(gemm16, A, B, interpreted)
+    np.testing.assert_array_equal(compiled, interpreted)
 
 
 def test_bf16_as_uint16_bits_without_ml_dtypes():
@@ -144,6 +155,12 @@ rounded = lambda v: bf16_values(bf16_bits(v))
 expected = bf16_bits(rounded(rounded(bf16_values(X) * rounded(0.1)) + bf16_values(Y)))
 kernel(X, Y)
 assert (Y == expected).all()
+try:
+    po.interpret(kernel, X, Y)
+except TypeError as error:
+    assert "ml_dtypes" in str(error)
+else:
+    raise AssertionError("the interpreter took bf16 bits")
 """
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -36,6 +36,9 @@ def prepare(scop: Scop, params: dict[str, int], scalars: dict,
             arrays: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:
     """The environment (parameters and typed scalars) and the storage (the caller's arrays plus
     the Scop's local scalars) that :func:`execute` runs statement instances in."""
+    if any(a.dtype.is_half and a.dtype.numpy.kind == "u" for a in scop.arrays.values()):
+        raise TypeError(f"{scop.name}: the interpreter computes on bf16 arrays only as ml_dtypes' "
+                        "bfloat16 (pip install 'polyopt[bf16]'), not as their uint16 bits")
     env = {name: int(value) for name, value in params.items()}
     for name, value in scalars.items():
         dtype = next(a.dtype for a in scop.arguments if a.name == name)
