@@ -212,6 +212,10 @@ def _plan(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, al
     scop, temporaries = einsum_scop(spec, broadcast, path, element, complex_parts=storage in _COMPLEX_PARTS,
                                     blocked_sums=blocked_sums,
                                     operand_dtype=None if operands is None else _element_type(operands))
+    if target == "cuda" and operands is not None and operands.kind == "V":
+        raise TargetUnavailableError(
+            "einsum: bfloat16 data has no CUDA einsum in polyopt (CuPy has no bfloat16 dtype); "
+            "pass numpy arrays and target=None for the CPU, or write the loops as a bf16 DSL kernel")
     if target == "cuda" and storage in _CPU_ONLY:
         raise TargetUnavailableError(
             f"einsum: {storage} data (x87 extended precision) has no CUDA code; the GPU compiles "
@@ -489,6 +493,9 @@ def _on_cupy_views(operands: tuple, out, **options):
     memory (no copies); returns ``out`` itself when given, else the result as the kind of the
     first such operand (:func:`_same_kind`)."""
     like = next(v for v in (*operands, out) if is_device_array(v) and not is_cupy(v))
+    if any(str(getattr(v, "dtype", "")) == "torch.bfloat16" for v in (*operands, out)):
+        raise TargetUnavailableError("einsum: bfloat16 tensors have no CUDA einsum in polyopt (CuPy has "
+                                     "no bfloat16 dtype); a bf16 DSL kernel takes them")
     views = tuple(as_cupy(v) if is_device_array(v) else v for v in operands)
     result = einsum(*views, out=None if out is None else as_cupy(out), **options)
     return out if out is not None else _same_kind(result, like)

@@ -15,6 +15,8 @@ from polyopt import bf16, f16, f32, f64, i64
 from polyopt.analysis import expr as E
 from polyopt.types import as_dtype, bf16_bits, bf16_values, promote, u16
 
+from conftest import needs_gpu
+
 try:
     import ml_dtypes
 except ImportError:  # the optional "bf16" extra
@@ -301,3 +303,50 @@ assert (B == A * np.float16(0.1)).all()
 """
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+@needs_gpu
+def test_gpu_half_kernels_match_the_cpu():
+    """The CUDA kernels (NVRTC, cuda_fp16.h/cuda_bf16.h) compute what the CPU computes: every
+    operation in float, rounded to the half type; bf16 data travels as its uint16 bits."""
+    A, B = _halves((13, 40), 0), _halves((40, 11), 1)
+    on_cpu, on_gpu = np.zeros((13, 11), np.float16), np.zeros((13, 11), np.float16)
+    gemm16(A, B, on_cpu)
+    po.compile(gemm16, target="cuda")(A, B, on_gpu)
+    np.testing.assert_array_equal(on_gpu, on_cpu)
+    S = _halves((6, 50), 2)
+    S_gpu = S.copy()
+    stencil16(S)
+    po.compile(stencil16, target="cuda")(S_gpu)
+    np.testing.assert_array_equal(S_gpu, S)
+    X, Y = _halves(100, 3), _halves(100, 4, np.float32)
+    cpu = [np.zeros(100, np.float16), np.zeros(100, np.float32)]
+    gpu = [np.zeros(100, np.float16), np.zeros(100, np.float32)]
+    elementwise(X, Y, *cpu)
+    po.compile(elementwise, target="cuda")(X, Y, *gpu)
+    np.testing.assert_array_equal(gpu[0], cpu[0])
+    np.testing.assert_allclose(gpu[1], cpu[1], rtol=1e-7)
+    if ml_dtypes is not None:
+        bx, by = _halves(300, 6, ml_dtypes.bfloat16), _halves(300, 7, ml_dtypes.bfloat16)
+        by_gpu = by.copy()
+        axpy_bf16(bx, by)
+        po.compile(axpy_bf16, target="cuda")(bx, by_gpu)
+        np.testing.assert_array_equal(by_gpu, by)
+
+
+@needs_gpu
+def test_gpu_takes_torch_bfloat16_tensors_and_float16_einsums():
+    torch = pytest.importorskip("torch")
+    import cupy
+
+    X = torch.linspace(-2, 2, 300, dtype=torch.bfloat16, device="cuda")
+    Y = torch.ones(300, dtype=torch.bfloat16, device="cuda")
+    expected = ((X.float() * torch.tensor(0.1, dtype=torch.bfloat16).float()).bfloat16().float() + 1).bfloat16()
+    po.compile(axpy_bf16, target="cuda")(X, Y)
+    assert torch.equal(Y, expected)
+    with pytest.raises(po.TargetUnavailableError, match="bfloat16"):
+        po.einsum("i,i->", X, Y)
+    A, B = _halves((30, 200), 17), _halves((200, 20), 18)
+    C = po.einsum("ik,kj->ij", cupy.asarray(A), cupy.asarray(B))
+    assert C.dtype == np.float16
+    np.testing.assert_allclose(cupy.asnumpy(C), po.einsum("ik,kj->ij", A, B), rtol=2 ** -10)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 import time
 from typing import Callable
 from dataclasses import dataclass, field, replace
@@ -37,6 +38,7 @@ from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 from polyopt.targets.arguments import bind_arguments, check_params
 from polyopt.targets.cache import COMPILED, cache_key, check_given_schedule, scop_of
 from polyopt.targets.contraction import check_precision, contraction_plan, launch as launch_contraction
+from polyopt.types import bf16
 from polyopt.schedulers.registry import schedule as run_scheduler
 from polyopt.schedulers import gpu as gpu_choice
 from polyopt.transform.marks import GPU_KERNEL_MARK
@@ -266,9 +268,23 @@ def as_cupy(value):
     if is_cupy(value):
         return value
     cupy = cupy_module()
+    if _is_torch_bfloat16(value):  # exported by neither protocol: its bits, as bf16 on CuPy are
+        return cupy.asarray(value.view(sys.modules["torch"].int16)).view(cupy.uint16)
     if hasattr(value, "__cuda_array_interface__"):
         return cupy.asarray(value)
     return cupy.from_dlpack(value)
+
+
+def _is_torch_bfloat16(value) -> bool:
+    """Whether ``value`` is a PyTorch tensor of bfloat16 (torch is not imported for this)."""
+    return type(value).__module__.split(".")[0] == "torch" and str(getattr(value, "dtype", "")) == "torch.bfloat16"
+
+
+def _bits_view(array: np.ndarray) -> np.ndarray:
+    """A host array as CuPy holds it: bf16 data (ml_dtypes' bfloat16) as a uint16 view of its
+    bits, since CuPy has no bfloat16 (bf16 arrays on the GPU are uint16 arrays); others as
+    they are."""
+    return array.view(np.uint16) if array.dtype == bf16.numpy and array.dtype.kind == "V" else array
 
 
 def array_signature(array) -> tuple:
@@ -384,7 +400,9 @@ class CudaKernel:
             if not value.flags.c_contiguous:
                 raise ArgumentError(f"{self.scop.name}(): array '{name}' must be C-contiguous")
             on_device[name] = value
-            return np.empty(value.shape, value.dtype)  # untouched pages: no real allocation
+            declared = self.scop.arrays.get(name)
+            bits = declared is not None and declared.dtype is bf16 and value.dtype == np.uint16
+            return np.empty(value.shape, bf16.numpy if bits else value.dtype)  # untouched pages: no real allocation
 
         names = [a.name for a in self.scop.arguments]
         args = tuple(stand_in(n, v) for n, v in zip(names, args))
@@ -398,9 +416,9 @@ class CudaKernel:
             if name in on_device:
                 device[name] = on_device[name]
             else:
-                device[name] = cupy.asarray(value)
+                device[name] = cupy.asarray(_bits_view(value))
                 if name in written:
-                    copy_back[name] = value
+                    copy_back[name] = _bits_view(value)
         return bound, device, copy_back
 
     def launch(self, params: dict[str, int], scalars: dict, arrays: dict, *,
