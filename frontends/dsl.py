@@ -227,9 +227,9 @@ class ExpressionParser:
             if type_name == "int":
                 return "param", i64, ()
             if type_name == "float":
-                return "scalar", self._scalar(arg, ann, self.float_dtype or f64), ()
+                return "scalar", self.float_dtype or f64, ()
             if type_name in ELEMENT_TYPES:
-                return "scalar", self._scalar(arg, ann, self._element(ELEMENT_TYPES[type_name])), ()
+                return "scalar", self._element(ELEMENT_TYPES[type_name]), ()
             raise self.error(ann, f"unknown annotation for '{arg.arg}': use int, f32, f64, i32, i64 "
                                   "or an array type such as f64[\"N\", \"M\"]")
         if type_name not in ELEMENT_TYPES:
@@ -243,15 +243,6 @@ class ExpressionParser:
                 text = ast.unparse(item)
             shape.append(text)
         return "array", self._element(ELEMENT_TYPES[type_name]), tuple(shape)
-
-    def _scalar(self, arg: ast.arg, ann: ast.expr, dtype: DType) -> DType:
-        """The type of scalar argument ``arg``: not a half type, which the native calling
-        conventions (ctypes, CUDA launches) do not pass; an f32 scalar computes the same with
-        half arrays (f16 with f32 is f32) and its result rounds where it is stored."""
-        if dtype.is_half:
-            raise self.error(ann, f"scalar '{arg.arg}' cannot be of half type {dtype}: annotate it "
-                                  "f32 (half-precision arrays are supported)")
-        return dtype
 
     def _element(self, dtype: DType) -> DType:
         return self.float_dtype if (dtype.is_float and self.float_dtype) else dtype

@@ -178,9 +178,12 @@ def test_bf16_bits_round_to_nearest_even():
 
 
 def test_half_scalars_and_integer_uses_are_refused():
-    with pytest.raises(po.FrontendError, match="half type f16.*annotate it f32"):
+    with pytest.raises(po.FrontendError, match="half type f16: declare it f32"):
         po.compile(po.kernel_from_source("def scale(alpha: f16, A: f16['N']):\n"
                                          "    for i in range(N):\n        A[i] *= alpha\n"))
+    with pytest.raises(po.FrontendError, match="half type f16: declare it f32"):
+        po.from_c("void k(int n, _Float16 alpha, _Float16 A[n]) {\n#pragma scop\n"
+                  "  for (int i = 0; i < n; i++)\n    A[i] = alpha * A[i];\n#pragma endscop\n}\n")
     with pytest.raises(po.FrontendError, match="integer expression is needed here, not a f16 value"):
         po.compile(po.kernel_from_source("def gather(A: f16['N'], B: i64['N']):\n"
                                          "    for i in range(N):\n        B[A[i]] = 1\n"))

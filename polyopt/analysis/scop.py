@@ -13,6 +13,7 @@ import islpy as isl
 
 from polyopt.analysis.affine import extent_isl
 from polyopt.analysis.expr import Access, Expr
+from polyopt.errors import FrontendError
 from polyopt.islutil import coalesced, fresh_stem
 from polyopt.types import DType
 
@@ -28,6 +29,13 @@ class Argument:
     name: str
     kind: str
     dtype: DType
+
+    def __post_init__(self):
+        """Half types are for arrays: the native calls (ctypes, CUDA launches) pass no half
+        scalars, and an f32 scalar computes in f32 with half arrays as numpy does."""
+        if self.kind == "scalar" and self.dtype.is_half:
+            raise FrontendError(f"scalar argument '{self.name}' cannot be of half type {self.dtype}: "
+                                "declare it f32 (half types are for arrays)")
 
 
 @dataclass(frozen=True)
