@@ -185,9 +185,9 @@ def k(A: list):
     A[0] = 1.0
 ''', 2, 10, ["unknown annotation for 'A'"], "list"),
     ("bad_element_type", '''
-def k(A: f16["N"]):
+def k(A: f8["N"]):
     A[0] = 1.0
-''', 2, 10, ["unknown element type 'f16' for array 'A'"], "f16['N']"),
+''', 2, 10, ["unknown element type 'f8' for array 'A'"], "f8['N']"),
     ("non_affine_extent", '''
 def k(A: f64["N * M"]):
     A[0] = 1.0

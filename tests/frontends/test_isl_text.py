@@ -192,7 +192,7 @@ def test_extent_arithmetic_in_arrays(rng):
     ([("[N] -> { S0[i] : 0 <= i < N }", "A[i * i] = 1.0")], None, "non-affine subscript of 'A'"),
     ([("[N] -> { S0[i] : 0 <= i < N }", "A[i] = q")], None, "unknown name 'q'"),
     ([("[N] -> { S0[i] : 0 <= i < N }", "A[j] = 1.0")], None, "unknown name 'j'"),
-    ([("[N] -> { S0[i] : 0 <= i < N }", "A[i] = 1.0")], {"A": "f16[N]"}, "unknown element type"),
+    ([("[N] -> { S0[i] : 0 <= i < N }", "A[i] = 1.0")], {"A": "f8[N]"}, "unknown element type"),
 ])
 def test_errors(statements, arrays, match):
     with pytest.raises(po.FrontendError, match=match.replace("[", r"\[").replace("(", r"\(")):
