@@ -353,3 +353,14 @@ def test_gpu_takes_torch_bfloat16_tensors_and_float16_einsums():
     C = po.einsum("ik,kj->ij", cupy.asarray(A), cupy.asarray(B))
     assert C.dtype == np.float16
     np.testing.assert_allclose(cupy.asnumpy(C), po.einsum("ik,kj->ij", A, B), rtol=2 ** -10)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
+def test_gcc_builds_the_c_of_f16_kernels(tmp_path):
+    """The readable C names half types as CUDA does, typedefs of gcc's _Float16 (gcc 12 on)."""
+    for kernel in (gemm16, stencil16, elementwise):
+        path = tmp_path / f"{kernel.name}.c"
+        path.write_text(po.compile(kernel).c_source)
+        result = subprocess.run(["gcc", "-O2", "-c", str(path), "-o", str(path.with_suffix(".o"))],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-3000:]
