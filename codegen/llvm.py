@@ -628,8 +628,8 @@ class _FunctionEmitter:
         (keeping the low bits); floats convert to and from signed or unsigned integers."""
         b, to = self.builder, llvm_type(target)
         unsigned = source.unsigned or source.name == "bool"
-        if source.is_float and target.is_float and target.is_half and source.bits != 32:
-            return b.fptrunc(self._to_float(value, source), to)
+        if target.is_half and source.name == "f64":  # (other types reach half types through f32)
+            return b.fptrunc(self._rounded_to_odd(value), to)
         if source.is_float and target.is_float:
             return b.fpext(value, to) if target.bits > source.bits else b.fptrunc(value, to)
         if source.is_float:
@@ -642,17 +642,13 @@ class _FunctionEmitter:
             return b.trunc(value, to)
         return b.zext(value, to) if unsigned else b.sext(value, to)
 
-    def _to_float(self, value: ir.Value, source: DType) -> ir.Value:
-        """A float (f32) on the way from ``source`` to a half type: exact from the other half
-        type; from f64 rounded to odd (toward zero, the last bit set where inexact), which the
-        rounding to half then makes the correctly rounded result (f32 has more than twice the
-        half types' digits) -- LLVM would call compiler-rt's ``__truncdfhf2``/``__truncdfbf2``
-        for a direct ``fptrunc``, which the JIT does not link."""
+    def _rounded_to_odd(self, value: ir.Value) -> ir.Value:
+        """The double ``value`` as a float rounded to odd (toward zero, the last bit set where
+        inexact), on its way to a half type: rounding that to nearest gives the correctly
+        rounded half (f32 has more than twice the half types' digits), where a direct
+        ``fptrunc`` from double calls compiler-rt's ``__truncdfhf2``/``__truncdfbf2``, which
+        the JIT does not link."""
         b, single = self.builder, ir.FloatType()
-        if source.is_half:
-            return b.fpext(value, single)
-        if source.name != "f64":
-            raise CodegenError(f"no conversion from {source} to a half-precision type")
         nearest = b.fptrunc(value, single)
         widened = b.fpext(nearest, value.type)
         inexact = b.fcmp_unordered("!=", widened, value)
