@@ -86,8 +86,10 @@ class ContractionSource(CudaSource):
 
 #: Tile shapes by engine and element type: the large one first, then a small one and a narrow
 #: one (half as many columns): a launch takes the one that wastes least of its tiles and keeps
-#: the SMs busy (:func:`polyopt.targets.contraction.choose_kernel`). Chosen on an H100 against
-#: the alternatives (docs/performance.md, "Contractions").
+#: the SMs busy (:func:`polyopt.targets.contraction.choose_kernel`). The tensor-core engines
+#: list their ``cp.async`` kernels (for operands in whole 16-byte vectors) and then the
+#: register-staged ones (for the others). Chosen on an H100 against the alternatives
+#: (docs/performance.md, "Contractions").
 VARIANTS = {
     ("simt", "f32"): (Variant("simt", 128, 128, 8, 256, tm=8, tn=8),
                       Variant("simt", 64, 128, 16, 128, tm=8, tn=8),
@@ -95,15 +97,15 @@ VARIANTS = {
     ("simt", "f64"): (Variant("simt", 64, 64, 8, 256, tm=4, tn=4),
                       Variant("simt", 32, 64, 8, 128, tm=4, tn=4),
                       Variant("simt", 64, 32, 8, 128, tm=4, tn=4)),
-    ("tf32", "f32"): (Variant("tf32", 128, 128, 32, 128, warps_m=2, warps_n=2, stages=3),
-                      Variant("tf32", 64, 128, 32, 128, warps_m=2, warps_n=2, stages=3),
-                      Variant("tf32", 128, 64, 32, 128, warps_m=2, warps_n=2, stages=3),
+    ("tf32", "f32"): (Variant("tf32", 128, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
+                      Variant("tf32", 64, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
+                      Variant("tf32", 128, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("tf32", 64, 128, 16, 128, warps_m=2, warps_n=2),
                       Variant("tf32", 64, 64, 16, 128, warps_m=2, warps_n=2),
                       Variant("tf32", 128, 64, 16, 128, warps_m=2, warps_n=2)),
-    ("dmma", "f64"): (Variant("dmma", 128, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
-                      Variant("dmma", 64, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
-                      Variant("dmma", 64, 32, 16, 64, warps_m=2, warps_n=1, stages=4),
+    ("dmma", "f64"): (Variant("dmma", 128, 128, 16, 256, warps_m=4, warps_n=2, stages=3),
+                      Variant("dmma", 64, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
+                      Variant("dmma", 128, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("dmma", 64, 64, 16, 128, warps_m=2, warps_n=2),
                       Variant("dmma", 32, 64, 16, 64, warps_m=1, warps_n=2),
                       Variant("dmma", 64, 32, 16, 64, warps_m=2, warps_n=1)),
@@ -602,19 +604,20 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
         def b_at(r: str, k: str) -> str:
             return f"_Bs[_cur][{r}][{k}]"
         stage = []
-    if v.engine == "tf32":  # TF32 operands as 32-bit registers; register-staged tiles are rounded
+    if v.engine == "tf32":  # TF32 operands as 32-bit registers, rounded unless their tile is
         reg_t, mma = "uint32_t", "pl_mma_tf32"
-        bits = "pl_tf32_bits" if v.asynchronous else "__float_as_uint"
+        a_bits, b_bits = ("__float_as_uint" if not v.asynchronous or rounded_in_shared(v, operand) else "pl_tf32_bits"
+                          for operand in (c.left, c.right))
     else:
-        reg_t, mma, bits = "double", "pl_mma_f64", ""
+        reg_t, mma, a_bits, b_bits = "double", "pl_mma_f64", "", ""
     frag = stage + [
         f"            {reg_t} _a[{im}][{per_a}], _b[{jn}][{per_b}];",
         f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
         f"              #pragma unroll\n              for (int _q = 0; _q < {per_a}; _q++)",
-        f"                _a[_i][_q] = {bits}({a_at(f'_wm + _i * {fm} + _g + (_q % 2) * 8', '_kk + _tg + (_q / 2) * 4')});",
+        f"                _a[_i][_q] = {a_bits}({a_at(f'_wm + _i * {fm} + _g + (_q % 2) * 8', '_kk + _tg + (_q / 2) * 4')});",
         f"            #pragma unroll\n            for (int _j = 0; _j < {jn}; _j++)",
         f"              #pragma unroll\n              for (int _q = 0; _q < {per_b}; _q++)",
-        f"                _b[_j][_q] = {bits}({b_at(f'_wn + _j * {fn} + _g', '_kk + _tg + _q * 4')});",
+        f"                _b[_j][_q] = {b_bits}({b_at(f'_wn + _j * {fn} + _g', '_kk + _tg + _q * 4')});",
         f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
         f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
         f"                {mma}(_acc[_i][_j], _a[_i], _b[_j]);"]
@@ -639,37 +642,72 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     return out
 
 
-def _async_copies(c: Contraction, v: Variant, t: str, tiles: tuple[StagedTile, StagedTile]) -> list[str]:
+def _async_operands(c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedTile]):
+    """Per operand of the asynchronous kernel ``v``: (operand, its rows in a tile, row stride
+    ``s_row`` and K stride ``s_k`` names, offset names, extent of its rows, buffer, tile), and
+    how one thread's ``cp.async`` vectors are numbered: vectors per buffer row, per thread."""
+    per_vector = COPY_BYTES // {"tf32": 4, "dmma": 8}[v.engine]
+    for rows, operand, s_row, s_k, off, koff, total, buf, tile in (
+            (v.bm, c.left, "sLm", "sLk", "_offL", "_nkL", "_M", "_As", tiles[0]),
+            (v.bn, c.right, "sRn", "sRk", "_offR", "_nkR", "_N", "_Bs", tiles[1])):
+        vectors = (v.bk if tile.k_major else rows) // per_vector
+        yield (operand, "_m0" if operand is c.left else "_n0", s_row, s_k, off, koff, total, buf, tile,
+               vectors, rows * v.bk // per_vector // v.threads, per_vector)
+
+
+def _vector_position(tile: StagedTile, vectors: int, per_vector: int, threads: int) -> list[str]:
+    """``_r``/``_k``: where vector ``_q`` of this thread lies in the tile (row, K), and
+    ``_at``: its offset in a stage of the buffer."""
+    first, second = ("_r", "_k") if tile.k_major else ("_k", "_r")
+    at = f"_r * {tile.stride} + _k" if tile.k_major else f"_k * {tile.stride} + _r"
+    return [f"          const int _c = threadIdx.x + _q * {threads};",
+            f"          const int {first} = _c / {vectors}, {second} = (_c % {vectors}) * {per_vector};",
+            f"          const int _at = {at};"]
+
+
+def _async_copies(c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedTile]) -> list[str]:
     """``cp.async`` of the K tile at ``_nk0`` (outer-K offsets ``_nkL``/``_nkR``) into stage
     ``_ls``: 16-byte vectors, consecutive threads along the contiguous dimension; a vector
     reaching past the array's run copies only what is inside and the rest of it is zero
     (``src-size``), so the compute needs no bound checks."""
-    per_vector = COPY_BYTES // {"tf32": 4, "dmma": 8}[v.engine]
     out = []
-    for name, rows, operand, s_row, s_k, off, koff, total, buf, tile in (
-            ("a", v.bm, c.left, "sLm", "sLk", "_offL", "_nkL", "_M", "_As", tiles[0]),
-            ("b", v.bn, c.right, "sRn", "sRk", "_offR", "_nkR", "_N", "_Bs", tiles[1])):
-        row0 = "_m0" if operand is c.left else "_n0"
-        width = v.bk if tile.k_major else rows
-        vectors = width // per_vector  # per row of the buffer
-        count = rows * v.bk // per_vector // v.threads
+    for operand, row0, s_row, s_k, off, koff, total, buf, tile, vectors, count, per_vector in \
+            _async_operands(c, v, tiles):
         out.append(f"        #pragma unroll\n        for (int _q = 0; _q < {count}; _q++) {{")
-        out.append(f"          const int _c = threadIdx.x + _q * {v.threads};")
-        if tile.k_major:
-            out += [f"          const int _r = _c / {vectors}, _k = (_c % {vectors}) * {per_vector};",
-                    f"          const long _gr = {row0} + _r, _gk = _nk0 + _k;",
-                    f"          const int _nb = (_gr < {total} && _gk < _K) ? "
-                    f"(int)(_K - _gk < {per_vector} ? _K - _gk : {per_vector}) * {COPY_BYTES // per_vector} : 0;",
-                    f"          pl_cp16({buf} + _ls * {tile.elements} + _r * {tile.stride} + _k, "
-                    f"{operand.array} + {off} + {koff} + (_nb ? _gr * {s_row} + _gk : 0), _nb);"]
-        else:
-            out += [f"          const int _k = _c / {vectors}, _r = (_c % {vectors}) * {per_vector};",
-                    f"          const long _gr = {row0} + _r, _gk = _nk0 + _k;",
-                    f"          const int _nb = (_gk < _K && _gr < {total}) ? "
-                    f"(int)({total} - _gr < {per_vector} ? {total} - _gr : {per_vector}) * {COPY_BYTES // per_vector} : 0;",
-                    f"          pl_cp16({buf} + _ls * {tile.elements} + _k * {tile.stride} + _r, "
-                    f"{operand.array} + {off} + {koff} + (_nb ? _gr + _gk * {s_k} : 0), _nb);"]
-        out.append("        }")
+        out += _vector_position(tile, vectors, per_vector, v.threads)
+        out.append(f"          const long _gr = {row0} + _r, _gk = _nk0 + _k;")
+        inside = (f"_K - _gk < {per_vector} ? _K - _gk : {per_vector}" if tile.k_major
+                  else f"{total} - _gr < {per_vector} ? {total} - _gr : {per_vector}")
+        address = f"_gr * {s_row} + _gk" if tile.k_major else f"_gr + _gk * {s_k}"
+        out += [f"          const int _nb = (_gr < {total} && _gk < _K) ? "
+                f"(int)({inside}) * {COPY_BYTES // per_vector} : 0;",
+                f"          pl_cp16({buf} + _ls * {tile.elements} + _at, "
+                f"{operand.array} + {off} + {koff} + (_nb ? {address} : 0), _nb);",
+                "        }"]
+    return out
+
+
+def rounded_in_shared(v: Variant, operand) -> bool:
+    """Whether the TF32 kernel ``v`` rounds ``operand``'s tile to TF32 in shared memory once
+    it has landed (each thread the vectors it copied), so the fragment loads need no
+    conversion: asynchronous kernels whose operand is the array element itself (a computed
+    operand, ``alpha * A``, is rounded after it is computed, as the fragments are read)."""
+    return (v.asynchronous and v.engine == "tf32" and isinstance(operand.value, E.Var)
+            and operand.value.name == ELEMENT)
+
+
+def _round_landed(c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedTile]) -> list[str]:
+    """Round this thread's vectors of stage ``_cs`` to TF32 (:func:`rounded_in_shared`)."""
+    out = []
+    for operand, _, _, _, _, _, _, buf, tile, vectors, count, per_vector in _async_operands(c, v, tiles):
+        if not rounded_in_shared(v, operand):
+            continue
+        out.append(f"        #pragma unroll\n        for (int _q = 0; _q < {count}; _q++) {{")
+        out += _vector_position(tile, vectors, per_vector, v.threads)
+        out += [f"          float4 *const _v = (float4 *)({buf} + _cs * {tile.elements} + _at);",
+                "          float4 _x = *_v;",
+                "          _x.x = pl_tf32(_x.x); _x.y = pl_tf32(_x.y); _x.z = pl_tf32(_x.z); _x.w = pl_tf32(_x.w);",
+                "          *_v = _x;", "        }"]
     return out
 
 
@@ -679,7 +717,7 @@ def _async_pipeline(scop: Scop, c: Contraction, v: Variant, t: str, tiles: tuple
     ``stages - 1`` tiles are requested up front; per tile, wait for it, request the tile
     ``stages - 1`` ahead into the slot the previous tile used (after the barrier: every warp is
     done with it), and compute (stage ``_cs``). ``_nk0``/``_nko`` follow the tile requested."""
-    request = (["        {"] + _async_copies(c, v, t, tiles) +
+    request = (["        {"] + _async_copies(c, v, tiles) +
                ["        }", "        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] +
                (_outer_k_offsets(slots) if slots.outer_k else []) +
                ["        }", f"        _ls = _ls + 1 == {v.stages} ? 0 : _ls + 1;"])
@@ -690,7 +728,7 @@ def _async_pipeline(scop: Scop, c: Contraction, v: Variant, t: str, tiles: tuple
            f"      for (int _s = 0; _s < {v.stages - 1}; _s++) {{",
            "        if (_s < _NT) {"] + request + ["        }", "        pl_cp_commit();", "      }",
            "      for (long _tile = 0; _tile < _NT; _tile++) {",
-           f"        pl_cp_wait<{v.stages - 2}>();",
+           f"        pl_cp_wait<{v.stages - 2}>();"] + _round_landed(c, v, tiles) + [
            "        __syncthreads();",
            f"        if (_tile + {v.stages - 1} < _NT) {{"] + request + ["        }", "        pl_cp_commit();"]
     out += compute
