@@ -318,7 +318,11 @@ class _FunctionEmitter:
         sums in vector lanes where sums may be reassociated); the contractible default for the
         rest. A register tile's many chains keep their FMAs and their order: reassociated, LLVM
         vectorizes them along the reduction loop instead of across the tile's columns (einsum's
-        1000^3 matmul: 85 -> 205 ms)."""
+        1000^3 matmul: 85 -> 205 ms). A statement with half values gets none: LLVM narrows
+        the f32 operations between conversions to half ones (exact, one rounding each), and
+        contracting those would skip a rounding (a half FMA where the host has AVX512-FP16)."""
+        if any(e.dtype.is_half for e in E.walk(value)) or target.dtype.is_half:
+            return ()
         if not self._accumulates(target, value, self.innermost_var):
             return _FLOAT_FLAGS
         return self.sum_flags if self.chains == 1 else _FLOAT_FLAGS
