@@ -84,8 +84,8 @@ class ContractionSource(CudaSource):
     variants: tuple[tuple[str, Variant], ...] = ()
 
 
-#: Tile shapes by engine and element type: the large one first, then a small one and a narrow
-#: one (half as many columns): a launch takes the one that wastes least of its tiles and keeps
+#: Tile shapes by engine and element type: the large one first, then smaller ones (fewer rows,
+#: fewer columns, both): a launch takes the one that wastes least of its tiles and keeps
 #: the SMs busy (:func:`polyopt.targets.contraction.choose_kernel`). The tensor-core engines
 #: list their ``cp.async`` kernels (for operands in whole 16-byte vectors) and then the
 #: register-staged ones (for the others). Chosen on an H100 against the alternatives
@@ -100,12 +100,14 @@ VARIANTS = {
     ("tf32", "f32"): (Variant("tf32", 128, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("tf32", 64, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("tf32", 128, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
+                      Variant("tf32", 64, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("tf32", 64, 128, 16, 128, warps_m=2, warps_n=2),
                       Variant("tf32", 64, 64, 16, 128, warps_m=2, warps_n=2),
                       Variant("tf32", 128, 64, 16, 128, warps_m=2, warps_n=2)),
     ("dmma", "f64"): (Variant("dmma", 128, 128, 16, 256, warps_m=4, warps_n=2, stages=3),
                       Variant("dmma", 64, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("dmma", 128, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
+                      Variant("dmma", 64, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("dmma", 64, 64, 16, 128, warps_m=2, warps_n=2),
                       Variant("dmma", 32, 64, 16, 64, warps_m=1, warps_n=2),
                       Variant("dmma", 64, 32, 16, 64, warps_m=2, warps_n=1)),

@@ -10,7 +10,7 @@ import pytest
 
 import polyopt as po
 from polyopt.analysis.contraction import find_contraction
-from polyopt.codegen.cuda_contraction import ContractionSource, Slots, UnitStrides
+from polyopt.codegen.cuda_contraction import VARIANTS, ContractionSource, Slots, UnitStrides
 from polyopt.targets.cache import scop_of
 from polyopt.targets import contraction
 from polyopt.targets.contraction import async_aligned, choose_kernel, contraction_plan, launch_layout
@@ -182,8 +182,8 @@ def _force_tile(monkeypatch, tile: int) -> None:
     monkeypatch.setattr(contraction, "choose_kernel", forced)
 
 
-#: Kernels per contraction source: three asynchronous tiles (TF32, DMMA), three register-staged.
-TILES = range(6)
+#: Kernel numbers of a contraction source (the most any engine has).
+TILES = range(max(len(variants) for variants in VARIANTS.values()))
 
 
 @needs_gpu
