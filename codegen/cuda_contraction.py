@@ -606,20 +606,19 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
         def b_at(r: str, k: str) -> str:
             return f"_Bs[_cur][{r}][{k}]"
         stage = []
-    if v.engine == "tf32":  # TF32 operands as 32-bit registers, rounded unless their tile is
+    if v.engine == "tf32":  # TF32 operands as 32-bit registers (rounded here unless the tile was)
         reg_t, mma = "uint32_t", "pl_mma_tf32"
-        a_bits, b_bits = ("__float_as_uint" if not v.asynchronous or rounded_in_shared(v, operand) else "pl_tf32_bits"
-                          for operand in (c.left, c.right))
+        bits = "pl_tf32_bits" if v.asynchronous else "__float_as_uint"
     else:
-        reg_t, mma, a_bits, b_bits = "double", "pl_mma_f64", "", ""
+        reg_t, mma, bits = "double", "pl_mma_f64", ""
     frag = stage + [
         f"            {reg_t} _a[{im}][{per_a}], _b[{jn}][{per_b}];",
         f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
         f"              #pragma unroll\n              for (int _q = 0; _q < {per_a}; _q++)",
-        f"                _a[_i][_q] = {a_bits}({a_at(f'_wm + _i * {fm} + _g + (_q % 2) * 8', '_kk + _tg + (_q / 2) * 4')});",
+        f"                _a[_i][_q] = {bits}({a_at(f'_wm + _i * {fm} + _g + (_q % 2) * 8', '_kk + _tg + (_q / 2) * 4')});",
         f"            #pragma unroll\n            for (int _j = 0; _j < {jn}; _j++)",
         f"              #pragma unroll\n              for (int _q = 0; _q < {per_b}; _q++)",
-        f"                _b[_j][_q] = {b_bits}({b_at(f'_wn + _j * {fn} + _g', '_kk + _tg + _q * 4')});",
+        f"                _b[_j][_q] = {bits}({b_at(f'_wn + _j * {fn} + _g', '_kk + _tg + _q * 4')});",
         f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
         f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
         f"                {mma}(_acc[_i][_j], _a[_i], _b[_j]);"]
@@ -689,30 +688,6 @@ def _async_copies(c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedTil
     return out
 
 
-def rounded_in_shared(v: Variant, operand) -> bool:
-    """Whether the TF32 kernel ``v`` rounds ``operand``'s tile to TF32 in shared memory once
-    it has landed (each thread the vectors it copied), so the fragment loads need no
-    conversion: asynchronous kernels whose operand is the array element itself (a computed
-    operand, ``alpha * A``, is rounded after it is computed, as the fragments are read)."""
-    return (v.asynchronous and v.engine == "tf32" and isinstance(operand.value, E.Var)
-            and operand.value.name == ELEMENT)
-
-
-def _round_landed(c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedTile]) -> list[str]:
-    """Round this thread's vectors of stage ``_cs`` to TF32 (:func:`rounded_in_shared`)."""
-    out = []
-    for operand, _, _, _, _, _, _, buf, tile, vectors, count, per_vector in _async_operands(c, v, tiles):
-        if not rounded_in_shared(v, operand):
-            continue
-        out.append(f"        #pragma unroll\n        for (int _q = 0; _q < {count}; _q++) {{")
-        out += _vector_position(tile, vectors, per_vector, v.threads)
-        out += [f"          float4 *const _v = (float4 *)({buf} + _cs * {tile.elements} + _at);",
-                "          float4 _x = *_v;",
-                "          _x.x = pl_tf32(_x.x); _x.y = pl_tf32(_x.y); _x.z = pl_tf32(_x.z); _x.w = pl_tf32(_x.w);",
-                "          *_v = _x;", "        }"]
-    return out
-
-
 def _async_pipeline(scop: Scop, c: Contraction, v: Variant, t: str, tiles: tuple[StagedTile, StagedTile],
                     compute: list[str], slots: Slots) -> list[str]:
     """The K loop over a ring of ``v.stages`` shared tiles filled by ``cp.async``: the first
@@ -730,7 +705,7 @@ def _async_pipeline(scop: Scop, c: Contraction, v: Variant, t: str, tiles: tuple
            f"      for (int _s = 0; _s < {v.stages - 1}; _s++) {{",
            "        if (_s < _NT) {"] + request + ["        }", "        pl_cp_commit();", "      }",
            "      for (long _tile = 0; _tile < _NT; _tile++) {",
-           f"        pl_cp_wait<{v.stages - 2}>();"] + _round_landed(c, v, tiles) + [
+           f"        pl_cp_wait<{v.stages - 2}>();",
            "        __syncthreads();",
            f"        if (_tile + {v.stages - 1} < _NT) {{"] + request + ["        }", "        pl_cp_commit();"]
     out += compute
