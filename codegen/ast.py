@@ -13,7 +13,8 @@ import islpy as isl
 
 from polyopt.analysis import expr as E
 from polyopt.analysis.deps import dependences
-from polyopt.codegen.ast_check import CHECK_OPERATIONS, check_at_fixed_sizes, check_for_all_sizes, check_loop_ast
+from polyopt.codegen.ast_check import (CHECK_OPERATIONS, CHECK_SECONDS, check_at_fixed_sizes, check_for_all_sizes,
+                                       check_loop_ast, gave_up_text)
 from polyopt.errors import CodegenError, LoopTranslationError, PolyoptWarning
 from polyopt.analysis.scop import Argument, Scop, Statement
 from polyopt.transform.marks import PARALLEL_MARK
@@ -170,13 +171,13 @@ def generate_loop_ast(scop: Scop, tree: isl.Schedule) -> LoopAst:
     AST of the flat schedule map is no way out: on the nests found so far it drops instances
     too, S1(6) at N = 10 of issue 19's nest where the tree's loops drop it at N = 9.)
 
-    Where the check for all sizes at once ran out of its isl budget on the tree's loops, the
-    atomic loops are checked at the fixed sizes only: they differ in loop types, not in how
-    large the check's relations grow, and a second try would spend the whole budget again. The
-    original order's loops are not tiled: their check for all sizes took at most 0.04 s on
-    every suite kernel, so it runs."""
+    Where the check for all sizes at once ran out of its budgets (isl operations, CPU time) on
+    the tree's loops, the atomic loops are checked at the fixed sizes only: they differ in loop
+    types, not in how large the check's relations grow, and a second try would spend the whole
+    budgets again. The original order's loops are not tiled: their check for all sizes took at
+    most 0.04 s on every suite kernel, so it runs."""
     deps = dependences(scop)
-    gave_up = f"the loop AST check for all sizes at once gave up after {CHECK_OPERATIONS} isl operations"
+    gave_up = gave_up_text(CHECK_OPERATIONS, CHECK_SECONDS)
     loops = _tree_ast(scop, tree)
     decided = True  # whether the check for all sizes decided on the tree's loops
     try:

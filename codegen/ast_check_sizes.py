@@ -12,12 +12,15 @@ spent. isl's dropped instances showed at sizes 5 to 15 on every nest found so fa
 """
 from __future__ import annotations
 
+import operator
 from itertools import zip_longest
+from typing import Callable
 
 import islpy as isl
 
+from polyopt.analysis import expr as E
 from polyopt.analysis.deps import Dependences
-from polyopt.analysis.evaluate import evaluate
+from polyopt.analysis.evaluate import _BINARY as BINARY_OPERATORS, evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.loop_nodes import Block, For, If, Node, Run
 from polyopt.errors import LoopTranslationError
@@ -45,12 +48,13 @@ def check_at_sizes(scop: Scop, loops: Node, deps: Dependences) -> list[dict[str,
     the budgets)."""
     checked: list[dict[str, int]] = []
     budget = {"instances": INSTANCE_BUDGET, "pairs": PAIR_BUDGET}
+    compiled: dict[int, Callable[[dict], int]] = {}  # the loops' expressions, by id (:func:`_run`)
     for point in _points(scop):
         context = fix_params(scop.context, point)
         if context.is_empty():
             continue
         try:
-            _check_at(scop, loops, deps, point, context, budget)
+            _check_at(scop, loops, deps, point, context, budget, compiled)
         except _Spent:
             break
         checked.append(point)
@@ -66,8 +70,8 @@ def _points(scop: Scop) -> list[dict[str, int]]:
 
 
 def _check_at(scop: Scop, loops: Node, deps: Dependences, point: dict[str, int], context: isl.Set,
-              budget: dict[str, int]) -> None:
-    times = _run(scop, loops, point, budget)
+              budget: dict[str, int], compiled: dict[int, Callable[[dict], int]]) -> None:
+    times = _run(loops, point, budget, compiled)
     wanted = {(stmt.name, coords) for stmt in scop.statements
               for coords in _points_of(stmt.domain.intersect_params(context), budget, "instances")}
     for problem, instances in (("never runs", wanted - times.keys()),
@@ -104,28 +108,64 @@ def _ordered(before: tuple, after: tuple, parallel: dict[int, str], source: tupl
                                f"runs before {instance_text(*source)}, on which it depends")
 
 
-def _run(scop: Scop, loops: Node, point: dict[str, int], budget: dict[str, int]) -> dict:
+def _compiled(e: E.Expr) -> Callable[[dict], int]:
+    """``e``, a bound, condition or argument of the loop AST, as a function of the names'
+    values, built once per check: walking each expression's tree for every evaluation
+    (:func:`~polyopt.analysis.evaluate.evaluate`) was most of the time spent running the loops
+    at all sizes. Operators mean what ``evaluate`` gives them (its table of binary operators;
+    the loops' small integers never need its wrapping to 64 bits); any other node is evaluated
+    by it."""
+    if isinstance(e, E.Const):
+        value = e.value
+        return lambda env: value
+    if isinstance(e, E.Var):
+        return operator.itemgetter(e.name)
+    if isinstance(e, E.Unary):
+        operand = _compiled(e.operand)
+        return (lambda env: not operand(env)) if e.op == "not" else (lambda env: -operand(env))
+    if isinstance(e, E.Select):
+        cond, then, otherwise = _compiled(e.cond), _compiled(e.then), _compiled(e.otherwise)
+        return lambda env: then(env) if cond(env) else otherwise(env)
+    if isinstance(e, E.Binary) and e.op in ("and", "or"):
+        lhs, rhs = _compiled(e.lhs), _compiled(e.rhs)
+        if e.op == "and":
+            return lambda env: bool(lhs(env)) and bool(rhs(env))
+        return lambda env: bool(lhs(env)) or bool(rhs(env))
+    if isinstance(e, E.Binary) and e.op in BINARY_OPERATORS:
+        op, lhs, rhs = BINARY_OPERATORS[e.op], _compiled(e.lhs), _compiled(e.rhs)
+        return lambda env: op(lhs(env), rhs(env))
+    return lambda env: evaluate(e, env, {})
+
+
+def _run(loops: Node, point: dict[str, int], budget: dict[str, int], compiled: dict[int, Callable[[dict], int]]
+         ) -> dict:
     """(statement, coordinates) -> (time, positions of parallel loops around it), for every
-    instance ``loops`` runs at sizes ``point``."""
+    instance ``loops`` runs at sizes ``point``. ``compiled`` keeps each expression's
+    :func:`_compiled` function (by the expression's id) for the other sizes."""
     times: dict = {}
+
+    def value(e: E.Expr, env: dict) -> int:
+        if id(e) not in compiled:
+            compiled[id(e)] = _compiled(e)
+        return compiled[id(e)](env)
 
     def walk(node: Node, env: dict, time: tuple, parallel: dict[int, str]) -> None:
         if isinstance(node, Block):
             for k, child in enumerate(node.body):
                 walk(child, env, time + (k,), parallel)
         elif isinstance(node, If):
-            if evaluate(node.cond, env, {}):
+            if value(node.cond, env):
                 walk(node.then, env, time, parallel)
             elif node.otherwise is not None:
                 walk(node.otherwise, env, time, parallel)
         elif isinstance(node, For):
             inner = {**parallel, len(time): node.var} if node.parallel else parallel
-            value = evaluate(node.init, env, {})
-            while evaluate(node.cond, {**env, node.var: value}, {}):
-                walk(node.body, {**env, node.var: value}, time + (value,), inner)
-                value += node.step
+            at = value(node.init, env)
+            while value(node.cond, {**env, node.var: at}):
+                walk(node.body, {**env, node.var: at}, time + (at,), inner)
+                at += node.step
         elif isinstance(node, Run):
-            key = (node.statement, tuple(int(evaluate(arg, env, {})) for arg in node.args))
+            key = (node.statement, tuple(int(value(arg, env)) for arg in node.args))
             if key in times:
                 raise LoopTranslationError(node.statement, instance_text(*key), point, "runs more than once")
             budget["instances"] -= 1
