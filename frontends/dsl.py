@@ -27,7 +27,7 @@ from polyopt.analysis.affine import ISL_COMPARE, NotAffine, isl_text
 from polyopt.islutil import ISL_KEYWORDS, isl_safe_name
 from polyopt.errors import FrontendError
 from polyopt.analysis.scop import Argument, Array, Scop, Statement
-from polyopt.types import ELEMENT_TYPES, DType, as_dtype, boolean, f64, i64
+from polyopt.types import ELEMENT_TYPES, DType, as_dtype, boolean, f32, f64, i64
 from polyopt.frontends.common import assemble_scop, build_statement, domain_set
 from polyopt.frontends.schedule_tree import Leaf, Loop
 
@@ -70,7 +70,8 @@ class Kernel:
                      first_column=self.first_column, float_dtype=self.float_dtype)
 
     def with_dtype(self, dtype) -> "Kernel":
-        """The same kernel with every floating-point array and scalar of type ``dtype``."""
+        """The same kernel with every floating-point array and scalar of type ``dtype`` (scalars
+        f32 where ``dtype`` is a half type: half types are for arrays)."""
         clone = Kernel.__new__(Kernel)
         clone.__dict__.update({k: v for k, v in self.__dict__.items() if k != "scop"})
         clone.float_dtype = as_dtype(dtype)
@@ -227,9 +228,9 @@ class ExpressionParser:
             if type_name == "int":
                 return "param", i64, ()
             if type_name == "float":
-                return "scalar", self.float_dtype or f64, ()
+                return "scalar", self._element(f64, scalar=True), ()
             if type_name in ELEMENT_TYPES:
-                return "scalar", self._element(ELEMENT_TYPES[type_name]), ()
+                return "scalar", self._element(ELEMENT_TYPES[type_name], scalar=True), ()
             raise self.error(ann, f"unknown annotation for '{arg.arg}': use int, f32, f64, i32, i64 "
                                   "or an array type such as f64[\"N\", \"M\"]")
         if type_name not in ELEMENT_TYPES:
@@ -244,8 +245,12 @@ class ExpressionParser:
             shape.append(text)
         return "array", self._element(ELEMENT_TYPES[type_name]), tuple(shape)
 
-    def _element(self, dtype: DType) -> DType:
-        return self.float_dtype if (dtype.is_float and self.float_dtype) else dtype
+    def _element(self, dtype: DType, scalar: bool = False) -> DType:
+        """``dtype``, or for a float the kernel's float type (:meth:`Kernel.with_dtype`); a
+        scalar of a kernel made half stays f32 (half types are for arrays)."""
+        if not (dtype.is_float and self.float_dtype):
+            return dtype
+        return f32 if scalar and self.float_dtype.is_half else self.float_dtype
 
     def _check_extents(self, func, arrays, params):
         for array in arrays.values():

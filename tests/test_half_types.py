@@ -364,3 +364,19 @@ def test_gcc_builds_the_c_of_f16_kernels(tmp_path):
         result = subprocess.run(["gcc", "-O2", "-c", str(path), "-o", str(path.with_suffix(".o"))],
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr[-3000:]
+
+
+@needs_nvcc
+def test_nvcc_builds_the_suite_in_f16(tmp_path):
+    """Every suite kernel with its arrays made f16 (scalars stay f32, ``with_dtype``) builds
+    with nvcc."""
+    names = po.suite.names()
+    for name in names:
+        kernel = po.suite.get(name).kernel.with_dtype("f16")
+        assert all(a.dtype is f16 for a in kernel.scop.arrays.values() if a.dtype.is_float and not a.local)
+        assert all(a.dtype is f32 for a in kernel.scop.arguments if a.kind == "scalar" and a.dtype.is_float)
+        (tmp_path / f"{name}.cu").write_text(po.cuda_source(kernel))
+    result = subprocess.run(["nvcc", "-arch=sm_90", "-c", "-w", *(f"{name}.cu" for name in names)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert len(list(tmp_path.glob("*.o"))) == len(names)
