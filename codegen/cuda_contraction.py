@@ -112,6 +112,11 @@ VARIANTS = {
                       Variant("dmma", 32, 64, 16, 64, warps_m=1, warps_n=2),
                       Variant("dmma", 64, 32, 16, 64, warps_m=2, warps_n=1)),
 }
+#: Multiply-adds (batch x M x N x K) from which a launch takes the ``cp.async`` kernels: below
+#: it the register-staged ones were faster on all four contractions of issue 17 that lie there
+#: (up to 2x: a short K or N leaves the deeper pipeline little to overlap), above it the
+#: ``cp.async`` ones on both (1.6-1.9x at 4096^3); H100, docs/performance.md.
+ASYNC_MIN_WORK = 2**32
 #: The share of a large tile's speed the other shapes are assumed to reach (fewer coordinates
 #: per block: more staging per product).
 OTHER_TILE_SPEED = 0.9
@@ -297,7 +302,8 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
         positions += [len(RUN_ARGUMENTS) + 4 * slots.batch + 3 * j + d for j in range(slots.outer_k) for d in (1, 2)]
         tests = [f"(uintptr_t){c.left.array} % {COPY_BYTES} == 0", f"(uintptr_t){c.right.array} % {COPY_BYTES} == 0"]
         tests += [f"_a[{p}] % {per_vector} == 0" for p in positions]
-        out.append(f"  const int aligned = {' && '.join(tests)};")
+        tests.append(f"(double)M * N * K * _a[9] * _a[10] >= {float(ASYNC_MIN_WORK)}")
+        out.append(f"  const int aligned = {' && '.join(tests)};  /* take the cp.async kernels */")
     else:
         out.append("  const int aligned = 0;")
     for k, (_, v) in enumerate(kernels):

@@ -22,7 +22,7 @@ from polyopt.analysis.contraction import Contraction, epilogue_indices, find_con
 from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
-from polyopt.codegen.cuda_contraction import (COPY_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED, PRECISIONS,
+from polyopt.codegen.cuda_contraction import (ASYNC_MIN_WORK, COPY_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED, PRECISIONS,
                                               RUN_ARGUMENTS, VARIANTS, ContractionSource, Slots, UnitStrides,
                                               Variant, contraction_source, engine_for, shared_bytes,
                                               staged_tiles)
@@ -205,7 +205,8 @@ def async_aligned(c: Contraction, variant: Variant, layout: Launch, aligned_oper
 def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dict[str, tuple[int, ...]],
                   sm_count: int, aligned_operands: bool = True) -> tuple[str, Variant, Launch]:
     """The kernel of ``source`` to launch (name, tile shape, layout). The candidates are the
-    asynchronous kernels where the launch lets them run (:func:`async_aligned`), else the
+    asynchronous kernels where the launch lets them run (:func:`async_aligned`) and has
+    :data:`~polyopt.codegen.cuda_contraction.ASYNC_MIN_WORK` multiply-adds or more, else the
     register-staged ones; among them, the one with the best share of useful tile coordinates
     (M x N over the tiles' area) times grid fill (blocks over
     :data:`~polyopt.codegen.cuda_contraction.MIN_BLOCKS_PER_SM` per SM, at most 1), the first
@@ -213,8 +214,11 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
     :data:`~polyopt.codegen.cuda_contraction.OTHER_TILE_SPEED`; the first of equals."""
     c = source.contraction
     asynchronous = [v for _, v in source.variants if v.asynchronous]
-    use_async = bool(asynchronous) and async_aligned(c, asynchronous[0], launch_layout(c, asynchronous[0], extent, shapes),
-                                                     aligned_operands)
+    use_async = False
+    if asynchronous:
+        layout = launch_layout(c, asynchronous[0], extent, shapes)
+        m, n, k, z, ko = (layout.arguments[i] for i in (0, 1, 2, 9, 10))
+        use_async = m * n * k * z * ko >= ASYNC_MIN_WORK and async_aligned(c, asynchronous[0], layout, aligned_operands)
     best, best_score, first = None, -1.0, True
     for name, variant in source.variants:
         if variant.asynchronous != use_async:

@@ -110,6 +110,19 @@ def test_small_grids_take_the_small_tile():
     assert name == narrow_name and layout.grid == (1, 32, 1)
 
 
+def test_large_aligned_contractions_take_the_cp_async_kernels():
+    source = contraction_plan(_einsum_scop("ij,jk->ik", [(4, 5), (5, 6)]), "t", precision="tf32").source
+    assert any(v.asynchronous for _, v in source.variants) and not all(v.asynchronous for _, v in source.variants)
+
+    def chosen(n: int, k: int, aligned: bool = True):
+        shapes = {"op0": (n, k), "op1": (k, n), "out": (n, n)}
+        return choose_kernel(source, {"i_i": n, "i_j": n, "i_k": k}, shapes, 132, aligned)[1]
+    assert chosen(4096, 4096).asynchronous
+    assert not chosen(4096, 4096, aligned=False).asynchronous  # an operand off a 16-byte boundary
+    assert not chosen(4096, 4095).asynchronous  # rows of 4095 floats: not whole vectors
+    assert not chosen(1024, 1024).asynchronous  # below ASYNC_MIN_WORK
+
+
 def test_empty_results_launch_nothing():
     scop = _einsum_scop("ij,jk->ik", [(4, 5), (5, 6)])
     c, variant = find_contraction(scop), contraction_plan(scop, "t").source.variants[0][1]
