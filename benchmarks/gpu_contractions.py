@@ -1,6 +1,6 @@
 """Kernel time of polyopt's GPU contraction kernels against torch.einsum, on the issue's shapes.
 
-    python benchmarks/gpu_contractions.py                      # f32 exact, f32 tf32, f64
+    python benchmarks/gpu_contractions.py                      # f32 exact, f32 tf32, f64, f16
     python benchmarks/gpu_contractions.py --mode f32-exact --json rows.json
 
 Each contraction is compiled as ``po.einsum`` compiles it (the default path: the contraction
@@ -32,7 +32,8 @@ CASES = [("bhqd,bhkd->bhqk", [(8, 16, 512, 64), (8, 16, 512, 64)]),
          ("abcd,cdef->abef", [(32, 32, 32, 32), (32, 32, 32, 32)]),
          ("nchw,kc->nkhw", [(32, 256, 28, 28), (256, 256)])]
 #: mode -> (dtype, precision)
-MODES = {"f32-exact": ("float32", "exact"), "f32-tf32": ("float32", "tf32"), "f64": ("float64", "exact")}
+MODES = {"f32-exact": ("float32", "exact"), "f32-tf32": ("float32", "tf32"), "f64": ("float64", "exact"),
+         "f16": ("float16", "exact")}
 
 
 def per_launch_ms(cp, run, launches: int = 20, repeats: int = 5) -> float:
@@ -57,7 +58,8 @@ def measure(cp, torch, subscripts: str, shapes, dtype: str, precision: str) -> d
     scop = po.einsum_kernel(subscripts, *shapes, dtype=dtype, target="cuda", contraction=False).scop
     made = plan(scop, precision=precision)
     kernel = CudaKernel(made.scop, made.schedule, made.source)
-    result = cp.zeros(np.einsum(subscripts, *(np.empty(s, np.int8) for s in shapes)).shape, dtype)
+    out_dtype = made.scop.arrays["out"].dtype.numpy  # float16 operands are summed into f32
+    result = cp.zeros(np.einsum(subscripts, *(np.empty(s, np.int8) for s in shapes)).shape, out_dtype)
     bound, device, _ = kernel.bind((), {"op0": operands[0], "op1": operands[1], "out": result})
     ours = per_launch_ms(cp, lambda: kernel.launch(bound.params, bound.scalars, device))
     kernel.launch(bound.params, bound.scalars, device)

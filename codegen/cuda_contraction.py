@@ -17,6 +17,9 @@ Three ways to run the K loop (``Variant.engine``):
   arithmetic is the statement's);
 - ``tf32``: warp-level ``mma.sync.m16n8k8`` on TF32 (10-bit mantissa) operands with f32
   accumulation (``precision="tf32"``: results change, never the default);
+- ``hmma``: ``mma.sync.m16n8k16`` on f16 or bf16 operands with f32 accumulation (the
+  contraction of half operands into an f32 result, as ``po.einsum`` makes it for float16 data:
+  each product is exact in f32);
 - ``dmma``: ``mma.sync.m16n8k16`` on f64 (sm_90; eight ``m8n8k4`` on sm_80), each product and
   sum IEEE double: the default for f64 (it sums the K values of a step in the hardware's order).
 
@@ -41,7 +44,9 @@ from polyopt.codegen.c import CExpr, c_type_name
 from polyopt.codegen.cuda import CudaExpr, CudaSource, cuda_prelude, kernel_parameters
 
 #: The K-loop engines and what they need (element type of the operands and result).
-ENGINES = ("simt", "tf32", "dmma")
+ENGINES = ("simt", "tf32", "dmma", "hmma")
+#: Bytes of an operand element per tensor-core engine.
+OPERAND_BYTES = {"tf32": 4, "dmma": 8, "hmma": 2}
 #: Precision modes a user may ask for: "exact" keeps each element's arithmetic (f64 on the FP64
 #: tensor cores, which round each product and sum as IEEE double); "tf32" lets f32
 #: contractions run on TF32 tensor cores.
@@ -104,6 +109,14 @@ VARIANTS = {
                       Variant("tf32", 64, 128, 16, 128, warps_m=2, warps_n=2),
                       Variant("tf32", 64, 64, 16, 128, warps_m=2, warps_n=2),
                       Variant("tf32", 128, 64, 16, 128, warps_m=2, warps_n=2)),
+    **{("hmma", half): (Variant("hmma", 128, 128, 32, 128, warps_m=2, warps_n=2, stages=3),
+                         Variant("hmma", 64, 128, 32, 128, warps_m=2, warps_n=2, stages=4),
+                         Variant("hmma", 128, 64, 32, 128, warps_m=2, warps_n=2, stages=4),
+                         Variant("hmma", 64, 64, 32, 128, warps_m=2, warps_n=2, stages=4),
+                         Variant("hmma", 64, 128, 32, 128, warps_m=2, warps_n=2),
+                         Variant("hmma", 64, 64, 32, 128, warps_m=2, warps_n=2),
+                         Variant("hmma", 128, 64, 32, 128, warps_m=2, warps_n=2))
+       for half in ("f16", "bf16")},
     ("dmma", "f64"): (Variant("dmma", 128, 128, 16, 256, warps_m=4, warps_n=2, stages=3),
                       Variant("dmma", 64, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("dmma", 128, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
@@ -112,11 +125,13 @@ VARIANTS = {
                       Variant("dmma", 32, 64, 16, 64, warps_m=1, warps_n=2),
                       Variant("dmma", 64, 32, 16, 64, warps_m=2, warps_n=1)),
 }
-#: Multiply-adds (batch x M x N x K) from which a launch takes the ``cp.async`` kernels: below
-#: it the register-staged ones were faster on all four contractions of issue 17 that lie there
-#: (up to 2x: a short K or N leaves the deeper pipeline little to overlap), above it the
-#: ``cp.async`` ones on both (1.6-1.9x at 4096^3); H100, docs/performance.md.
-ASYNC_MIN_WORK = 2**32
+#: Per engine, the multiply-adds (batch x M x N x K) from which a launch takes the ``cp.async``
+#: kernels: for TF32 and DMMA, below it the register-staged ones were faster on all four
+#: contractions of issue 17 that lie there (up to 2x: a short K or N leaves the deeper pipeline
+#: little to overlap), above it the ``cp.async`` ones on both (1.6-1.9x at 4096^3); H100,
+#: docs/performance.md. Half operands take them always (their register-staged kernels pack
+#: each pair of halves from two shared-memory reads; not measured against each other).
+ASYNC_MIN_WORK = {"tf32": 2**32, "dmma": 2**32, "hmma": 0}
 #: The share of a large tile's speed the other shapes are assumed to reach (fewer coordinates
 #: per block: more staging per product).
 OTHER_TILE_SPEED = 0.9
@@ -125,9 +140,14 @@ OTHER_TILE_SPEED = 0.9
 MIN_BLOCKS_PER_SM = 2
 
 
-def engine_for(dtype_name: str, precision: str) -> str | None:
-    """The engine for a contraction of ``dtype_name`` elements in ``precision``, None where no
-    contraction kernel computes it (integers, complex parts)."""
+def engine_for(dtype_name: str, precision: str, operand_name: str | None = None) -> str | None:
+    """The engine for a contraction of ``operand_name`` elements (default: ``dtype_name``) into
+    ``dtype_name`` elements in ``precision``, None where no contraction kernel computes it
+    (integers, complex parts, mixed types but half operands into f32)."""
+    if operand_name in ("f16", "bf16"):
+        return "hmma" if dtype_name == "f32" else None
+    if operand_name not in (None, dtype_name):
+        return None
     if dtype_name == "f64":
         return "dmma"
     if dtype_name == "f32":
@@ -193,9 +213,11 @@ def contraction_source(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Var
                        host_function: str) -> str:
     """The CUDA translation unit of a contraction's kernels, one per (name, tile shape) (module
     docstring), and for nvcc builds the host function ``host_function`` launching them."""
-    lines = [cuda_prelude()]
+    lines = [cuda_prelude(array.dtype for array in scop.arrays.values())]
     if any(v.engine != "simt" for _, v in kernels):
         lines.append(_MMA_HELPERS)
+    if any(v.engine == "hmma" for _, v in kernels):
+        lines.append(_half_helpers(scop.arrays[c.left.array].dtype.name))
     for name, variant in kernels:
         lines += _kernel(scop, c, name, variant)
     lines += _host_wrapper(scop, c, kernels, host_function)
@@ -294,15 +316,16 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
            "  const long gz = _a[9] < 65535 ? _a[9] : 65535;",
            "  /* the tile: useful share of the tiles times grid fill (choose_kernel) */",
            "  int pick = 0, first = 1; double best = -1.0;"]
+    engine = kernels[0][1].engine
     if any(v.asynchronous for _, v in kernels):  # as async_aligned: operands and their strides in whole vectors
-        per_vector = COPY_BYTES // scop.arrays[c.output].dtype.numpy.itemsize
+        per_vector = COPY_BYTES // OPERAND_BYTES[engine]
         unit = UnitStrides.of(c)
         positions = [3 + d for d, is_unit in enumerate((unit.lm, unit.lk, unit.rk, unit.rn)) if not is_unit]
         positions += [len(RUN_ARGUMENTS) + 4 * j + d for j in range(slots.batch) for d in (1, 2)]
         positions += [len(RUN_ARGUMENTS) + 4 * slots.batch + 3 * j + d for j in range(slots.outer_k) for d in (1, 2)]
         tests = [f"(uintptr_t){c.left.array} % {COPY_BYTES} == 0", f"(uintptr_t){c.right.array} % {COPY_BYTES} == 0"]
         tests += [f"_a[{p}] % {per_vector} == 0" for p in positions]
-        tests.append(f"(double)M * N * K * _a[9] * _a[10] >= {float(ASYNC_MIN_WORK)}")
+        tests.append(f"(double)M * N * K * _a[9] * _a[10] >= {float(ASYNC_MIN_WORK[engine])}")
         out.append(f"  const int aligned = {' && '.join(tests)};  /* take the cp.async kernels */")
     else:
         out.append("  const int aligned = 0;")
@@ -313,11 +336,10 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
                    f" * (first ? 1.0 : {OTHER_TILE_SPEED}); first = 0;"
                    f" if (score > best) {{ best = score; pick = {k}; }} }}")
     out.append("  switch (pick) {")
-    element_bytes = scop.arrays[c.output].dtype.numpy.itemsize
     for k, (kernel, v) in enumerate(kernels):
         grid = (f"dim3((unsigned)((N + {v.bn - 1}) / {v.bn} < 2147483647L ? (N + {v.bn - 1}) / {v.bn} : 2147483647L), "
                 f"(unsigned)((M + {v.bm - 1}) / {v.bm} < 65535 ? (M + {v.bm - 1}) / {v.bm} : 65535), (unsigned)gz)")
-        shared = shared_bytes(c, v, element_bytes)
+        shared = shared_bytes(c, v)
         opt_in = (f"cudaFuncSetAttribute({kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, {shared}); "
                   if shared else "")
         out.append(f"  case {k}: {opt_in}{kernel}<<<{grid}, dim3({v.threads}), {shared}>>>({', '.join(args)}); break;")
@@ -327,7 +349,7 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
 
 def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str]:
     if variant.asynchronous:
-        per_vector = COPY_BYTES // scop.arrays[c.output].dtype.numpy.itemsize
+        per_vector = COPY_BYTES // OPERAND_BYTES[variant.engine]
         if staged_tiles(c, variant) is None or any(rows * variant.bk % (per_vector * variant.threads)
                                                    for rows in (variant.bm, variant.bn)):
             raise ValueError(f"contraction tile {variant}: needs operands with a contiguous run and "
@@ -335,7 +357,7 @@ def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str
     elif variant.threads % variant.bk or variant.threads % variant.bm or variant.threads % variant.bn:
         raise ValueError(f"contraction tile {variant}: the threads must be a multiple of BM, BN and BK")
     dtype = scop.arrays[c.output].dtype
-    body = {"simt": _simt_body, "tf32": _mma_body, "dmma": _mma_body}[variant.engine](
+    body = (_simt_body if variant.engine == "simt" else _mma_body)(
         scop, c, variant, c_type_name(dtype))
     slots = Slots.of(c)
     params = kernel_parameters(scop, {c.output}) + [f"long {a}" for a in extra_arguments(slots)]
@@ -404,7 +426,7 @@ def _tile_loads(c: Contraction, scop: Scop, v: Variant, t: str, unit: UnitStride
                      f"{row0} * {s_row} + _nk0 * {s_k};")
         loads.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++) {{")
         element = f"{pointer}[(long){r} * {s_row} + (long){kk} * {s_k}]"
-        value = _scalar_text(scop, operand.value, element)
+        value = element if v.engine == "hmma" else _scalar_text(scop, operand.value, element)  # halves as they are
         loads.append(f"        _g{name}[_q] = ({row0} + {r} < {total} && _nk0 + {kk} < _K) ? {value} : ({t})0;")
         loads.append("      } }")
         stores.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++)")
@@ -519,15 +541,16 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
 #: ``q`` at K ``t + 4 * q``, column ``g``; accumulator ``r`` at row ``g + 8 * (r // 2)``,
 #: column ``2 * t + r % 2``. f64 runs ``m16n8k16`` (sm_90; on older GPUs as eight ``m8n8k4``
 #: over the same registers, see ``pl_mma_f64``).
-_MMA = {"tf32": (16, 8, 8), "dmma": (16, 8, 16)}
+_MMA = {"tf32": (16, 8, 8), "dmma": (16, 8, 16), "hmma": (16, 8, 16)}
 #: Bytes one ``cp.async`` copies (a 16-byte vector: the rows it reads must start 16-byte aligned).
 COPY_BYTES = 16
 #: Per engine, the row stride (elements) of a shared buffer whose rows are K values is
 #: ``residue`` modulo ``modulus``, and so is the stride of one whose rows are M or N values:
 #: the lanes of a fragment load then hit distinct banks (tf32: lane (g, t) reads row g, column
-#: t of 32-bit words; dmma: each half warp reads 4 x 4 doubles).
-_K_MAJOR_STRIDE = {"tf32": (8, 4), "dmma": (8, 4)}
-_ROW_MAJOR_STRIDE = {"tf32": (16, 8), "dmma": (8, 4)}
+#: t of 32-bit words; dmma: each half warp reads 4 x 4 doubles; hmma: lane (g, t) reads the
+#: word of K pair t of row g, or from a buffer of K rows one half of rows 2t and 2t + 1).
+_K_MAJOR_STRIDE = {"tf32": (8, 4), "dmma": (8, 4), "hmma": (16, 8)}
+_ROW_MAJOR_STRIDE = {"tf32": (16, 8), "dmma": (8, 4), "hmma": (32, 8)}
 
 
 @dataclass(frozen=True)
@@ -557,10 +580,10 @@ def staged_tiles(c: Contraction, v: Variant) -> tuple[StagedTile, StagedTile] | 
     return tiles[0], tiles[1]
 
 
-def shared_bytes(c: Contraction, v: Variant, element_bytes: int) -> int:
+def shared_bytes(c: Contraction, v: Variant) -> int:
     """Dynamic shared memory of the asynchronous kernel ``v`` (0 for register-staged ones)."""
     tiles = staged_tiles(c, v) if v.asynchronous else None
-    return 0 if tiles is None else v.stages * (tiles[0].elements + tiles[1].elements) * element_bytes
+    return 0 if tiles is None else v.stages * (tiles[0].elements + tiles[1].elements) * OPERAND_BYTES[v.engine]
 
 
 def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
@@ -570,16 +593,19 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     fm, fn, fk = _MMA[v.engine]
     wtm, wtn = v.bm // v.warps_m, v.bn // v.warps_n  # a warp's tile
     im, jn = wtm // fm, wtn // fn  # MMA tiles per warp tile
-    per_c, per_a, per_b = 4, fk // 2, fk // 4  # accumulator, A and B values per lane
+    per_c, per_a, per_b = 4, fk // 2, fk // 4  # accumulator, A and B registers per lane
+    if v.engine == "hmma":  # registers of two halves
+        per_a, per_b = per_a // 2, per_b // 2
+    op_t = c_type_name(scop.arrays[c.left.array].dtype)  # the operands' element type
     slots = Slots.of(c)
     out = [f"  enum {{ BM = {v.bm}, BN = {v.bn}, BK = {v.bk} }};"]
     if v.asynchronous:
         tiles = staged_tiles(c, v)
         out += ["  extern __shared__ __align__(16) unsigned char _smem[];",
-                f"  {t} *const _As = ({t} *)_smem, *const _Bs = _As + {v.stages * tiles[0].elements};"]
+                f"  {op_t} *const _As = ({op_t} *)_smem, *const _Bs = _As + {v.stages * tiles[0].elements};"]
     else:
-        out += [f"  __shared__ __align__(16) {t} _As[2][BM][BK + 4];",
-                f"  __shared__ __align__(16) {t} _Bs[2][BN][BK + 4];"]
+        out += [f"  __shared__ __align__(16) {op_t} _As[2][BM][BK + 4];",
+                f"  __shared__ __align__(16) {op_t} _Bs[2][BN][BK + 4];"]
     out += ["  const int _lane = threadIdx.x % 32, _warp = threadIdx.x / 32;",
             "  const int _g = _lane / 4, _tg = _lane % 4;",
             f"  const int _wm = (_warp / {v.warps_n}) * {wtm}, _wn = (_warp % {v.warps_n}) * {wtn};"]
@@ -587,7 +613,7 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     # accumulator element (i, j, r): row/column of the output tile
     row = f"_wm + _i * {fm} + _g + (_r / 2) * 8"
     col = f"_wn + _j * {fn} + _tg * 2 + (_r % 2)"
-    acc_t = "float" if v.engine == "tf32" else "double"
+    acc_t = "double" if v.engine == "dmma" else "float"
     out += [f"      {acc_t} _acc[{im}][{jn}][{per_c}];",
             f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
             f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
@@ -600,10 +626,13 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
         def at(buffer: str, tile: StagedTile, operand) -> callable:
             def element(r: str, k: str) -> str:
                 index = f"({r}) * {tile.stride} + ({k})" if tile.k_major else f"({k}) * {tile.stride} + ({r})"
+                if v.engine == "hmma":  # the halves themselves (products and sums are the MMA's, in f32)
+                    return f"{buffer}[{index}]"
                 return _scalar_text(scop, operand.value, f"{buffer}[{index}]")
             return element
         a_at, b_at = at("_as", tiles[0], c.left), at("_bs", tiles[1], c.right)
-        stage = [f"            const {t} *const _as = _As + _cs * {tiles[0].elements}, "
+        a_k_major, b_k_major = tiles[0].k_major, tiles[1].k_major
+        stage = [f"            const {op_t} *const _as = _As + _cs * {tiles[0].elements}, "
                  f"*const _bs = _Bs + _cs * {tiles[1].elements};"]
     else:
         def a_at(r: str, k: str) -> str:
@@ -611,20 +640,32 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
 
         def b_at(r: str, k: str) -> str:
             return f"_Bs[_cur][{r}][{k}]"
+        a_k_major = b_k_major = True
         stage = []
     if v.engine == "tf32":  # TF32 operands as 32-bit registers (rounded here unless the tile was)
         reg_t, mma = "uint32_t", "pl_mma_tf32"
         bits = "pl_tf32_bits" if v.asynchronous else "__float_as_uint"
     else:
         reg_t, mma, bits = "double", "pl_mma_f64", ""
+    a_row, b_row = f"_wm + _i * {fm} + _g + (_q % 2) * 8", f"_wn + _j * {fn} + _g"
+    a_value = f"{bits}({a_at(a_row, '_kk + _tg + (_q / 2) * 4')})"
+    b_value = f"{bits}({b_at(b_row, '_kk + _tg + _q * 4')})"
+    if v.engine == "hmma":  # a register holds the halves of K values k, k + 1 (k even)
+        half = scop.arrays[c.left.array].dtype.name
+        reg_t, mma = "uint32_t", f"pl_mma_{half}"
+
+        def pair(at, k_major: bool, r: str, k: str) -> str:
+            return f"*(const uint32_t *)&{at(r, k)}" if k_major else f"pl_pack_{half}({at(r, k)}, {at(r, f'{k} + 1')})"
+        a_value = pair(a_at, a_k_major, a_row, "_kk + _tg * 2 + (_q / 2) * 8")
+        b_value = pair(b_at, b_k_major, b_row, "_kk + _tg * 2 + _q * 8")
     frag = stage + [
         f"            {reg_t} _a[{im}][{per_a}], _b[{jn}][{per_b}];",
         f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
         f"              #pragma unroll\n              for (int _q = 0; _q < {per_a}; _q++)",
-        f"                _a[_i][_q] = {bits}({a_at(f'_wm + _i * {fm} + _g + (_q % 2) * 8', '_kk + _tg + (_q / 2) * 4')});",
+        f"                _a[_i][_q] = {a_value};",
         f"            #pragma unroll\n            for (int _j = 0; _j < {jn}; _j++)",
         f"              #pragma unroll\n              for (int _q = 0; _q < {per_b}; _q++)",
-        f"                _b[_j][_q] = {bits}({b_at(f'_wn + _j * {fn} + _g', '_kk + _tg + _q * 4')});",
+        f"                _b[_j][_q] = {b_value};",
         f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
         f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
         f"                {mma}(_acc[_i][_j], _a[_i], _b[_j]);"]
@@ -636,7 +677,7 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     if v.asynchronous:
         out += _async_pipeline(scop, c, v, t, tiles, compute(False), slots)
     else:
-        decl, loads, stores = _tile_loads(c, scop, v, t, UnitStrides.of(c), k_major_store=False)
+        decl, loads, stores = _tile_loads(c, scop, v, op_t, UnitStrides.of(c), k_major_store=False)
         out += decl + _pipeline(loads, stores, compute, slots)
     out += [f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
             f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
@@ -653,7 +694,7 @@ def _async_operands(c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedT
     """Per operand of the asynchronous kernel ``v``: (operand, its rows in a tile, row stride
     ``s_row`` and K stride ``s_k`` names, offset names, extent of its rows, buffer, tile), and
     how one thread's ``cp.async`` vectors are numbered: vectors per buffer row, per thread."""
-    per_vector = COPY_BYTES // {"tf32": 4, "dmma": 8}[v.engine]
+    per_vector = COPY_BYTES // OPERAND_BYTES[v.engine]
     for rows, operand, s_row, s_k, off, koff, total, buf, tile in (
             (v.bm, c.left, "sLm", "sLk", "_offL", "_nkL", "_M", "_As", tiles[0]),
             (v.bn, c.right, "sRn", "sRk", "_offR", "_nkR", "_N", "_Bs", tiles[1])):
@@ -718,6 +759,18 @@ def _async_pipeline(scop: Scop, c: Contraction, v: Variant, t: str, tiles: tuple
     out += [f"        _cs = _cs + 1 == {v.stages} ? 0 : _cs + 1;", "      }",
             "      pl_cp_wait<0>();", "      __syncthreads();  /* the next tile of the grid loop reuses the ring */"]
     return out
+
+
+def _half_helpers(half: str) -> str:
+    """The ``hmma`` engine's MMA and register packing for half type ``half`` (f16 or bf16)."""
+    c_type, bits = {"f16": ("__half", "__half_as_ushort"), "bf16": ("__nv_bfloat16", "__bfloat16_as_ushort")}[half]
+    return (f"__device__ inline uint32_t pl_pack_{half}({c_type} lo, {c_type} hi) "
+            f"{{ return (uint32_t){bits}(lo) | ((uint32_t){bits}(hi) << 16); }}\n"
+            f"__device__ inline void pl_mma_{half}(float *c, const uint32_t *a, const uint32_t *b) {{\n"
+            f'  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{half}.{half}.f32 {{%0,%1,%2,%3}}, '
+            '{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"\n'
+            '               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])\n'
+            '               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));\n}\n')
 
 
 _MMA_HELPERS = r"""

@@ -18,11 +18,12 @@ from math import prod
 import islpy as isl
 import numpy as np
 
-from polyopt.analysis.contraction import Contraction, epilogue_indices, find_contraction
+from polyopt.analysis import expr as E
+from polyopt.analysis.contraction import ELEMENT, Contraction, epilogue_indices, find_contraction
 from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
-from polyopt.codegen.cuda_contraction import (ASYNC_MIN_WORK, COPY_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED, PRECISIONS,
+from polyopt.codegen.cuda_contraction import (ASYNC_MIN_WORK, COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED, PRECISIONS,
                                               RUN_ARGUMENTS, VARIANTS, ContractionSource, Slots, UnitStrides,
                                               Variant, contraction_source, engine_for, shared_bytes,
                                               staged_tiles)
@@ -54,21 +55,23 @@ def check_precision(precision: str) -> str:
 
 def contraction_plan(scop: Scop, name: str, precision: str = "exact") -> ContractionPlan | None:
     """The contraction kernel ``name`` of ``scop``, or None where ``scop`` is no contraction of f32/f64
-    data or the verifier refuses the contraction's order (the caller maps it the general way)."""
+    data (or of f16/bf16 array elements into f32) or the verifier refuses the contraction's
+    order (the caller maps it the general way)."""
     found = find_contraction(scop)
     if found is None:
         return None
     dtype = scop.arrays[found.output].dtype
-    engine = engine_for(dtype.name, check_precision(precision))
-    if engine is None or any(scop.arrays[a].dtype != dtype for a in (found.left.array, found.right.array)):
-        return None
+    left, right = (scop.arrays[a].dtype for a in (found.left.array, found.right.array))
+    engine = engine_for(dtype.name, check_precision(precision), left.name) if left == right else None
+    if engine is None or (engine == "hmma" and not all(_plain(o) for o in (found.left, found.right))):
+        return None  # half operands go to the tensor cores as they are, not computed on
     program = map_to_gpu(scop, coordinate_tree(scop, found), name)
     try:
         verify(scop, program.tree)
     except ScheduleError:
         return None  # e.g. the init statement runs after some update in the original order
     kernel = program.kernels[0].name
-    variants = [v for v in VARIANTS[(engine, dtype.name)] if not v.asynchronous or staged_tiles(found, v)]
+    variants = [v for v in VARIANTS[(engine, left.name)] if not v.asynchronous or staged_tiles(found, v)]
     kernels = tuple((kernel if k == 0 else f"{kernel}_{k}", v) for k, v in enumerate(variants))
     base = run_scheduler(scop, "original")
     tiles = " or ".join(f"{v.bm}x{v.bn}x{v.bk} ({v.threads} threads)" for v in variants)
@@ -79,6 +82,15 @@ def contraction_plan(scop: Scop, name: str, precision: str = "exact") -> Contrac
     text = contraction_source(scop, found, kernels, name)
     source = ContractionSource(program, text, {}, name, contraction=found, variants=kernels)
     return ContractionPlan(schedule, source)
+
+
+def _plain(operand) -> bool:
+    """Whether the contraction reads ``operand`` as the array element itself, or widened to f32
+    (exact: the tensor cores multiply the half values and sum the products in f32)."""
+    value = operand.value
+    if isinstance(value, E.Cast) and value.dtype.name == "f32":
+        value = value.operand
+    return isinstance(value, E.Var) and value.name == ELEMENT
 
 
 def coordinate_tree(scop: Scop, c: Contraction) -> isl.Schedule:
@@ -188,7 +200,7 @@ def async_aligned(c: Contraction, variant: Variant, layout: Launch, aligned_oper
     row a ``cp.async`` starts is aligned."""
     if not aligned_operands:
         return False
-    per_vector = COPY_BYTES // (8 if variant.engine == "dmma" else 4)
+    per_vector = COPY_BYTES // OPERAND_BYTES[variant.engine]
     unit = UnitStrides.of(c)
     values = layout.arguments
     strides = [s for s, is_unit in zip(values[3:7], (unit.lm, unit.lk, unit.rk, unit.rn)) if not is_unit]
@@ -218,7 +230,8 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
     if asynchronous:
         layout = launch_layout(c, asynchronous[0], extent, shapes)
         m, n, k, z, ko = (layout.arguments[i] for i in (0, 1, 2, 9, 10))
-        use_async = m * n * k * z * ko >= ASYNC_MIN_WORK and async_aligned(c, asynchronous[0], layout, aligned_operands)
+        use_async = (m * n * k * z * ko >= ASYNC_MIN_WORK[asynchronous[0].engine]
+                     and async_aligned(c, asynchronous[0], layout, aligned_operands))
     best, best_score, first = None, -1.0, True
     for name, variant in source.variants:
         if variant.asynchronous != use_async:
@@ -248,7 +261,7 @@ def launch(source: ContractionSource, module, abi_values: list, params: dict[str
     name, variant, layout = choose_kernel(source, extent, shapes, sm_count, aligned)
     if layout.grid is None:
         return
-    shared = shared_bytes(c, variant, arrays[c.left.array].itemsize)
+    shared = shared_bytes(c, variant)
     args = tuple(abi_values) + tuple(np.int64(v) for v in layout.arguments)
     if not shared:
         module.get_function(name)(layout.grid, (variant.threads, 1, 1), args)

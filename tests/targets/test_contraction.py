@@ -110,6 +110,23 @@ def test_small_grids_take_the_small_tile():
     assert name == narrow_name and layout.grid == (1, 32, 1)
 
 
+def test_half_operands_go_to_the_half_tensor_cores():
+    """float16 einsums (f16 operands read into f32 sums) run on ``mma ... f32.f16.f16.f32``;
+    a half operand that is computed on first is mapped the general way."""
+    source = po.einsum_kernel("bik,kj->bij", (2, 30, 40), (40, 50), dtype="float16", target="cuda").compiled
+    assert isinstance(source, ContractionSource) and {v.engine for _, v in source.variants} == {"hmma"}
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in source.source
+    assert "#include <cuda_fp16.h>" in source.source
+
+    @po.kernel
+    def scaled_half_matmul(A: po.f16["N", "N"], B: po.f16["N", "N"], C: f32["N", "N"]):
+        for i in range(N):
+            for j in range(N):
+                for k in range(N):
+                    C[i, j] += (A[i, k] * 2.0) * B[k, j]
+    assert contraction_plan(scop_of(scaled_half_matmul), "t") is None
+
+
 def test_large_aligned_contractions_take_the_cp_async_kernels():
     source = contraction_plan(_einsum_scop("ij,jk->ik", [(4, 5), (5, 6)]), "t", precision="tf32").source
     assert any(v.asynchronous for _, v in source.variants) and not all(v.asynchronous for _, v in source.variants)
@@ -162,7 +179,9 @@ def test_precision_is_opt_in_and_checked():
 def test_nvcc_builds_every_engine(tmp_path):
     sources = {"simt32": po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32")),
                "tf32": po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32"), precision="tf32"),
-               "dmma": po.cuda_source(po.suite.get("gemm").kernel)}
+               "dmma": po.cuda_source(po.suite.get("gemm").kernel),
+               "hmma": po.einsum_kernel("ik,kj->ij", (70, 40), (40, 50), dtype="float16", target="cuda").cuda_source,
+               "hmma_kn": po.einsum_kernel("ki,kj->ij", (72, 40), (72, 48), dtype="float16", target="cuda").cuda_source}
     sources["epilogue"] = po.cuda_source(example_kernel("bmm_bias_relu"))
     for k, (subscripts, shapes) in enumerate(PATTERNS):
         sources[f"p{k}"] = po.einsum_kernel(subscripts, *shapes, dtype="float32", target="cuda").cuda_source
@@ -202,14 +221,15 @@ TILES = range(max(len(variants) for variants in VARIANTS.values()))
 @needs_gpu
 @pytest.mark.parametrize("tile", TILES)
 @pytest.mark.parametrize("precision", ["exact", "tf32"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("subscripts, shapes", PATTERNS)
 def test_contractions_match_numpy(subscripts, shapes, dtype, precision, tile, monkeypatch):
-    """Every pattern in every engine and tile shape (the launch made to take tile ``tile``)."""
+    """Every pattern in every engine and tile shape (the launch made to take tile ``tile``);
+    float16 operands on the f16 tensor cores, the result rounded to float16 once."""
     import cupy
 
     _force_tile(monkeypatch, tile)
-    if dtype == np.float64 and precision == "tf32":
+    if dtype != np.float32 and precision == "tf32":
         pytest.skip("tf32 concerns f32 data")
     rng = np.random.default_rng(len(subscripts))
     operands = [rng.standard_normal(s).astype(dtype) for s in shapes]
@@ -217,7 +237,7 @@ def test_contractions_match_numpy(subscripts, shapes, dtype, precision, tile, mo
     assert isinstance(kernel.compiled, ContractionSource)
     expected = np.einsum(subscripts, *(o.astype(np.float64) for o in operands))
     result = po.einsum(subscripts, *map(cupy.asarray, operands), precision=precision).get()
-    bound = {"tf32": 5e-3, "exact": 1e-5 if dtype == np.float32 else 1e-13}[precision]
+    bound = {"tf32": 5e-3, "exact": {np.float16: 2e-3, np.float32: 1e-5, np.float64: 1e-13}[dtype]}[precision]
     assert _relative_error(result, expected) < bound
 
 
