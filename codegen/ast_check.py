@@ -285,7 +285,7 @@ CHECK_OPERATIONS = 4_000_000
 #: operation budget alone let one check run for many times this long. Past it the loops are
 #: checked at fixed sizes as past the operation budget. The suite's kernels decide well within it
 #: (docs/architecture.md, "Testing").
-CHECK_SECONDS = 2.5
+CHECK_SECONDS = 1.5
 
 
 def check_loop_ast(scop: Scop, loops: Node, deps: Dependences | None = None, *,
