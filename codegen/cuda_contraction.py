@@ -47,10 +47,6 @@ from polyopt.codegen.cuda import CudaExpr, CudaSource, cuda_prelude, kernel_para
 ENGINES = ("simt", "tf32", "dmma", "hmma")
 #: Bytes of an operand element per tensor-core engine.
 OPERAND_BYTES = {"tf32": 4, "dmma": 8, "hmma": 2}
-#: Precision modes a user may ask for: "exact" keeps each element's arithmetic (f64 on the FP64
-#: tensor cores, which round each product and sum as IEEE double); "tf32" lets f32
-#: contractions run on TF32 tensor cores.
-PRECISIONS = ("exact", "tf32")
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,11 @@ class Operand:
 
 #: The name standing for an operand's element (or the output's) in a staged value.
 ELEMENT = "_elem"
+#: Precision modes a user may ask for: "exact" keeps each element's arithmetic (f64 on the FP64
+#: tensor cores, which round each product and sum as IEEE double; f16/bf16 operands, whose
+#: products are exact in f32, summed in f32); "tf32" lets f32 contractions run on TF32 tensor
+#: cores (operands rounded to 10-bit mantissas: results change, never the default).
+PRECISIONS = ("exact", "tf32")
 
 
 @dataclass(frozen=True)

@@ -15,22 +15,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from math import prod
 
-import islpy as isl
 import numpy as np
 
 from polyopt.analysis import expr as E
-from polyopt.analysis.contraction import ELEMENT, Contraction, epilogue_indices, find_contraction
+from polyopt.analysis.contraction import ELEMENT, PRECISIONS, Contraction, epilogue_indices, find_contraction
 from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
-from polyopt.codegen.cuda_contraction import (ASYNC_MIN_WORK, COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED, PRECISIONS,
+from polyopt.codegen.cuda_contraction import (ASYNC_MIN_WORK, COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED,
                                               RUN_ARGUMENTS, VARIANTS, ContractionSource, Slots, UnitStrides,
                                               Variant, contraction_source, engine_for, shared_bytes,
                                               staged_tiles)
 from polyopt.codegen.gpu_mapping import map_to_gpu
 from polyopt.errors import ScheduleError
 from polyopt.schedulers.registry import schedule as run_scheduler
-from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_THREAD_MARK
 from polyopt.transform.schedule import Schedule
 
 #: Most blocks per grid dimension (x, y, z).
@@ -53,10 +51,12 @@ def check_precision(precision: str) -> str:
     return precision
 
 
-def contraction_plan(scop: Scop, name: str, precision: str = "exact") -> ContractionPlan | None:
+def contraction_plan(scop: Scop, name: str, precision: str = "exact",
+                     schedule: Schedule | None = None) -> ContractionPlan | None:
     """The contraction kernel ``name`` of ``scop``, or None where ``scop`` is no contraction of f32/f64
     data (or of f16/bf16 array elements into f32) or the verifier refuses the contraction's
-    order (the caller maps it the general way)."""
+    order (the caller maps it the general way). ``schedule``: a schedule whose last step is
+    :meth:`~polyopt.Schedule.gpu_contract` (default: the original order, that step applied)."""
     found = find_contraction(scop)
     if found is None:
         return None
@@ -65,20 +65,21 @@ def contraction_plan(scop: Scop, name: str, precision: str = "exact") -> Contrac
     engine = engine_for(dtype.name, check_precision(precision), left.name) if left == right else None
     if engine is None or (engine == "hmma" and not all(_plain(o) for o in (found.left, found.right))):
         return None  # half operands go to the tensor cores as they are, not computed on
-    program = map_to_gpu(scop, coordinate_tree(scop, found), name)
-    try:
-        verify(scop, program.tree)
-    except ScheduleError:
-        return None  # e.g. the init statement runs after some update in the original order
+    if schedule is None:
+        try:
+            schedule = run_scheduler(scop, "original").gpu_contract(precision=precision)
+        except ScheduleError:
+            return None  # e.g. the init statement runs after some update in the original order
+    program = map_to_gpu(scop, schedule.tree, name)
+    verify(scop, program.tree)
     kernel = program.kernels[0].name
     variants = [v for v in VARIANTS[(engine, left.name)] if not v.asynchronous or staged_tiles(found, v)]
     kernels = tuple((kernel if k == 0 else f"{kernel}_{k}", v) for k, v in enumerate(variants))
-    base = run_scheduler(scop, "original")
     tiles = " or ".join(f"{v.bm}x{v.bn}x{v.bk} ({v.threads} threads)" for v in variants)
     note = (f"GPU contraction mapping ({engine}, precision={precision!r}): {found.describe()}; "
             f"one kernel, block tile {tiles}; the tile, the M/N runs and the batch are chosen per launch "
             "from the sizes and strides")
-    schedule = replace(base, notes=tuple(base.notes) + (note,))
+    schedule = replace(schedule, notes=tuple(schedule.notes) + (note,))
     text = contraction_source(scop, found, kernels, name)
     source = ContractionSource(program, text, {}, name, contraction=found, variants=kernels)
     return ContractionPlan(schedule, source)
@@ -91,43 +92,6 @@ def _plain(operand) -> bool:
     if isinstance(value, E.Cast) and value.dtype.name == "f32":
         value = value.operand
     return isinstance(value, E.Var) and value.name == ELEMENT
-
-
-def coordinate_tree(scop: Scop, c: Contraction) -> isl.Schedule:
-    """The schedule tree the contraction kernel runs: one coordinate band (under
-    ``gpu_block``/``gpu_thread`` marks) per output index, then per thread the init statement,
-    the update's K loops in loop order and the epilogue statements (the mapping reads the
-    kernel from it)."""
-    statements = [scop.statement(name) for name in c.statements]
-    update = scop.statement(c.update_statement)
-    schedule = isl.Schedule.from_domain(scop.domain)
-    node = schedule.get_root().child(0)
-    if len(statements) > 1:
-        filters = isl.UnionSetList.alloc(node.get_ctx(), len(statements))
-        for stmt in statements:
-            filters = filters.add(isl.UnionSet.from_set(stmt.domain))
-        node = node.insert_sequence(filters).child(statements.index(update)).child(0)
-    for index in reversed(c.k):
-        member = _member([(update, update.iterators.index(index))])
-        node = node.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(member))
-    node = node.get_schedule().get_root().child(0)
-    for d in reversed(range(len(c.output_index))):
-        pieces = [(stmt, stmt.iterators.index(stmt.target.indices[d].name)) for stmt in statements]
-        node = node.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(_member(pieces)))
-        node = node.band_member_set_coincident(0, 1)
-        node = node.insert_mark(isl.Id(GPU_THREAD_MARK)).insert_mark(isl.Id(GPU_BLOCK_MARK))
-    return node.get_schedule()
-
-
-def _member(pieces) -> isl.UnionPwAff:
-    """The coordinate that is iterator ``position`` of each ``(statement, position)``."""
-    member = None
-    for stmt, position in pieces:
-        space = isl.LocalSpace.from_space(stmt.domain.get_space())
-        aff = isl.PwAff.from_aff(isl.Aff.var_on_domain(space, isl.dim_type.set, position))
-        piece = isl.UnionPwAff.from_pw_aff(aff.intersect_domain(stmt.domain))
-        member = piece if member is None else member.union_add(piece)
-    return member
 
 
 # ----- launches ------------------------------------------------------------------------------
@@ -286,5 +250,5 @@ def _allow_dynamic_shared(function, nbytes: int) -> None:
     _SHARED_ALLOWED[id(function)] = (function, nbytes)
 
 
-__all__ = ["ContractionPlan", "Launch", "array_strides", "async_aligned", "check_precision", "choose_kernel", "contraction_plan", "launch",
-           "coordinate_tree", "launch_layout"]
+__all__ = ["ContractionPlan", "Launch", "array_strides", "async_aligned", "check_precision", "choose_kernel",
+           "contraction_plan", "launch", "launch_layout"]

@@ -93,8 +93,9 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     CuPy or GPU needed).
 
     A contraction (:mod:`polyopt.targets.contraction`: einsum, batched matmul, 1x1 convolution...)
-    compiled with the default algorithm and no mapping options runs as one batched-GEMM kernel;
-    ``contraction=False`` maps it the general way. ``precision="tf32"`` lets f32 contractions
+    compiled with the default algorithm and no mapping options runs as one batched-GEMM kernel
+    (its schedule: the original order and :meth:`~polyopt.Schedule.gpu_contract`, as a given
+    schedule ending in that step does); ``contraction=False`` maps it the general way. ``precision="tf32"`` lets f32 contractions
     use the TF32 tensor cores (results change: never the default, "exact")."""
     scop = scop_of(kernel)
     gpu = {k: options.pop(k) for k in GPU_OPTIONS if k in options}
@@ -108,6 +109,11 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     if schedule is not None:
         check_given_schedule(scop, schedule, algorithm, options)
         verify(scop, schedule)
+        last = schedule.trace[-1] if len(schedule.trace) else None
+        if last is not None and last.primitive == "gpu_contract" and not gpu:
+            found = contraction_plan(scop, name, last.kwargs.get("precision", "exact"), schedule)
+            if found is not None:
+                return CudaPlan(scop, found.schedule, found.source)
         program = _verified(scop, map_to_gpu(scop, schedule.tree, name))
         return CudaPlan(scop, schedule, emit_cuda(scop, program, name, **gpu))
     chosen = choose_schedule(scop, algorithm, options, lambda sched: map_to_gpu(scop, sched.tree, name))

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 import islpy as isl
 
+from polyopt.analysis.contraction import PRECISIONS, find_contraction
 from polyopt.analysis.deps import dependences
 from polyopt.analysis.scop import Scop, scop_fingerprint
 from polyopt.analysis.verify import carried_dependences, verify
@@ -24,6 +25,7 @@ from polyopt.errors import IllegalScheduleError, ScheduleError
 from polyopt.islutil import ISL_LOCK, maps_of, tuple_names
 from polyopt.transform import nodes as N
 from polyopt.transform import tree as tree_ops
+from polyopt.transform.contraction_tree import coordinate_tree
 from polyopt.transform.marks import (GPU_BLOCK_MARK, GPU_MEMORY_PLACES, GPU_THREAD_MARK, PARALLEL_MARK,
                                      memory_mark, memory_placement)
 from polyopt.transform.trace import Step
@@ -743,6 +745,27 @@ def _gpu_map(schedule, names) -> N.Node:
     return N.replace_at(schedule.root, path, node)
 
 
+def _gpu_contract(schedule, names, precision: str = "exact") -> N.Node:
+    """The contraction the Scop is (:func:`~polyopt.analysis.contraction.find_contraction`) as
+    one CUDA kernel: its output indices the block/thread coordinates, in each thread the init
+    statement, the K loops in loop order and the epilogue
+    (:func:`~polyopt.transform.contraction_tree.coordinate_tree`); the loops the schedule had
+    are replaced. As the last step, the CUDA target emits it as a batched GEMM on the tensor
+    cores where the element types allow (``precision="tf32"``: f32 on TF32 tensor cores)."""
+    if names:
+        raise ScheduleError(f"gpu_contract takes no loops (the output indices become the coordinates), got {', '.join(names)}")
+    if precision not in PRECISIONS:
+        raise ScheduleError(f"gpu_contract: precision={precision!r}; the modes are {', '.join(PRECISIONS)}")
+    if any(isinstance(n, N.Mark) and n.name in (GPU_BLOCK_MARK, GPU_THREAD_MARK) for _, n in N.walk(schedule.root)):
+        raise ScheduleError("gpu_contract: the schedule is mapped to the GPU already")
+    found = find_contraction(schedule.scop)
+    if found is None:
+        raise ScheduleError(f"gpu_contract: {schedule.scop.name} is no contraction (one statement summing a product "
+                            "of two array elements over the indices the output lacks, an optional init and "
+                            "element-wise epilogue)")
+    return N.from_isl(coordinate_tree(schedule.scop, found), schedule.scop)[1]
+
+
 def _gpu_promote(schedule, names, arrays, to: str) -> N.Node:
     """Place ``arrays`` in memory ``to`` in the kernel whose outermost coordinate is the named
     loop: a ``gpu_memory`` mark above its ``gpu_block`` mark (merged with one already there, the
@@ -849,6 +872,7 @@ PRIMITIVES = {
     "tile": _tile, "split": _split, "interchange": _interchange, "permute": _permute, "skew": _skew,
     "shift": _shift, "reverse": _reverse, "fuse": _fuse, "distribute": _distribute, "wavefront": _wavefront,
     "parallel": _parallel, "vectorize": _vectorize, "gpu_map": _gpu_map, "gpu_promote": _gpu_promote,
+    "gpu_contract": _gpu_contract,
     "unroll": _unroll, "register_tile": _register_tile,
     "affine_schedule": _affine_schedule,
 }

@@ -386,6 +386,32 @@ class Schedule:
         """
         return P.run(self, "gpu_map", loops, within=within)
 
+    def gpu_contract(self, *, precision: str = "exact") -> "Schedule":
+        """The Scop's contraction (an update summing a product of two array elements over the
+        indices the output lacks: matmul, batched matmul, einsum, 1x1 convolution) as one CUDA
+        kernel: every output index a block/thread coordinate, in each thread the init statement
+        and the K loops (the schedule's loops are replaced). As the last step, the CUDA target
+        emits it as a batched GEMM -- tiles chosen at each launch, tensor cores for f64, f16 and
+        bf16 operands, and for f32 with ``precision="tf32"`` -- which is what a default CUDA
+        compile of a contraction does:
+
+        >>> s = po.schedule(mm, "original").gpu_contract(precision="tf32")
+        >>> print(s.trace.as_python())
+        s = s.gpu_contract(precision='tf32')
+        >>> print(s.pretty())
+        mark gpu_block
+          mark gpu_thread
+            band (i)  [coincident: i]
+              i = [N] -> { S0[i, k, j] -> [(i)] : 0 <= i < N and 0 <= k < N and 0 <= j < N }
+              mark gpu_block
+                mark gpu_thread
+                  band (j)  [coincident: j]
+                    j = [N] -> { S0[i, k, j] -> [(j)] : 0 <= i < N and 0 <= k < N and 0 <= j < N }
+                    band (k)
+                      k = [N] -> { S0[i, k, j] -> [(k)] : 0 <= i < N and 0 <= k < N and 0 <= j < N }
+        """
+        return P.run(self, "gpu_contract", (), precision=precision)
+
     def gpu_promote(self, kernel: Loop | str, arrays: Seq[str], *, to: str) -> "Schedule":
         """Where the CUDA kernel whose outermost coordinate is loop ``kernel`` (see
         :meth:`gpu_map`) keeps ``arrays``: ``to="shared"`` stages tiles of these read-only arrays

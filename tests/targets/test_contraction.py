@@ -154,10 +154,31 @@ def test_the_mapping_is_verified_and_inspectable():
     (kernel,) = result.program.kernels
     assert len(kernel.coords) == 2 and kernel.statements == {"S0", "S1"}
     assert "GPU contraction mapping (dmma" in result.schedule.notes[-1]
-    assert "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64" in result.source.source  # FP64 tensor cores
+    assert "mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64" in result.source.source  # FP64 tensor cores
     four = plan(po.einsum_kernel("abcd,cdef->abef", (2, 3, 4, 5), (4, 5, 6, 7), target="cuda", contraction=False).scop)
     assert len(four.program.kernels[0].coords) == 4  # every output index is a coordinate
     po.verify(four.scop, four.mapped_tree)
+
+
+def test_the_contraction_mapping_is_a_schedule_step():
+    """The default CUDA compile of a contraction is the original order and one gpu_contract
+    step, which a user applies, reads and replays like any other step."""
+    gemm, gemm32 = po.suite.get("gemm").kernel, po.suite.get("gemm").kernel.with_dtype("f32")
+    assert plan(gemm).schedule.trace.as_python() == "s = s.gpu_contract(precision='exact')"
+    mine = po.schedule(gemm32, "original").gpu_contract(precision="tf32")
+    made = plan(gemm32, schedule=mine)
+    assert isinstance(made.source, ContractionSource)
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in made.source.source
+    replayed = po.Trace.from_json(mine.trace.to_json()).apply(po.schedule(gemm32, "original"))
+    assert replayed.pretty() == mine.pretty()
+    assert not isinstance(plan(gemm32, schedule=mine.gpu_promote("i", ["A"], to="global")).source,
+                          ContractionSource)  # a later step: the general mapping of the same tree
+    with pytest.raises(po.ScheduleError, match="no contraction"):
+        po.schedule(po.suite.get("jacobi-2d").kernel, "original").gpu_contract()
+    with pytest.raises(po.ScheduleError, match="mapped to the GPU already"):
+        po.schedule(gemm, "original").gpu_map("i").gpu_contract()
+    with pytest.raises(po.ScheduleError, match="precision"):
+        po.schedule(gemm, "original").gpu_contract(precision="fp8")
 
 
 def test_precision_is_opt_in_and_checked():
