@@ -532,11 +532,8 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     (10-bit mantissas: results change, like torch's ``allow_tf32``); "exact" (the default)
     keeps each element's arithmetic. The CPU computes exactly either way.
     """
-    if any(is_device_array(v) and not is_cupy(v) for v in (*operands, out)):
-        return _on_cupy_views(operands, out, dtype=dtype, order=order, casting=casting, optimize=optimize,
-                              target=target, num_threads=num_threads, precision=precision)
-    # first a call like an earlier one (which passed every check below): see einsum_calls
-    check_precision(precision)
+    # first a call like an earlier one (which passed every check below): see einsum_calls; a
+    # key exists only where every operand is a numpy or CuPy array
     key = einsum_calls.call_key(operands, out, dtype, order, casting, optimize, target, num_threads)
     if key is not None:
         key += (precision,)
@@ -545,6 +542,10 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
         result = known(operands[1:], out)
         if result is not None:
             return result
+    if key is None and any(is_device_array(v) and not is_cupy(v) for v in (*operands, out)):
+        return _on_cupy_views(operands, out, dtype=dtype, order=order, casting=casting, optimize=optimize,
+                              target=target, num_threads=num_threads, precision=precision)
+    check_precision(precision)
     order = _order(order)
     if casting not in _CASTINGS:
         raise ValueError(f"casting must be one of 'no', 'equiv', 'safe', 'same_kind', 'unsafe' (got {casting!r})")

@@ -236,7 +236,7 @@ class DeviceCall:
         named[self.output] = result = self.empty(self.shape, self.dtype) if out is None else out
         for name, shape in self.temporaries:
             named[name] = self.empty(shape, self.dtype)
-        self.launch(named)
+        self.launch(named, fresh=self.output if out is None and not self.temporaries else None)
         return result
 
 

@@ -242,7 +242,8 @@ _SM_COUNTS: dict[int, int] = {}
 
 def is_cupy(value) -> bool:
     """Whether ``value`` is a CuPy object (without importing CuPy)."""
-    return type(value).__module__.split(".")[0] == "cupy"
+    module = type(value).__module__
+    return module.startswith("cupy.") or module == "cupy"
 
 
 #: DLPack device types of memory a CUDA kernel can address (kDLCUDA, kDLCUDAManaged).
@@ -492,15 +493,17 @@ class LaunchRecord:
     written: frozenset[str]
     launches: tuple[tuple[object, tuple, tuple, tuple], ...]
 
-    def __call__(self, named: dict) -> None:
-        """Launch on the current stream with the arguments ``named`` (CuPy arrays, scalars)."""
-        values = self.values(named)
+    def __call__(self, named: dict, *, fresh: str | None = None) -> None:
+        """Launch on the current stream with the arguments ``named`` (CuPy arrays, scalars);
+        ``fresh``: an array the caller has just allocated (it overlaps nothing)."""
+        values = self.values(named, fresh)
         for function, grid, block, tail in self.launches:
             function(grid, block, (*values, *tail))
 
-    def values(self, named: dict) -> list:
+    def values(self, named: dict, fresh: str | None = None) -> list:
         """The kernel arguments for the values ``named`` (CuPy arrays, scalars), after the
-        overlap check :meth:`CudaKernel.bind` makes (addresses change per call)."""
+        overlap check :meth:`CudaKernel.bind` makes (addresses change per call), which a call
+        whose only written array is ``fresh`` (just allocated) skips."""
         values, arrays = [], {}
         for kind, name, how in self.arguments:
             if kind == "param":
@@ -510,7 +513,7 @@ class LaunchRecord:
             else:
                 arrays[name] = named[name]
                 values.append(arrays[name])
-        if len(arrays) > 1 and self.written:
+        if len(arrays) > 1 and self.written and self.written != {fresh}:
             _check_device_aliasing(self.kernel, arrays, self.written)
         return values
 
