@@ -618,7 +618,35 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             f"            _acc[_i][_j][_r] = (_m < _M && _n < _N) ? "
             f"{_init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : ({acc_t})0;",
             "          }"]
+    frag = _fragments(scop, c, v, tiles if v.asynchronous else None, op_t, im, jn, per_a, per_b)
+
+    # the K tile in MMA steps; a partial last tile was padded with zeros by the loads
+    def compute(guarded: bool) -> list[str]:
+        return [f"          #pragma unroll\n          for (int _kk = 0; _kk < BK; _kk += {fk}) {{",
+                "            if (_kk < _kn) {" if guarded else "            {"] + frag + ["            }", "          }"]
     if v.asynchronous:
+        out += _async_pipeline(c, v, tiles, compute(False), slots)
+    else:
+        decl, loads, stores = _tile_loads(c, scop, v, op_t, UnitStrides.of(c), k_major_store=False)
+        out += decl + _pipeline(loads, stores, compute, slots)
+    out += [f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
+            f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
+            f"          #pragma unroll\n          for (int _r = 0; _r < {per_c}; _r++) {{",
+            f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
+            "            if (_m < _M && _n < _N) {",
+            *_store(scop, c, "_acc[_i][_j][_r]", t), "            }",
+            "          }",
+            "    }", "    }", "  }"]
+    return out
+
+
+def _fragments(scop: Scop, c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedTile] | None, op_t: str,
+               im: int, jn: int, per_a: int, per_b: int) -> list[str]:
+    """One MMA step of a warp's tile (K values ``_kk`` on): the A and B fragments read from
+    the current shared tile (``tiles``: the ``cp.async`` ring's layout, None: the register-staged
+    buffers, K contiguous), then ``im x jn`` MMAs into ``_acc`` (fragment layout: :data:`_MMA`)."""
+    fm, fn, _ = _MMA[v.engine]
+    if tiles is not None:
         def at(buffer: str, tile: StagedTile, operand) -> callable:
             def element(r: str, k: str) -> str:
                 index = f"({r}) * {tile.stride} + ({k})" if tile.k_major else f"({k}) * {tile.stride} + ({r})"
@@ -654,7 +682,8 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             return f"*(const uint32_t *)&{at(r, k)}" if k_major else f"pl_pack_{half}({at(r, k)}, {at(r, f'{k} + 1')})"
         a_value = pair(a_at, a_k_major, a_row, "_kk + _tg * 2 + (_q / 2) * 8")
         b_value = pair(b_at, b_k_major, b_row, "_kk + _tg * 2 + _q * 8")
-    frag = stage + [
+
+    return stage + [
         f"            {reg_t} _a[{im}][{per_a}], _b[{jn}][{per_b}];",
         f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
         f"              #pragma unroll\n              for (int _q = 0; _q < {per_a}; _q++)",
@@ -665,25 +694,6 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
         f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
         f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
         f"                {mma}(_acc[_i][_j], _a[_i], _b[_j]);"]
-
-    # the K tile in MMA steps; a partial last tile was padded with zeros by the loads
-    def compute(guarded: bool) -> list[str]:
-        return [f"          #pragma unroll\n          for (int _kk = 0; _kk < BK; _kk += {fk}) {{",
-                "            if (_kk < _kn) {" if guarded else "            {"] + frag + ["            }", "          }"]
-    if v.asynchronous:
-        out += _async_pipeline(scop, c, v, t, tiles, compute(False), slots)
-    else:
-        decl, loads, stores = _tile_loads(c, scop, v, op_t, UnitStrides.of(c), k_major_store=False)
-        out += decl + _pipeline(loads, stores, compute, slots)
-    out += [f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
-            f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
-            f"          #pragma unroll\n          for (int _r = 0; _r < {per_c}; _r++) {{",
-            f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
-            "            if (_m < _M && _n < _N) {",
-            *_store(scop, c, "_acc[_i][_j][_r]", t), "            }",
-            "          }",
-            "    }", "    }", "  }"]
-    return out
 
 
 def _async_operands(c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedTile]):
@@ -731,8 +741,8 @@ def _async_copies(c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedTil
     return out
 
 
-def _async_pipeline(scop: Scop, c: Contraction, v: Variant, t: str, tiles: tuple[StagedTile, StagedTile],
-                    compute: list[str], slots: Slots) -> list[str]:
+def _async_pipeline(c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedTile], compute: list[str],
+                    slots: Slots) -> list[str]:
     """The K loop over a ring of ``v.stages`` shared tiles filled by ``cp.async``: the first
     ``stages - 1`` tiles are requested up front; per tile, wait for it, request the tile
     ``stages - 1`` ahead into the slot the previous tile used (after the barrier: every warp is
