@@ -183,10 +183,11 @@ def test_einsum_call_keys_of_cupy_operands_hold_strides_and_device():
 
 
 def test_a_recorded_device_call_allocates_result_and_temporaries_and_launches():
-    seen = []
+    seen, freshes = [], []
 
-    def launch(named):
+    def launch(named, fresh=None):
         seen.append(dict(named))
+        freshes.append(fresh)
 
     def empty(shape, dtype):
         return FakeCupy(shape, dtype, ptr=1 << 30)
@@ -202,6 +203,18 @@ def test_a_recorded_device_call_allocates_result_and_temporaries_and_launches():
     assert call((a, b), out) is out and seen[-1]["out"] is out
     # an out= overlapping an operand takes the full path (which copies the operand first)
     assert call((a, b), FakeCupy((4, 6), ptr=(1 << 20) + 8)) is None and len(seen) == 2
+    assert freshes == [None, None]  # with temporaries or out=, the launch checks the overlaps
+    alone = einsum_calls.DeviceCall(launch, empty, ("op0", "op1"), "out", (), (4, 6), np.dtype(np.float32))
+    alone((a, b), None)
+    assert freshes[-1] == "out"  # the one written array was just allocated: no overlap check
+
+
+def test_a_record_skips_the_overlap_check_only_for_a_fresh_output():
+    record = LaunchRecord("k", (("array", "A", None), ("array", "C", None)), frozenset({"C"}), ())
+    a = FakeCupy((4,))
+    with pytest.raises(ArgumentError, match="overlap"):
+        record.values({"A": a, "C": a})
+    assert len(record.values({"A": a, "C": FakeCupy((4,), ptr=1 << 28)}, fresh="C")) == 2
 
 
 # ----- the benchmark -------------------------------------------------------------------------
