@@ -60,7 +60,7 @@ from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, SUM_BLOCK, contraction
 from polyopt.targets.interpreter import run as interpret_scop
 from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 from polyopt.targets.arguments import default_num_threads
-from polyopt.targets.cpu import CompiledKernel, compile
+from polyopt.targets.cpu import CompiledKernel, compile, compiled_before
 from polyopt.analysis.scop import Scop, Statement
 from polyopt.types import ELEMENT_TYPES, DType, as_dtype, bf16, f16, f80
 
@@ -80,13 +80,24 @@ SMALL_CALL_ITERATIONS = PARALLEL_MIN_ITERATIONS
 #: The schedule options of the untiled plan (sorted pairs): no tiles, no register tiles, and so
 #: no cost model deciding them (``polyopt.compile``'s ``tile=None, register_tile=None``).
 UNTILED = (("register_tile", None), ("tile", None))
-#: A CPU call of at most this many statement instances runs the untiled plan compiled at
-#: LLVM's -O1 (:data:`TINY`): scalar code, which runs a few nanoseconds more per instance than
-#: the vectorized -O3 code (on tens of thousands of instances, several times longer), for
-#: about half of LLVM's compile time.
+#: A CPU call of at most this many statement instances runs the :data:`TINY` plan: the
+#: program's own loop order (no scheduler) at LLVM's -O0, a few microseconds more per call than
+#: vectorized code at these sizes, for a third of the compile time of Pluto's untiled schedule
+#: at -O1 (scheduling and LLVM's passes are most of a tiny kernel's compile).
 TINY_CALL_ITERATIONS = 1 << 10
-#: The compile options of the -O1 untiled plan.
-TINY = (("llvm_level", 1),) + UNTILED
+#: The compile options of the tiny calls' plan (``algorithm`` replaces po.einsum's scheduler).
+TINY = (("algorithm", "original"), ("llvm_level", 0))
+#: A pattern's CPU calls above :data:`SMALL_CALL_ITERATIONS` run its untiled plan until their
+#: statement instances add up to more than this; the call that passes it compiles the tiled
+#: plan, which every later call runs (a single call of more compiles it at once; a tiled plan
+#: found compiled already, in memory or in the disk cache, runs from the first call). Rent
+#: before buying: the untiled code's extra time on this much work is a fraction of the tiled
+#: compile (seconds of register-tile code), so one-off and few calls never pay for that compile.
+TILED_AFTER_ITERATIONS = 1 << 26
+#: Statement instances run untiled so far per pattern whose tiled plan is not compiled (the
+#: newest :data:`MAX_PATTERNS` patterns kept; a pattern whose tiled plan runs is dropped).
+_UNTILED_WORK: dict[tuple, int] = {}
+MAX_PATTERNS = 4096
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 #: dtypes compiled in a wider polyopt type (the result is cast back exactly, see the module doc)
 _WIDENED = {np.dtype(t): np.dtype(np.int64) for t in (np.bool_, np.int8, np.int16, np.uint8, np.uint16, np.uint32)}
@@ -199,19 +210,39 @@ def default_schedule_options(scop: Scop) -> dict[str, object]:
 
 
 @lru_cache(maxsize=256)
+def _pattern_scop(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, blocked_sums: bool,
+                  operands: np.dtype | None) -> tuple[Scop, tuple]:
+    """(Scop, temporaries) of one pattern in its storage type, shared by its plans (tiled,
+    untiled, tiny) so that each is parsed once."""
+    element = _element_type(_COMPLEX_PARTS.get(storage, storage))
+    return einsum_scop(spec, broadcast, path, element, complex_parts=storage in _COMPLEX_PARTS,
+                       blocked_sums=blocked_sums, operand_dtype=None if operands is None else _element_type(operands))
+
+
+def _compile_options(scop: Scop, target: str, options: tuple | None) -> dict[str, object]:
+    """The keyword arguments of a plan's compile besides the target: ``options`` as a dict,
+    or the defaults where None (CPU: :func:`default_schedule_options`; CUDA: the backend's own
+    tiles and blocks); on the CPU sums run as partial sums in vector lanes, as numpy.einsum's
+    loops do."""
+    if options is not None:
+        chosen = dict(options)
+    else:
+        chosen = default_schedule_options(scop) if target == "cpu" else {}
+    if target == "cpu":
+        chosen["reassociate"] = True
+    return chosen
+
+
+@lru_cache(maxsize=256)
 def _plan(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, algorithm: str,
           target: str = "cpu", options: tuple | None = None, blocked_sums: bool = False,
           operands: np.dtype | None = None) -> _Plan:
     """The (cached) plan of one pattern; sizes are parameters, so new shapes reuse it.
-    ``options``: schedule options as sorted (name, value) pairs (e.g. :data:`UNTILED`); None:
-    the defaults (CPU: :func:`default_schedule_options`; CUDA: the backend's own tiles and
-    blocks).
+    ``options``: compile options as sorted (name, value) pairs (e.g. :data:`UNTILED`; an
+    ``algorithm`` among them replaces ``algorithm``); None: the defaults (:func:`_compile_options`).
     ``blocked_sums``: long sums in blocks (``einsum_scop``; see :func:`_long_sums`).
     ``operands``: the operands' dtype where it is not ``storage`` (:func:`_operand_storage`)."""
-    element = _element_type(_COMPLEX_PARTS.get(storage, storage))
-    scop, temporaries = einsum_scop(spec, broadcast, path, element, complex_parts=storage in _COMPLEX_PARTS,
-                                    blocked_sums=blocked_sums,
-                                    operand_dtype=None if operands is None else _element_type(operands))
+    scop, temporaries = _pattern_scop(spec, broadcast, path, storage, blocked_sums, operands)
     if target == "cuda" and operands is not None and operands.kind == "V":
         raise TargetUnavailableError(
             "einsum: bfloat16 data has no CUDA einsum in polyopt (CuPy has no bfloat16 dtype); "
@@ -221,12 +252,8 @@ def _plan(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, al
             f"einsum: {storage} data (x87 extended precision) has no CUDA code; the GPU compiles "
             "bool, integer, float16/32/64 and complex64/128 data: pass numpy arrays and target=None")
     if storage not in _INTERPRETED:
-        if options is not None:
-            chosen = dict(options)
-        else:
-            chosen = default_schedule_options(scop) if target == "cpu" else {}
-        if target == "cpu":  # sums as partial sums in vector lanes, as numpy.einsum's loops do
-            chosen["reassociate"] = True
+        chosen = _compile_options(scop, target, options)
+        algorithm = chosen.pop("algorithm", algorithm)
         return _Plan(scop, temporaries, compile(scop, target=target, algorithm=algorithm, **chosen))
     if target == "cuda":
         raise TargetUnavailableError(
@@ -250,16 +277,52 @@ def _shape_of(spec: EinsumSpec, broadcast: tuple, path: tuple) -> Scop:
     return einsum_scop(spec, broadcast, path, as_dtype(np.float64))[0]
 
 
-def _plan_options(where: str, precision: str, spec: EinsumSpec, broadcast: tuple, path: tuple,
-                  sizes: dict[str, int]) -> tuple | None:
-    """The plan options of a call: :data:`TINY` or :data:`UNTILED` for a small CPU call (see
-    :data:`TINY_CALL_ITERATIONS`, :data:`SMALL_CALL_ITERATIONS`), the GPU's precision where it
-    is not the default, else None (the defaults)."""
+def _plan_options(where: str, precision: str, pattern: tuple, sizes: dict[str, int]) -> tuple[tuple | None, bool]:
+    """(plan options, final) of a call of ``pattern`` (the arguments of :func:`_pattern_scop`):
+    :data:`TINY` or :data:`UNTILED` for a small CPU call (see :data:`TINY_CALL_ITERATIONS`,
+    :data:`SMALL_CALL_ITERATIONS`), :data:`UNTILED` for a larger one while the pattern rents
+    (:func:`_rents_untiled`; not final: a later call of that size may take the tiled plan), the
+    GPU's precision where it is not the default, else None (the defaults)."""
     if where == "cpu":
+        spec, broadcast, path, storage = pattern[:4]
         iterations = iteration_count(_shape_of(spec, broadcast, path), sizes)
         if iterations <= SMALL_CALL_ITERATIONS:
-            return TINY if iterations <= TINY_CALL_ITERATIONS else UNTILED
-    return (("precision", precision),) if where == "cuda" and precision != "exact" else None
+            return (TINY if iterations <= TINY_CALL_ITERATIONS else UNTILED), True
+        if storage not in _INTERPRETED and _rents_untiled(pattern, iterations):
+            return UNTILED, False
+    return ((("precision", precision),) if where == "cuda" and precision != "exact" else None), True
+
+
+def _rents_untiled(pattern: tuple, iterations: int) -> bool:
+    """Whether a CPU call of ``iterations`` statement instances (above
+    :data:`SMALL_CALL_ITERATIONS`) of ``pattern`` runs the untiled plan: while the pattern's
+    untiled work, this call's included, stays within :data:`TILED_AFTER_ITERATIONS` and its
+    tiled plan is not compiled (looked up on the pattern's first such call). Counts the call."""
+    done = _UNTILED_WORK.get(pattern)
+    if done is None:
+        if not _tiles(pattern) or _tiled_compiled(pattern):
+            return False
+        done = 0
+    if done + iterations > TILED_AFTER_ITERATIONS:
+        _UNTILED_WORK.pop(pattern, None)
+        return False
+    _UNTILED_WORK[pattern] = done + iterations
+    if len(_UNTILED_WORK) > MAX_PATTERNS:
+        del _UNTILED_WORK[next(iter(_UNTILED_WORK))]
+    return True
+
+
+def _tiles(pattern: tuple) -> bool:
+    """Whether the pattern's default CPU plan tiles (:func:`default_schedule_options`); where
+    it does not, that plan is the untiled one and there is nothing to defer."""
+    return bool(default_schedule_options(_pattern_scop(*pattern)[0]))
+
+
+def _tiled_compiled(pattern: tuple) -> bool:
+    """Whether the pattern's default (tiled) CPU plan is compiled already, in this process or
+    in the disk cache (then the first call loads and runs it)."""
+    scop = _pattern_scop(*pattern)[0]
+    return compiled_before(scop, algorithm=DEFAULT_ALGORITHM, **_compile_options(scop, "cpu", None)) is not None
 
 
 def _target_of(target: str | None, operands: list, out) -> str:
@@ -574,9 +637,10 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     # labels run in memory order, a transposed view of the result
     axes = _result_axes(spec, arrays, order) if out is None and where == "cpu" else tuple(range(len(shape)))
     operands = _operand_storage(result)
-    plan = _plan(EinsumSpec(spec.inputs, tuple(spec.output[a] for a in axes)), broadcast, path, storage,
-                 DEFAULT_ALGORITHM, where, _plan_options(where, precision, spec, broadcast, path, sizes),
-                 _long_sums(spec, sizes, where), operands)
+    pattern = (EinsumSpec(spec.inputs, tuple(spec.output[a] for a in axes)), broadcast, path, storage,
+               _long_sums(spec, sizes, where), operands)
+    options, final = _plan_options(where, precision, pattern, sizes)
+    plan = _plan(*pattern[:4], DEFAULT_ALGORITHM, where, options, *pattern[4:])
     on_gpu = where == "cuda" and (any(is_cupy(a) for a in ops) or is_cupy(out))
     if on_gpu and out is not None and not is_cupy(out):
         raise TypeError("einsum: out must be a CuPy array when the operands are on the GPU")
@@ -602,7 +666,7 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     if plan.kernel is not None:
         plan.kernel(**{name: value if name == "num_threads" else _kernel_array(value, storage)
                        for name, value in buffers.items()})
-        if (key is not None and storage == result and storage not in _COMPLEX_PARTS
+        if (final and key is not None and storage == result and storage not in _COMPLEX_PARTS
                 and all(op.dtype == storage and op.flags.c_contiguous for op in ops) and (out is None or direct)):
             if where == "cpu":
                 einsum_calls.record(key, _kernel_call(plan, sizes, value, num_threads))

@@ -2,6 +2,7 @@
 errors, the kernel cache, and a property test on random subscripts, shapes and dtypes."""
 from __future__ import annotations
 
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -473,35 +474,78 @@ def test_compute_bound_contractions_get_tiles_and_register_tiles():
     _check(out, a @ b)
 
 
-def test_small_calls_run_the_untiled_kernel_and_larger_ones_the_tiled_kernel():
-    """A call of at most SMALL_CALL_ITERATIONS statement instances runs its pattern's untiled
-    kernel (no tile or register-tile loops: cheap to compile; at most TINY_CALL_ITERATIONS at
-    LLVM's -O1); a larger call of the same pattern the tiled, register-tiled one. All give
-    numpy's results, and so does the tiled kernel called directly on small odd sizes (partial
-    register tiles everywhere)."""
+def _recorded_function(subscripts, *arrays):
+    """The native function that a repeat of ``po.einsum(subscripts, *arrays)`` replays (None:
+    the call was not recorded)."""
     from polyopt import einsum_calls
+    key = einsum_calls.call_key((subscripts, *arrays), None, None, "K", "safe", "greedy", None, None)
+    recorded = einsum_calls.recorded(key + ("exact",))
+    return None if recorded is None else recorded.function
+
+
+def test_small_calls_run_the_untiled_kernel_and_larger_ones_the_tiled_kernel(monkeypatch):
+    """A call of at most SMALL_CALL_ITERATIONS statement instances runs its pattern's untiled
+    kernel (no tile or register-tile loops: cheap to compile; at most TINY_CALL_ITERATIONS the
+    program's loop order at LLVM's -O0); a larger call of the same pattern the tiled,
+    register-tiled one (here at once: TILED_AFTER_ITERATIONS set to 0). All give numpy's
+    results, and so does the tiled kernel called directly on small odd sizes (partial register
+    tiles everywhere)."""
     from polyopt.einsum import SMALL_CALL_ITERATIONS, TINY_CALL_ITERATIONS
-    tiny = po.einsum_kernel("ij,jk->ik", (4, 5), (5, 6), tile=None, register_tile=None, llvm_level=1)
+    monkeypatch.setattr(sys.modules["polyopt.einsum"], "TILED_AFTER_ITERATIONS", 0)
+    tiny = po.einsum_kernel("ij,jk->ik", (4, 5), (5, 6), algorithm="original", llvm_level=0)
     untiled = po.einsum_kernel("ij,jk->ik", (4, 5), (5, 6), tile=None, register_tile=None)
     tiled = po.einsum_kernel("ij,jk->ik", (4, 5), (5, 6))
     assert ") mod " not in str(untiled.schedule) and ") mod " in str(tiled.schedule)
-    assert str(tiny.schedule) == str(untiled.schedule) and " x double>" not in tiny.optimized_ir
+    assert tiny.schedule.algorithm == "original" and " x double>" not in tiny.optimized_ir
     for shape, kernel in [((7, 5, 3), tiny), ((30, 40, 17), untiled), ((64, 64, 17), tiled)]:
         instances = shape[0] * shape[2] * (1 + shape[1])  # zero-fill, then the sums of products
         assert instances <= TINY_CALL_ITERATIONS or kernel is not tiny
         assert (instances <= SMALL_CALL_ITERATIONS) == (kernel is not tiled)
         a, b = _operand(shape[:2]), _operand(shape[1:])
         _check(po.einsum("ij,jk->ik", a, b), a @ b)
-        key = einsum_calls.call_key(("ij,jk->ik", a, b), None, None, "K", "safe", "greedy", None, None)
-        assert einsum_calls.recorded(key + ("exact",)).function is kernel.native_function
+        assert _recorded_function("ij,jk->ik", a, b) is kernel.native_function
     a, b = _operand((7, 5)), _operand((5, 3))
     out = np.zeros((7, 3))
     tiled(op0=a, op1=b, out=out)
     _check(out, a @ b)
 
 
+def test_larger_calls_run_untiled_until_their_work_passes_the_bound(monkeypatch):
+    """Calls above SMALL_CALL_ITERATIONS of a pattern whose tiled plan is not compiled run the
+    untiled kernel (not recorded, so that a repeat counts too) until their statement instances
+    add up to more than TILED_AFTER_ITERATIONS; the call that passes it and every later one run
+    the tiled kernel. numpy's results throughout."""
+    einsum_module = sys.modules["polyopt.einsum"]
+    subscripts, shapes = "ab,bc->ac", [(64, 65), (65, 17)]  # a pattern (in float32) of this test alone
+    instances = 64 * 17 * (1 + 65)
+    monkeypatch.setattr(einsum_module, "TILED_AFTER_ITERATIONS", 2 * instances + 1)
+    monkeypatch.setattr(einsum_module, "_UNTILED_WORK", {})
+    a, b = _operand(shapes[0], np.float32), _operand(shapes[1], np.float32)
+    untiled = po.einsum_kernel(subscripts, a, b, tile=None, register_tile=None)
+    for call in range(4):
+        _check(po.einsum(subscripts, a, b), np.einsum(subscripts, a, b))
+        recorded = _recorded_function(subscripts, a, b)
+        if call < 2:
+            assert recorded is None and untiled.compile_times.get("codegen") is not None
+        else:
+            tiled = po.einsum_kernel(subscripts, a, b)
+            assert ") mod " in str(tiled.schedule) and recorded is tiled.native_function
+    assert not einsum_module._UNTILED_WORK
+
+
+def test_a_compiled_tiled_plan_runs_from_the_first_larger_call(monkeypatch):
+    """Where the tiled plan is compiled already (here by einsum_kernel; in a later process the
+    disk cache holds it), the first call above SMALL_CALL_ITERATIONS runs it: no renting."""
+    monkeypatch.setattr(sys.modules["polyopt.einsum"], "_UNTILED_WORK", {})
+    subscripts = "kj,ik->ij"
+    a, b = _operand((48, 40), np.int32), _operand((44, 48), np.int32)
+    tiled = po.einsum_kernel(subscripts, a, b)
+    _check(po.einsum(subscripts, a, b), np.einsum(subscripts, a, b))
+    assert _recorded_function(subscripts, a, b) is tiled.native_function
+
+
 def test_llvm_level_of_the_tiny_plan_is_checked():
-    """po.compile's llvm_level (the -O1 of po.einsum's tiny calls) is one of LLVM's levels, and a
+    """po.compile's llvm_level (the -O0 of po.einsum's tiny calls) is one of LLVM's levels, and a
     CPU option."""
     from polyopt.errors import ArgumentError
     scop = po.einsum_kernel("i,i->", (3,), (3,)).scop

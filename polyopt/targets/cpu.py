@@ -189,24 +189,44 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
         with ISL_LOCK:
             return _compile_cuda(kernel, algorithm, schedule, schedule_options)
     with ISL_LOCK:  # isl's context is the process's: one compiling thread inside it at a time
-        start = time.perf_counter()  # the key parses the kernel (once per kernel object)
-        key = cache_key(kernel, target, algorithm, schedule_options, schedule) + (bool(reassociate), llvm_level)
-        compiled = COMPILED.get(key)
+        key, compiled, parse_seconds = _cached(kernel, algorithm, schedule, reassociate, llvm_level, schedule_options)
         if compiled is None:
-            scop, parse_seconds = getattr(kernel, "scop", kernel), time.perf_counter() - start
-            compiled = _from_disk(key, scop, algorithm, schedule_options, schedule, parse_seconds)
-            if compiled is None:
-                objects: list[bytes] = []
-                compiled = _compile(scop, algorithm, schedule_options, bool(reassociate), parse_seconds,
-                                    schedule=schedule, object_sink=objects.append if disk_cache.enabled() else None,
-                                    llvm_level=llvm_level)
-                _to_disk(key, compiled, objects, given_schedule=schedule is not None)
+            objects: list[bytes] = []
+            compiled = _compile(getattr(kernel, "scop", kernel), algorithm, schedule_options, bool(reassociate),
+                                parse_seconds, schedule=schedule,
+                                object_sink=objects.append if disk_cache.enabled() else None, llvm_level=llvm_level)
+            _to_disk(key, compiled, objects, given_schedule=schedule is not None)
             COMPILED[key] = compiled
     if num_threads is None:  # the thread count is a call argument: one native code serves all
         return compiled
     compiled = copy.copy(compiled)  # (not dataclasses.replace: it would make a CachedKernel's lazy parts)
     compiled.num_threads = num_threads
     return compiled
+
+
+def _cached(kernel, algorithm: str, schedule: Schedule | None, reassociate: bool, llvm_level: int,
+            schedule_options: dict) -> tuple[tuple, CompiledKernel | None, float]:
+    """(cache key, the kernel compiled for it earlier or None, seconds spent parsing): from the
+    in-memory cache, else from the disk cache (then kept in memory too). Call under ISL_LOCK."""
+    start = time.perf_counter()  # the key parses the kernel (once per kernel object)
+    key = cache_key(kernel, "cpu", algorithm, schedule_options, schedule) + (bool(reassociate), llvm_level)
+    compiled = COMPILED.get(key)
+    parse_seconds = time.perf_counter() - start
+    if compiled is None:
+        compiled = _from_disk(key, getattr(kernel, "scop", kernel), algorithm, schedule_options, schedule,
+                              parse_seconds)
+        if compiled is not None:
+            COMPILED[key] = compiled
+    return key, compiled, parse_seconds
+
+
+def compiled_before(kernel, *, algorithm: str = DEFAULT_ALGORITHM, reassociate: bool = False,
+                    llvm_level: int = 3, **schedule_options) -> CompiledKernel | None:
+    """What ``compile(kernel, ...)`` (CPU, same arguments) returns when it needs no compile:
+    the kernel from the in-memory or the disk cache; None where it would compile. Lets a
+    caller (po.einsum's first call of a pattern) use a costly plan only where it is at hand."""
+    with ISL_LOCK:
+        return _cached(kernel, algorithm, None, reassociate, llvm_level, schedule_options)[1]
 
 
 def _compile_cuda(kernel, algorithm: str, schedule: Schedule | None, options: dict):
