@@ -6,9 +6,10 @@ nests), the loops are run here at small sizes -- their bounds and conditions onl
 bodies -- and every instance they run is held against what isl enumerates at the same sizes:
 the domain (each instance exactly once, nothing else) and the dependences (source before sink,
 no dependence between two iterations of a loop marked parallel). Fixing the sizes makes isl's
-side cheap; running the loops costs a Python step per instance, so the sizes are taken smallest
-first until :data:`INSTANCE_BUDGET` instances and :data:`PAIR_BUDGET` dependence pairs are
-spent. isl's dropped instances showed at sizes 5 to 15 on every nest found so far.
+side cheap; running the loops costs a Python step per instance and loop iteration, so the sizes
+are taken smallest first until :data:`INSTANCE_BUDGET` instances, :data:`STEP_BUDGET` loop
+iterations or :data:`PAIR_BUDGET` dependence pairs are spent. isl's dropped instances showed at
+sizes 5 to 15 on every nest found so far.
 """
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ OTHER_SIZE = 9
 INSTANCE_BUDGET = 50_000
 #: Dependence pairs compared over all sizes checked.
 PAIR_BUDGET = 100_000
+#: Loop iterations the loops may run over all sizes checked (a Python step each): the tile
+#: loops of a tiled, fused and shifted random nest stepped through millions of iterations that
+#: run no instance, for a check of over a minute within the instance budget.
+STEP_BUDGET = 150_000
 
 
 class _Spent(Exception):
@@ -47,7 +52,7 @@ def check_at_sizes(scop: Scop, loops: Node, deps: Dependences) -> list[dict[str,
     dependence in different iterations of a parallel loop. Returns the sizes checked (within
     the budgets)."""
     checked: list[dict[str, int]] = []
-    budget = {"instances": INSTANCE_BUDGET, "pairs": PAIR_BUDGET}
+    budget = {"instances": INSTANCE_BUDGET, "steps": STEP_BUDGET, "pairs": PAIR_BUDGET}
     compiled: dict[int, Callable[[dict], int]] = {}  # the loops' expressions, by id (:func:`_run`)
     for point in _points(scop):
         context = fix_params(scop.context, point)
@@ -162,6 +167,9 @@ def _run(loops: Node, point: dict[str, int], budget: dict[str, int], compiled: d
             inner = {**parallel, len(time): node.var} if node.parallel else parallel
             at = value(node.init, env)
             while value(node.cond, {**env, node.var: at}):
+                budget["steps"] -= 1
+                if budget["steps"] < 0:
+                    raise _Spent
                 walk(node.body, {**env, node.var: at}, time + (at,), inner)
                 at += node.step
         elif isinstance(node, Run):
@@ -197,4 +205,4 @@ def instance_text(name: str, coords) -> str:
     return f"{name}({', '.join(map(str, coords))})"
 
 
-__all__ = ["INSTANCE_BUDGET", "PAIR_BUDGET", "SIZES", "check_at_sizes", "instance_text"]
+__all__ = ["INSTANCE_BUDGET", "PAIR_BUDGET", "SIZES", "STEP_BUDGET", "check_at_sizes", "instance_text"]

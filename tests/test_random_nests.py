@@ -302,6 +302,11 @@ LONG_FUZZ_CASES = [
     # schedule map at N = 10): refused (issue 19); the program's original order runs now
     ('def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f64["3 * N + 8"]):\n    for i0_1 in range(2, N - 1):\n        for i0_2 in range(0, i0_1 + 1):\n            for i0_3 in range(1, N - 1):\n                if i0_1 <= i0_2:\n                    B[0] = 0.5 * B[i0_2 + (N - 1 - i0_3) + 0] + 0.5 * B[(N - 1 - i0_3) + 0]\n    for i3_1 in range(0, N - 0):\n        if i3_1 + i3_1 >= N - 1:\n            B[0] = 0.5 * B[i3_1 + 0]\n',
      9, ('pluto', {'tile': 5, 'fuse': 'max', 'param_shifts': True}, None)),
+    # isl's loops of the tree dropped S1(2, 1, 0) at N = 5; the atomic loops' tile loops step
+    # through millions of iterations that run nothing: their check at fixed sizes took over a
+    # minute (seed 1406), bounded by its loop-iteration budget now
+    ('def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f64["3 * N + 8"]):\n    for i0_1 in range(N - 1 - 0, -1, -1):\n        for i0_2 in range(0, N - 1):\n            for i0_3 in range(max(i0_1 - 2, 0), min(i0_1 + 2, N)):\n                A[(N - 1 - i0_1) + i0_2 + i0_3 + 2, i0_1 + (N - 1 - i0_3) + 9] = max(-0.5 * A[(N - 1 - i0_1) + (N - 1 - i0_2) + i0_3 + 8, (N - 1 - i0_2) + 6] + 0.75 * A[i0_3 + 2, i0_1 + i0_2 + 7], A[(N - 1 - i0_1) + (N - 1 - i0_2) + i0_3 + 8, (N - 1 - i0_2) + 6] - 1.0)\n    for i3_1 in range(2, N - 2):\n        for i3_2 in range(i3_1, max(0, i3_1 - 3), -1):\n            for i3_3 in range(N - 1 - 2, -1, -1):\n                B[i3_1 + i3_2 + (N - 1 - i3_3) + 8] = -0.5 * A[(N - 1 - i3_1) + (N - 1 - i3_2) + i3_3 + 8, (N - 1 - i3_2) + 6] + 0.75 * A[i3_3 + 2, i3_1 + i3_2 + 7]\n',
+     5, ('pluto', {'tile': 5, 'fuse': 'max', 'param_shifts': True}, None)),
 ]
 
 
