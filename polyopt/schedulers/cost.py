@@ -144,7 +144,19 @@ def auto_tile_sizes(band: N.Band, scop, register_sizes: Sequence[int] | None, *,
     wavefront = not any(coincident)
     sizes = band_tile_sizes(partial, scop, multiple_of=plan[0] if plan else None, uniform=wavefront,
                             largest=WAVEFRONT_TILE_CAP if wavefront else None, conflict_free=conflict_free)
+    if coincident[0] and (plan is None or plan[0][0] == 1) and not _reused_across(band_references(partial, scop), 0):
+        sizes[0] = 1
     return sizes, plan
+
+
+def _reused_across(references: list[tuple[int, object]], member: int) -> bool:
+    """Whether some reference (``band_references``: element bytes, subscript matrix) reads the
+    same elements at every value of ``member``, i.e. tiling that member buys reuse. Where
+    none does (a batch dimension: every array has its own slice per batch), a tile along it
+    keeps the same bytes per iteration at any size, and size 1 leaves all its values to the
+    tile loop: the outermost, parallel one, whose iterations are what the threads share (a
+    batch of 8 tiled by 8 ran on one thread)."""
+    return any(not G[:, member].any() for _, G in references)
 
 
 def band_cost(schedule, band: N.Band, register_sizes: Sequence[int] | None) -> BandCost:
