@@ -75,7 +75,7 @@ PARALLEL_MIN_ITERATIONS = 1 << 16
 #: call touches fits in the L1 cache and it takes microseconds either way, while a register
 #: tile's unrolled code takes seconds to generate and optimize (a pattern first seen on small
 #: arrays, numpy's own tests, or a shape check, compiles in a fraction of that). Larger calls of
-#: the pattern compile the tiled plan once they come.
+#: the pattern take the tiled plan as :data:`TILED_AFTER_ITERATIONS` says.
 SMALL_CALL_ITERATIONS = PARALLEL_MIN_ITERATIONS
 #: The schedule options of the untiled plan (sorted pairs): no tiles, no register tiles, and so
 #: no cost model deciding them (``polyopt.compile``'s ``tile=None, register_tile=None``).
@@ -693,9 +693,10 @@ def einsum_kernel(subscripts: str, *shapes_or_arrays, dtype=None, optimize="gree
                   **schedule_options) -> CompiledKernel | CudaKernel:
     """The compiled kernel that :func:`einsum` runs for these subscripts, operand shapes (tuples)
     or arrays, and result ``dtype`` (default: numpy's result type of the arrays, else float64)
-    on calls larger than :data:`SMALL_CALL_ITERATIONS` (smaller ones run the untiled kernel,
-    ``einsum_kernel(..., tile=None, register_tile=None)``, with ``llvm_level=1`` at most
-    :data:`TINY_CALL_ITERATIONS`).
+    on calls larger than :data:`SMALL_CALL_ITERATIONS` once :data:`TILED_AFTER_ITERATIONS` says
+    so (before that, and on smaller calls, the untiled kernel,
+    ``einsum_kernel(..., tile=None, register_tile=None)``; at most :data:`TINY_CALL_ITERATIONS`
+    ``einsum_kernel(..., algorithm="original", llvm_level=0)``).
 
     Inspect it (``.scop``, ``.schedule``, ``.c_source``, ``.llvm_ir``; ``.cuda_source`` with
     ``target="cuda"``, which needs no GPU to compile) or call it with keyword arrays
