@@ -544,6 +544,25 @@ def test_a_compiled_tiled_plan_runs_from_the_first_larger_call(monkeypatch):
     assert _recorded_function(subscripts, a, b) is tiled.native_function
 
 
+def test_a_tiled_plan_in_the_disk_cache_runs_from_the_first_larger_call(monkeypatch):
+    """A later process (here: this one with its in-memory caches emptied) finds the tiled plan
+    that an earlier one compiled in the disk cache, and its first larger call runs it."""
+    from polyopt.targets import disk_cache
+    from polyopt.targets.cache import COMPILED
+    if not disk_cache.enabled():
+        pytest.skip("the disk cache is off (POLYOPT_CACHE=0)")
+    einsum_module = sys.modules["polyopt.einsum"]
+    monkeypatch.setattr(einsum_module, "_UNTILED_WORK", {})
+    subscripts = "xy,zx->zy"
+    a, b = _operand((50, 41), np.int64), _operand((39, 50), np.int64)
+    po.einsum_kernel(subscripts, a, b)  # compiled and stored
+    COMPILED.clear()
+    einsum_module._plan.cache_clear()
+    _check(po.einsum(subscripts, a, b), np.einsum(subscripts, a, b))
+    tiled = po.einsum_kernel(subscripts, a, b)
+    assert "disk" in tiled.compile_times and _recorded_function(subscripts, a, b) is tiled.native_function
+
+
 def test_llvm_level_of_the_tiny_plan_is_checked():
     """po.compile's llvm_level (the -O0 of po.einsum's tiny calls) is one of LLVM's levels, and a
     CPU option."""
