@@ -21,7 +21,7 @@ import islpy as isl
 
 from polyopt.analysis import expr as E
 from polyopt.analysis.deps import Dependences
-from polyopt.analysis.evaluate import _BINARY as BINARY_OPERATORS, evaluate
+from polyopt.analysis.evaluate import BINARY_OPERATORS, evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.loop_nodes import Block, For, If, Node, Run
 from polyopt.errors import LoopTranslationError

@@ -40,7 +40,7 @@ def evaluate(e: E.Expr, env: dict, arrays: dict):
         return x if x == (e.op == "or") else bool(evaluate(e.rhs, env, arrays))
     if isinstance(e, E.Binary):
         x, y = evaluate(e.lhs, env, arrays), evaluate(e.rhs, env, arrays)
-        return typed(_BINARY[e.op](x, y), e.dtype)
+        return typed(BINARY_OPERATORS[e.op](x, y), e.dtype)
     raise TypeError(f"cannot evaluate {e!r}")
 
 
@@ -69,7 +69,9 @@ def _truncating_div(x, y):
 
 _MATH = {"sqrt": np.sqrt, "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos,
          "tanh": np.tanh, "abs": abs, "pow": np.power, "floor": np.floor}
-_BINARY = {
+#: Python's value of each binary operator of the IR on two operand values (also what
+#: codegen/ast_check_sizes.py compiles loop expressions with).
+BINARY_OPERATORS = {
     "+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y,
     "/": lambda x, y: x / y, "//": lambda x, y: x // y, "%": lambda x, y: x % y,
     "**": lambda x, y: x ** y, "tdiv": _truncating_div,

@@ -14,7 +14,8 @@ from polyopt.codegen.cuda_contraction import VARIANTS, ContractionSource, Slots,
 from polyopt.targets.cache import scop_of
 from polyopt.targets import contraction
 from polyopt.targets.contraction import async_aligned, choose_kernel, contraction_plan, launch_layout
-from polyopt.targets.cuda import plan
+from polyopt import einsum_calls
+from polyopt.targets.cuda import CudaKernel, plan
 
 from conftest import needs_gpu
 from example_kernels import example_kernel
@@ -224,6 +225,10 @@ def _force_tile(monkeypatch, tile: int) -> None:
     """Make every contraction launch take kernel ``tile`` of its source; skip the test where
     there is no such kernel, or where it is an asynchronous one that may not run the launch
     (operands not in whole 16-byte vectors)."""
+    # no replays of an earlier test's launches (same shapes: same call keys)
+    monkeypatch.setattr(CudaKernel, "recorded", lambda self, key: None)
+    einsum_calls.clear()
+
     def forced(source, extent, shapes, sm_count, aligned_operands=True):
         if tile >= len(source.variants):
             pytest.skip(f"the source has {len(source.variants)} kernels")
