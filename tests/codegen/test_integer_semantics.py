@@ -14,7 +14,7 @@ import pytest
 
 import polyopt as po
 from polyopt import f64, i32, i64
-from polyopt.errors import ArgumentRangeError, KernelZeroDivisionError, PolyoptError
+from polyopt.errors import ArgumentRangeError, PolyoptError
 
 
 @po.kernel
