@@ -205,6 +205,18 @@ def extra_arguments(slots: Slots) -> tuple[str, ...]:
     return tuple(names)
 
 
+def operand_stride_positions(c: Contraction) -> list[int]:
+    """Where the operands' strides that are not literal 1 in the code lie among the launch
+    arguments after the kernel's own (:func:`extra_arguments` order): the run strides of L and
+    R, and their strides in each batch and outer-K slot (what a ``cp.async`` row start depends
+    on)."""
+    unit, slots = UnitStrides.of(c), Slots.of(c)
+    positions = [3 + d for d, is_unit in enumerate((unit.lm, unit.lk, unit.rk, unit.rn)) if not is_unit]
+    positions += [len(RUN_ARGUMENTS) + 4 * j + d for j in range(slots.batch) for d in (1, 2)]
+    positions += [len(RUN_ARGUMENTS) + 4 * slots.batch + 3 * j + d for j in range(slots.outer_k) for d in (1, 2)]
+    return positions
+
+
 def contraction_source(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant], ...],
                        host_function: str) -> str:
     """The CUDA translation unit of a contraction's kernels, one per (name, tile shape) (module
@@ -315,12 +327,8 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
     engine = kernels[0][1].engine
     if any(v.asynchronous for _, v in kernels):  # as async_aligned: operands and their strides in whole vectors
         per_vector = COPY_BYTES // OPERAND_BYTES[engine]
-        unit = UnitStrides.of(c)
-        positions = [3 + d for d, is_unit in enumerate((unit.lm, unit.lk, unit.rk, unit.rn)) if not is_unit]
-        positions += [len(RUN_ARGUMENTS) + 4 * j + d for j in range(slots.batch) for d in (1, 2)]
-        positions += [len(RUN_ARGUMENTS) + 4 * slots.batch + 3 * j + d for j in range(slots.outer_k) for d in (1, 2)]
         tests = [f"(uintptr_t){c.left.array} % {COPY_BYTES} == 0", f"(uintptr_t){c.right.array} % {COPY_BYTES} == 0"]
-        tests += [f"_a[{p}] % {per_vector} == 0" for p in positions]
+        tests += [f"_a[{p}] % {per_vector} == 0" for p in operand_stride_positions(c)]
         tests.append(f"(double)M * N * K * _a[9] * _a[10] >= {float(ASYNC_MIN_WORK[engine])}")
         out.append(f"  const int aligned = {' && '.join(tests)};  /* take the cp.async kernels */")
     else:

@@ -23,9 +23,8 @@ from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
 from polyopt.codegen.cuda_contraction import (ASYNC_MIN_WORK, COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED,
-                                              RUN_ARGUMENTS, VARIANTS, ContractionSource, Slots, UnitStrides,
-                                              Variant, contraction_source, engine_for, shared_bytes,
-                                              staged_tiles)
+                                              VARIANTS, ContractionSource, Slots, Variant, contraction_source, engine_for,
+                                              operand_stride_positions, shared_bytes, staged_tiles)
 from polyopt.codegen.gpu_mapping import map_to_gpu
 from polyopt.errors import ScheduleError
 from polyopt.schedulers.registry import schedule as run_scheduler
@@ -165,17 +164,7 @@ def async_aligned(c: Contraction, variant: Variant, layout: Launch, aligned_oper
     if not aligned_operands:
         return False
     per_vector = COPY_BYTES // OPERAND_BYTES[variant.engine]
-    unit = UnitStrides.of(c)
-    values = layout.arguments
-    strides = [s for s, is_unit in zip(values[3:7], (unit.lm, unit.lk, unit.rk, unit.rn)) if not is_unit]
-    slots = Slots.of(c)
-    base = len(RUN_ARGUMENTS)
-    for j in range(slots.batch):
-        strides += values[base + 4 * j + 1: base + 4 * j + 3]
-    base += 4 * slots.batch
-    for j in range(slots.outer_k):
-        strides += values[base + 3 * j + 1: base + 3 * j + 3]
-    return all(s % per_vector == 0 for s in strides)
+    return all(layout.arguments[p] % per_vector == 0 for p in operand_stride_positions(c))
 
 
 def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dict[str, tuple[int, ...]],
