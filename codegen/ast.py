@@ -38,9 +38,11 @@ _BINARY = {
 
 def abi_arguments(scop: Scop) -> list[Argument]:
     """The native calling convention: size parameters (i64, sorted), then the kernel's scalar and
-    array arguments in signature order. Shared by every emitter and the runtime."""
+    array arguments in signature order, then its ``temporary`` arrays (which the runtime
+    allocates). Shared by every emitter and the runtime."""
     args = [Argument(p, "param", i64) for p in scop.params]
-    return args + [a for a in scop.arguments if a.kind != "param"]
+    temporaries = [Argument(a.name, "array", a.dtype) for a in scop.arrays.values() if a.temporary]
+    return args + [a for a in scop.arguments if a.kind != "param"] + temporaries
 
 
 def iterator_prefix(scop: Scop) -> str:

@@ -970,12 +970,18 @@ def optimize_c_file(path, *, defines: dict | None = None, include_dirs=(), algor
     checked by the verifier; parallel loops get ``#pragma omp parallel for``. The helpers the
     loops use are prepended, so the result builds with any C99 compiler (``polyopt cc``).
     A file without a region of its own (regions in headers it includes do not count) is a
-    :class:`~polyopt.FrontendError`: there is nothing to optimize."""
+    :class:`~polyopt.FrontendError`: there is nothing to optimize. The region's scalars stay
+    the function's C variables (no scalar expansion: a temporary array would have no storage
+    there), so ``expand_scalars=True`` is refused."""
     from polyopt.codegen.ast import build_loop_ast
     from polyopt.codegen.c import c_loop_nest, c_prelude, uses_half_types
     from polyopt.schedulers.registry import schedule
     from polyopt.analysis.verify import verify
 
+    if options.get("expand_scalars"):
+        raise FrontendError("polyopt cc keeps the scalars of a region (C variables of its function): "
+                            "expand_scalars=True is an option of po.compile", source_name=str(path))
+    options = {**options, "expand_scalars": False}
     lines = Path(path).read_text().splitlines(keepends=True)
     here = Path(path).resolve()
     kernels = [k for k in from_c(Path(path), defines=defines, include_dirs=include_dirs)

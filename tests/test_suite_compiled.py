@@ -69,6 +69,6 @@ def test_loops_with_parallel_loops_run_backwards_match_reference(name, algorithm
     dependence fails here deterministically, where the threaded code fails only sometimes."""
     entry, args, expected = _python_case(name, 20_000, 3)
     compiled = po.compile(entry.kernel, algorithm=algorithm)
-    bound = bind_arguments(entry.kernel.scop, (), args)
-    run_loop_ast(entry.kernel.scop, compiled.loops, bound.params, bound.scalars, bound.arrays)
+    bound = bind_arguments(compiled.scop, (), args)  # (the kernel's Scop, or its scalar expansion)
+    run_loop_ast(compiled.scop, compiled.loops, bound.params, bound.scalars, bound.arrays)
     assert_same_arrays(args, expected)

@@ -95,8 +95,9 @@ def _first_disagreement(scop: Scop, relation: isl.UnionMap, sinks, must, may, sc
                 return size
     return None
 
-def _analysis(scop: Scop) -> tuple[isl.UnionMap, isl.UnionMap, isl.UnionMap, tuple[str, ...]]:
-    """Tagged RAW, WAR, WAW and the parts replaced by memory-based dependences (one line each).
+def _analysis(scop: Scop) -> tuple[isl.UnionMap, isl.UnionMap, isl.UnionMap, tuple[str, ...], frozenset[str]]:
+    """Tagged RAW, WAR, WAW, the parts replaced by memory-based dependences (one line each) and
+    the arrays those parts are on.
 
     Arrays are analysed apart (accesses to different arrays never depend on each other), each
     kind under its own operation budget. WAR takes writes as must-sources and reads as
@@ -111,6 +112,7 @@ def _analysis(scop: Scop) -> tuple[isl.UnionMap, isl.UnionMap, isl.UnionMap, tup
     before: list[isl.UnionMap] = []                       # tagged x -> y with x earlier, if needed
     found = {kind: isl.UnionMap.empty(scop.context.get_space()) for kind in ("RAW", "WAR", "WAW")}
     approximated: list[str] = []
+    approximated_arrays: set[str] = set()
     for array in scop.arrays:
         r, w = reads[array], writes[array]
         if w.is_empty():
@@ -134,8 +136,9 @@ def _analysis(scop: Scop) -> tuple[isl.UnionMap, isl.UnionMap, isl.UnionMap, tup
                     before.append(schedule.lex_lt_union_map(schedule))
                 relation = _memory_based(r if kind == "WAR" else w, sinks, before[0])
                 approximated.append(f"{kind} on {array}: memory-based (the exact analysis {why})")
+                approximated_arrays.add(array)
             found[kind] = found[kind].union(relation.intersect_params(scop.context))
-    return found["RAW"], found["WAR"], found["WAW"], tuple(approximated)
+    return found["RAW"], found["WAR"], found["WAW"], tuple(approximated), frozenset(approximated_arrays)
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,7 +148,9 @@ class Dependences:
     Each is an isl union map from source to sink statement instances. ``tagged_*`` keep the
     reference tags (which access of which statement) for reporting. ``approximated`` names the
     parts (kind and array) that are memory-based supersets of the value-based dependences,
-    because their exact analysis exceeded its budget or failed inside isl (empty: all exact).
+    because their exact analysis exceeded its budget or failed inside isl (empty: all exact);
+    ``approximated_arrays`` the arrays of those parts (on the others every dependence is exact,
+    which transformations such as scalar expansion rely on).
     """
 
     scop: Scop
@@ -153,6 +158,7 @@ class Dependences:
     tagged_war: isl.UnionMap
     tagged_waw: isl.UnionMap
     approximated: tuple[str, ...] = ()
+    approximated_arrays: frozenset[str] = frozenset()
 
     @cached_property
     def raw(self) -> isl.UnionMap:

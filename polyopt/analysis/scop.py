@@ -43,12 +43,17 @@ class Array:
     """An array: element type and extents as affine text (Python syntax) over the parameters.
 
     ``local`` arrays (kernel-local scalar temporaries, 0-d) are allocated by the generated code.
+    ``temporary`` arrays (a kernel-local scalar expanded along loops, see
+    :mod:`polyopt.transform.scalar_expansion`) are no argument of the kernel: the runtime
+    allocates them for each call and passes them after the arguments
+    (:func:`~polyopt.codegen.ast.abi_arguments`).
     """
 
     name: str
     dtype: DType
     shape: tuple[str, ...]
     local: bool = False
+    temporary: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,7 +90,11 @@ class Statement:
 
 @dataclass(frozen=True, eq=False)
 class Scop:
-    """A static control part. ``schedule`` is the original (textual) execution order."""
+    """A static control part. ``schedule`` is the original (textual) execution order.
+
+    ``origin``: the Scop this one was made from by a Scop-level transformation that keeps its
+    statement instances and what each read reads (scalar expansion,
+    :mod:`polyopt.transform.scalar_expansion`); None for a frontend's Scop."""
 
     name: str
     params: tuple[str, ...]
@@ -95,6 +104,7 @@ class Scop:
     schedule: isl.Schedule
     arguments: tuple[Argument, ...]
     source: str = field(default="", repr=False)
+    origin: "Scop | None" = field(default=None, repr=False)
 
     # ----- union views used by the analyses ----------------------------------------------------
     @cached_property
@@ -156,7 +166,8 @@ class Scop:
                  "  arrays:"]
         for a in self.arrays.values():
             shape = ", ".join(a.shape)
-            lines.append(f"    {a.name}: {a.dtype}[{shape}]" + ("  (local)" if a.local else ""))
+            kind = "  (local)" if a.local else "  (temporary)" if a.temporary else ""
+            lines.append(f"    {a.name}: {a.dtype}[{shape}]" + kind)
         lines.append("  statements:")
         for s in self.statements:
             where = f"  (line {s.line})" if s.line else ""

@@ -8,7 +8,7 @@ import islpy as isl
 from polyopt.analysis.deps import Dependences, dependences
 from polyopt.errors import IllegalScheduleError, IncompleteScheduleError, RacyParallelLoopError
 from polyopt.islutil import coalesced, maps_of, tuple_names
-from polyopt.analysis.scop import Scop
+from polyopt.analysis.scop import Scop, scop_fingerprint
 from polyopt.analysis.reductions import same_element_updates
 from polyopt.transform.marks import (GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_REDUCE_MARK, GPU_THREAD_MARK,
                                      PARALLEL_MARK)
@@ -59,8 +59,13 @@ def verify(scop: Scop, schedule, deps: Dependences | None = None) -> None:
     ``schedule`` is a :class:`~polyopt.Schedule`, an ``isl.Schedule`` or a flat ``isl.UnionMap``.
     The check is done on relations: violations = D - { (s, t) : time(s) <lex time(t) }. In a
     tree, the loops marked parallel and a GPU mapping's block and thread coordinates must carry
-    no dependence (:class:`~polyopt.RacyParallelLoopError`).
+    no dependence (:class:`~polyopt.RacyParallelLoopError`). A Schedule of ``scop`` with its
+    scalars expanded (its ``scop.origin`` is ``scop``) is checked against the expanded Scop, the
+    program it runs.
     """
+    own = getattr(schedule, "scop", None)
+    if own is not None and own.origin is not None and scop_fingerprint(own.origin) == scop_fingerprint(scop):
+        scop, deps = own, None
     deps = deps or dependences(scop)
     tree = getattr(schedule, "tree", schedule)
     # a tree's map is not restricted to the tree's domain: instances it leaves out must show

@@ -248,7 +248,7 @@ def compare_schedulers(kernels: Iterable, algorithms: Iterable = DEFAULT_ALGORIT
             legal = True
             if verify_schedules:
                 try:
-                    verify(scop, made)
+                    verify(made.scop, made)  # (the kernel's Scop, or its scalar expansion)
                 except PolyoptError:
                     legal = False
             stats = tree_statistics(made.tree)

@@ -244,7 +244,7 @@ def better(a: Candidate, b: Candidate, *, by_coordinates: bool = False, margin: 
     return b if b.cost.seconds * margin < a.cost.seconds else a
 
 
-def choose(scop: Scop, makers: Iterable[tuple[str, Callable[[], object]]],
+def choose(makers: Iterable[tuple[str, Callable[[], object]]],
            map_program: Callable[[object], GpuProgram], *, by_coordinates: bool = False,
            strict: bool = False) -> tuple[Candidate | None, list[Candidate], list[str]]:
     """The best candidate of ``makers`` (label, function making the schedule), each mapped by
@@ -264,7 +264,7 @@ def choose(scop: Scop, makers: Iterable[tuple[str, Callable[[], object]]],
                 raise
             failed.append(f"{label}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
             continue
-        candidate = Candidate(label, sched, program, estimate(scop, program))
+        candidate = Candidate(label, sched, program, estimate(sched.scop, program))  # (maybe its scalars expanded)
         scored.append(candidate)
         best = candidate if best is None else better(best, candidate, by_coordinates=by_coordinates)
     return best, scored, failed

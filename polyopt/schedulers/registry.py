@@ -20,7 +20,9 @@ from polyopt.islutil import ISL_LOCK, isl_options
 from polyopt.schedulers import postpass
 from polyopt.transform.marks import PARALLEL_MARK
 from polyopt.transform.nodes import Mark, walk
+from polyopt.transform.scalar_expansion import ScalarExpansion, expand_scalars
 from polyopt.transform.schedule import Schedule
+from polyopt.transform.trace import Step, Trace
 
 #: The algorithm used when none is named.
 DEFAULT_ALGORITHM = "pluto"
@@ -52,18 +54,44 @@ def algorithms() -> list[str]:
 
 
 def schedule(kernel, algorithm: str = "original", **options) -> Schedule:
-    """Schedule a kernel (or a Scop) with the named algorithm (see :func:`algorithms`)."""
+    """Schedule a kernel (or a Scop) with the named algorithm (see :func:`algorithms`).
+
+    Option ``expand_scalars`` (every algorithm; default True, but False for "original" without
+    ``parallel=True``, which runs nothing in parallel): first expand the kernel-local scalars
+    whose reuse alone keeps a loop sequential (:mod:`polyopt.transform.scalar_expansion`); the
+    schedule is then one of the expanded Scop (``Schedule.scop``) and its trace starts with the
+    ``expand_scalars`` step, whose note says what became which array."""
     scop = getattr(kernel, "scop", kernel)
     if not isinstance(scop, Scop):
         raise ArgumentTypeError(f"cannot schedule {kernel!r}: expected a polyopt kernel or Scop")
     if algorithm not in _ALGORITHMS:
         raise ScheduleError(f"unknown scheduling algorithm {algorithm!r}; "
                             f"available: {', '.join(algorithms())}")
+    options = dict(options)
+    expand = options.pop("expand_scalars", None)
     with ISL_LOCK:  # isl's context is the process's: one thread in it at a time
+        expansion = scalar_expansion(scop, algorithm, expand, options)
+        scop = expansion.scop
         deps = dependences(scop)
         made, notes = _ALGORITHMS[algorithm](scop, deps, options)
-    notes = tuple(notes) + tuple(f"dependences: {line}" for line in deps.approximated)
-    return replace(made, algorithm=algorithm, options=dict(options), notes=notes)
+    if expansion.applied:  # the first step: replaying the trace onto the kernel expands it too
+        made = replace(made, trace=Trace((Step.make("expand_scalars", note=expansion.note),)) + made.trace)
+    refused = (expansion.note,) if expansion.note and not expansion.applied else ()
+    notes = refused + tuple(notes) + tuple(f"dependences: {line}" for line in deps.approximated)
+    if expand is not None:
+        options["expand_scalars"] = expand
+    return replace(made, algorithm=algorithm, options=options, notes=notes)
+
+
+def scalar_expansion(scop: Scop, algorithm: str, expand: bool | None, options: dict) -> ScalarExpansion:
+    """What :func:`schedule` schedules: ``scop`` with its local scalars expanded where that makes
+    a loop parallel, unless ``expand`` is False (None: the default of ``algorithm`` and its
+    ``options``, see :func:`schedule`). Call under ISL_LOCK."""
+    if expand is None:
+        expand = algorithm != "original" or bool(options.get("parallel", False))
+    if not isinstance(expand, bool):
+        raise ArgumentTypeError(f"expand_scalars must be True or False, got {expand!r}")
+    return expand_scalars(scop) if expand else ScalarExpansion(scop, scop)
 
 
 def _check_options(name: str, options: dict, allowed: set[str]) -> None:

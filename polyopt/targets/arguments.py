@@ -112,7 +112,15 @@ def bind_arguments(scop: Scop, args: tuple, kwargs: dict) -> BoundArguments:
     shapes = tuple((name, array.shape) for name, array in arrays.items())
     params = dict(_params_of_shapes(scop, shapes, tuple(given.items())))
     _check_aliasing(scop.name, arrays, written)
-    return BoundArguments(params, scalars, arrays)
+    return BoundArguments(params, scalars, {**arrays, **temporary_arrays(scop, params)})
+
+
+def temporary_arrays(scop: Scop, params: dict[str, int]) -> dict[str, np.ndarray]:
+    """Fresh storage for the Scop's ``temporary`` arrays (expanded scalars) at these sizes: the
+    caller keeps them referenced until the native call returns. Uninitialized: the expansion
+    guarantees that every element is written before it is read."""
+    return {name: np.empty(tuple(max(0, _extent(e, params)) for e in array.shape), array.dtype.numpy)
+            for name, array in scop.arrays.items() if array.temporary}
 
 
 def _in_range(kernel: str, role: str, name: str, value: int, dtype) -> int:

@@ -93,9 +93,10 @@ def scop_of(kernel) -> Scop:
 def cache_key(kernel, target: str, algorithm: str, options: dict, schedule: Schedule | None = None):
     """The compile cache's key: the :func:`scop_fingerprint` of what the kernel parses to (so
     two kernels from one source text with different ``-D`` defines or float types never share
-    code), the target, and the algorithm and options -- or the given schedule's tree."""
+    code), the target, and the algorithm and options -- or the given schedule's Scop (the
+    kernel's or its scalar expansion: they differ in their arrays) and tree."""
     choice = (algorithm, tuple(sorted((k, repr(v)) for k, v in options.items()))) if schedule is None \
-        else ("schedule", str(schedule.tree))
+        else ("schedule", scop_fingerprint(schedule.scop), str(schedule.tree))  # (the kernel's or its expansion)
     return ("scop", scop_fingerprint(scop_of(kernel)), target) + choice
 
 
@@ -107,6 +108,8 @@ def check_given_schedule(scop: Scop, schedule: Schedule, algorithm: str, options
     if algorithm != DEFAULT_ALGORITHM or options:
         chosen = [f"algorithm={algorithm!r}"] if algorithm != DEFAULT_ALGORITHM else []
         raise ArgumentError(f"schedule= gives the schedule itself: drop {', '.join(chosen + sorted(options))}")
-    if scop_fingerprint(schedule.scop) != scop_fingerprint(scop):
+    derived = schedule.scop.origin  # (a schedule of the kernel with its scalars expanded)
+    if scop_fingerprint(schedule.scop) != scop_fingerprint(scop) \
+            and (derived is None or scop_fingerprint(derived) != scop_fingerprint(scop)):
         raise ArgumentError(f"schedule= is a schedule of {schedule.scop.name!r}, not of the kernel "
                             f"{scop.name!r} being compiled")

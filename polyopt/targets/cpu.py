@@ -24,7 +24,7 @@ from polyopt.codegen.llvm import (LEVELS, STATUS_OK, STATUS_ZERO_DIVISION, Nativ
 from polyopt.errors import ArgumentError, KernelZeroDivisionError
 from polyopt.islutil import ISL_LOCK
 from polyopt.schedulers.cost import BandCost
-from polyopt.schedulers.registry import DEFAULT_ALGORITHM, schedule as run_scheduler
+from polyopt.schedulers.registry import DEFAULT_ALGORITHM, scalar_expansion, schedule as run_scheduler
 from polyopt.targets.arguments import (abi_ctypes, abi_values, bind_arguments, check_num_threads, check_params,
                                        default_num_threads)
 from polyopt.targets import disk_cache
@@ -244,6 +244,7 @@ def _compile(scop: Scop, algorithm: str, schedule_options: dict, reassociate: bo
     times = {"parse": parse_seconds}
     start = time.perf_counter() - parse_seconds
     sched = schedule if schedule is not None else run_scheduler(scop, algorithm, **schedule_options)
+    scop = sched.scop  # the kernel's, or its expansion (scalar expansion: temporary arrays)
     times["schedule"] = time.perf_counter() - start - sum(times.values())
     verify(scop, sched)
     times["verify"] = time.perf_counter() - start - sum(times.values())
@@ -289,6 +290,9 @@ def _from_disk(key, scop: Scop, algorithm: str, options: dict, schedule: Schedul
     entry = disk_cache.load(key)
     if entry is None:
         return None
+    kernel_scop = scop
+    scop = schedule.scop if schedule is not None else \
+        scalar_expansion(scop, algorithm, options.get("expand_scalars"), options).scop  # what was compiled
     try:
         meta = entry.meta
         name = meta["function"]
@@ -304,7 +308,7 @@ def _from_disk(key, scop: Scop, algorithm: str, options: dict, schedule: Schedul
         cost = tuple(BandCost(**{k: tuple(v) if isinstance(v, list) else v for k, v in c.items()})
                      for c in meta.get("cost", ()))
         try:
-            made = Trace.from_json(meta["trace"]).apply(Schedule.original(scop), check=False)
+            made = Trace.from_json(meta["trace"]).apply(Schedule.original(kernel_scop), check=False)
             if str(made.tree) == meta["tree"]:
                 return replace(made, algorithm=algorithm, options=dict(options), notes=notes, cost=cost)
         except Exception:  # noqa: BLE001 -- a trace that does not replay: the stored tree

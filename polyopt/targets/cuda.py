@@ -102,12 +102,14 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     precision = check_precision(options.pop("precision", "exact"))
     as_contraction = options.pop("contraction", True)
     name = "polyopt_" + re.sub(r"\W", "_", scop.name)
-    if as_contraction and schedule is None and not gpu and not options and algorithm == DEFAULT_ALGORITHM:
+    if as_contraction and schedule is None and not gpu and not set(options) - {"expand_scalars"} \
+            and algorithm == DEFAULT_ALGORITHM:  # (a contraction has no local scalar to expand)
         found = contraction_plan(scop, name, precision)
         if found is not None:
             return CudaPlan(scop, found.schedule, found.source)
     if schedule is not None:
         check_given_schedule(scop, schedule, algorithm, options)
+        scop = schedule.scop  # the kernel's, or its expansion (scalar expansion: temporary arrays)
         verify(scop, schedule)
         last = schedule.trace[-1] if len(schedule.trace) else None
         if last is not None and last.primitive == "gpu_contract" and not gpu:
@@ -116,7 +118,8 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
                 return CudaPlan(scop, found.schedule, found.source)
         program = _verified(scop, map_to_gpu(scop, schedule.tree, name))
         return CudaPlan(scop, schedule, emit_cuda(scop, program, name, **gpu))
-    chosen = choose_schedule(scop, algorithm, options, lambda sched: map_to_gpu(scop, sched.tree, name))
+    chosen = choose_schedule(scop, algorithm, options, lambda sched: map_to_gpu(sched.scop, sched.tree, name))
+    scop = chosen.schedule.scop
     verify(scop, chosen.schedule)
     _verified(scop, chosen.program)
     return CudaPlan(scop, _with_mapping(chosen.schedule, chosen.program),
@@ -129,21 +132,25 @@ def choose_schedule(scop: Scop, algorithm: str, options: dict, map_program) -> g
     neither has a serial one-thread kernel); where the better still has one, also Pluto without
     fusion, Feautrier (wavefronts) and isl's scheduler (as PPCG uses it), by the estimate. The
     choice and the estimates are the schedule's last note. An error of the first two is raised (as before the
-    estimate); one of the others is noted and that candidate left out."""
+    estimate); one of the others is noted and that candidate left out. A given
+    ``expand_scalars`` holds for every candidate."""
+    given = {k: options[k] for k in ("expand_scalars",) if k in options}
+
     def make(candidate: str, opts: dict):
-        return lambda: run_scheduler(scop, candidate, **{**_SCHEDULER_DEFAULTS.get(candidate, {}), **opts})
+        return lambda: run_scheduler(scop, candidate,
+                                     **{**_SCHEDULER_DEFAULTS.get(candidate, {}), **given, **opts})
 
     makers = [(_label(algorithm, options), make(algorithm, options))]
     if algorithm != "original":
         makers.append(("original", make("original", {})))
-    best, scored, failed = gpu_choice.choose(scop, makers, map_program, by_coordinates=True, strict=True)
+    best, scored, failed = gpu_choice.choose(makers, map_program, by_coordinates=True, strict=True)
     if best.cost.serial:
         more = []
         if not (algorithm == "pluto" and options.get("fuse") == "no"):
             opts = {**options, "fuse": "no"} if algorithm == "pluto" else {"fuse": "no"}
             more.append((_label("pluto", opts), make("pluto", opts)))
         more += [(name, make(name, {})) for name in ("feautrier", "isl") if name != algorithm]
-        second, scored2, failed2 = gpu_choice.choose(scop, more, map_program)
+        second, scored2, failed2 = gpu_choice.choose(more, map_program)
         scored, failed = scored + scored2, failed + failed2
         if second is not None:
             best = gpu_choice.better(best, second, margin=gpu_choice.SECOND_ROUND_MARGIN)
@@ -347,7 +354,8 @@ class CudaKernel:
             self._last = RepeatedCall.of(args, kwargs, known, named)
             return
         bound, device, copy_back = self.bind(args, kwargs)
-        record = self.launch(bound.params, bound.scalars, device, record=not copy_back)
+        temporaries = any(a.temporary for a in self.scop.arrays.values())  # made per call: not replayable
+        record = self.launch(bound.params, bound.scalars, device, record=not copy_back and not temporaries)
         for name, host in copy_back.items():
             device[name].get(out=host)
         if record is not None and key is not None:
@@ -422,6 +430,8 @@ class CudaKernel:
         for name, value in bound.arrays.items():
             if name in on_device:
                 device[name] = on_device[name]
+            elif self.scop.arrays[name].temporary:  # an expanded scalar: device memory of its own
+                device[name] = cupy.empty(value.shape, value.dtype)
             else:
                 device[name] = cupy.asarray(_bits_view(value))
                 if name in written:

@@ -11,6 +11,7 @@ import numpy as np
 from polyopt.analysis.evaluate import evaluate, typed
 from polyopt.islutil import param_point
 from polyopt.analysis.scop import Scop, Statement
+from polyopt.targets.arguments import temporary_arrays
 
 
 def instances(scop: Scop, params: dict[str, int]) -> list[tuple[tuple[int, ...], str, tuple[int, ...]]]:
@@ -35,7 +36,7 @@ def instances(scop: Scop, params: dict[str, int]) -> list[tuple[tuple[int, ...],
 def prepare(scop: Scop, params: dict[str, int], scalars: dict,
             arrays: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:
     """The environment (parameters and typed scalars) and the storage (the caller's arrays plus
-    the Scop's local scalars) that :func:`execute` runs statement instances in."""
+    the Scop's local scalars and temporaries) that :func:`execute` runs statement instances in."""
     if any(a.dtype.is_half and a.dtype.numpy.kind == "u" for a in scop.arrays.values()):
         raise TypeError(f"{scop.name}: the interpreter computes on bf16 arrays only as ml_dtypes' "
                         "bfloat16 (pip install 'polyopt[bf16]'), not as their uint16 bits")
@@ -43,7 +44,7 @@ def prepare(scop: Scop, params: dict[str, int], scalars: dict,
     for name, value in scalars.items():
         dtype = next(a.dtype for a in scop.arguments if a.name == name)
         env[name] = typed(value, dtype)
-    storage = dict(arrays)
+    storage = {**temporary_arrays(scop, params), **arrays}
     for array in scop.arrays.values():
         if array.local:
             storage[array.name] = np.zeros((), dtype=array.dtype.numpy)

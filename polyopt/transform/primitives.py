@@ -1,4 +1,5 @@
-"""The transformation primitives: each a function (schedule, loop names, options) -> new tree.
+"""The transformation primitives: each a function (schedule, loop names, options) -> new tree
+(``expand_scalars``: the tree and a new Scop).
 
 :func:`run` is the one way in (the :class:`~polyopt.transform.schedule.Schedule` methods, trace
 replay and the schedulers all call it): it resolves the loop handles, applies the primitive to
@@ -26,6 +27,7 @@ from polyopt.islutil import ISL_LOCK, maps_of, tuple_names
 from polyopt.transform import nodes as N
 from polyopt.transform import tree as tree_ops
 from polyopt.transform.contraction_tree import coordinate_tree
+from polyopt.transform.scalar_expansion import expand_scalars
 from polyopt.transform.marks import (GPU_BLOCK_MARK, GPU_MEMORY_PLACES, GPU_THREAD_MARK, PARALLEL_MARK,
                                      memory_mark, memory_placement)
 from polyopt.transform.trace import Step
@@ -59,7 +61,9 @@ def run(schedule, primitive: str, loops=(), *, check: bool = True, note: str = "
         raise ScheduleError(f"{primitive}: {exc}") from None
     step = Step.make(primitive, names, note, **options)
     with ISL_LOCK:
-        new = schedule.derive(function(schedule, names, **options), step)
+        made = function(schedule, names, **options)
+        root, scop = made if isinstance(made, tuple) else (made, schedule.scop)  # (expand_scalars: a new Scop)
+        new = schedule.derive(root, step, scop)
         if check:
             try:
                 verify(new.scop, new.tree)
@@ -862,6 +866,15 @@ def node_of(spec, scop: Scop, taken: set[str], depth: int = 0) -> N.Node:
     raise ScheduleError(f"not a schedule tree node: {spec!r}")
 
 
+def _expand_scalars(schedule, names) -> tuple[N.Node, Scop]:
+    """The same tree over the Scop with its local scalars expanded where that makes a loop of the
+    original order parallel (:mod:`polyopt.transform.scalar_expansion`): the one primitive that
+    changes the Scop (it only removes dependences, so every schedule legal before stays legal)."""
+    if names:
+        raise ScheduleError("expand_scalars takes no loops")
+    return schedule.root, expand_scalars(schedule.scop).scop
+
+
 def _affine_schedule(schedule, names, tree) -> N.Node:
     if names:
         raise ScheduleError("affine_schedule takes no loops")
@@ -874,7 +887,7 @@ PRIMITIVES = {
     "parallel": _parallel, "vectorize": _vectorize, "gpu_map": _gpu_map, "gpu_promote": _gpu_promote,
     "gpu_contract": _gpu_contract,
     "unroll": _unroll, "register_tile": _register_tile,
-    "affine_schedule": _affine_schedule,
+    "affine_schedule": _affine_schedule, "expand_scalars": _expand_scalars,
 }
 
 

@@ -14,8 +14,10 @@ from typing import Sequence as Seq
 import islpy as isl
 
 from polyopt.analysis.scop import Scop, scop_fingerprint
+from polyopt.islutil import ISL_LOCK
 from polyopt.transform import nodes as N
 from polyopt.transform import primitives as P
+from polyopt.transform.scalar_expansion import expand_scalars
 from polyopt.transform.trace import Step, Trace
 
 
@@ -78,9 +80,10 @@ class Schedule:
         made = P.run(start, "affine_schedule", (), check=False, note=note, tree=P.tree_spec(N.from_isl(tree, scop)[1]))
         return replace(made, algorithm=algorithm, options=dict(options or {}), notes=tuple(notes))
 
-    def derive(self, root: N.Node, step: Step) -> "Schedule":
-        """A new schedule with ``root`` as its tree and ``step`` appended to the trace."""
-        return replace(self, root=root, trace=self.trace.appended(step))
+    def derive(self, root: N.Node, step: Step, scop: Scop | None = None) -> "Schedule":
+        """A new schedule with ``root`` as its tree and ``step`` appended to the trace (and
+        ``scop`` as its Scop, where the step changed it: ``expand_scalars``)."""
+        return replace(self, root=root, trace=self.trace.appended(step), scop=self.scop if scop is None else scop)
 
     def apply_step(self, step: Step, *, check: bool = True) -> "Schedule":
         """This schedule with ``step`` applied (what :meth:`Trace.apply` does for each step)."""
@@ -475,6 +478,19 @@ class Schedule:
         ['j_0', 'i_0', 'k', 'i_1', 'j_1']
         """
         return P.run(self, "register_tile", loops, sizes=sizes, within=within)
+
+    def expand_scalars(self) -> "Schedule":
+        """The same loops over the kernel with its local scalars expanded where that makes a loop
+        of the original order parallel (:mod:`polyopt.transform.scalar_expansion`; ``po.schedule``
+        starts with this step unless ``expand_scalars=False``): each live range of such a scalar
+        becomes an array indexed by those loops' iterators, and the step's note says which.
+        In deriche, ``ym1`` (one row's recurrence along ``j``) becomes ``ym1_0[i]``::
+
+            s = po.schedule(deriche, "original").expand_scalars().parallel("i")
+        """
+        with ISL_LOCK:
+            note = expand_scalars(self.scop).note
+        return P.run(self, "expand_scalars", (), note=note)
 
     def affine_schedule(self, *, tree: dict) -> "Schedule":
         """Replace the whole tree by ``tree`` (the JSON form of :func:`~polyopt.transform.

@@ -19,10 +19,9 @@ SERIAL_EXCEPTIONS = {
     "gramschmidt": "nrm += A[i][k] * A[i][k] runs on one warp (a split sum), launched per step of "
                    "the sequential k loop with the one-thread nrm = 0 and R[k][k] = sqrt(nrm); "
                    "Feautrier: 2.7e6 launches, estimated 40x slower",
-    "ludcmp": "the scalar w carries memory-based dependences through every loop: all candidates "
-              "are serial (needs scalar expansion)",
-    "deriche": "the scalars xm1, ym1, ... carry memory-based dependences along every row: all "
-               "candidates serial but Feautrier, whose 1.8e8 launches are estimated 50x slower",
+    "ludcmp": "scalar expansion makes the loop over j of each row of U parallel, but each row of L "
+              "is a triangular solve along j (A[i][j] reads A[i][k], k < j), and so are the "
+              "forward and back substitutions: pluto fuses the two j loops into one sequential band",
     "nussinov": "Feautrier's wavefront is parallel but launches ~9e7 kernels (estimated 4x "
                 "slower than one thread); needs in-kernel loops around a block-wide wavefront",
 }
