@@ -142,13 +142,14 @@ def _for_ast_build(tree: isl.Schedule) -> isl.Schedule:
     on its own, the inner one inside every piece of the outer loop, and with disjunctive domains
     under tiles (``if not (i == j)`` guards) that took isl 14 s of AST building on a
     three-statement nest that the merged band builds in 0.1 s. Bands with AST build options or
-    loop types of their own (isolated register tiles) stay as they are."""
+    loop types of their own, or over a subtree that refers to their dimensions (isolated register
+    tiles), stay as they are."""
 
     def stamp(node: isl.ScheduleNode) -> isl.ScheduleNode:
         if node.get_type() == isl.schedule_node_type.mark and node.mark_get_id().get_name() == PARALLEL_MARK:
             depth = node.child(0).get_schedule_depth()
             node = node.delete().insert_mark(isl.Id(PARALLEL_MARK, user=depth))
-        elif _plain_band(node) and node.n_children() == 1:
+        elif _plain_band(node) and node.n_children() == 1 and not node.is_subtree_anchored():
             mark = node.child(0)
             if (mark.get_type() == isl.schedule_node_type.mark and mark.mark_get_id().get_name() == PARALLEL_MARK
                     and _plain_band(mark.child(0))):

@@ -313,6 +313,10 @@ LONG_FUZZ_CASES = [
     # minute (seed 1406), bounded by its loop-iteration budget now
     ('def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f64["3 * N + 8"]):\n    for i0_1 in range(N - 1 - 0, -1, -1):\n        for i0_2 in range(0, N - 1):\n            for i0_3 in range(max(i0_1 - 2, 0), min(i0_1 + 2, N)):\n                A[(N - 1 - i0_1) + i0_2 + i0_3 + 2, i0_1 + (N - 1 - i0_3) + 9] = max(-0.5 * A[(N - 1 - i0_1) + (N - 1 - i0_2) + i0_3 + 8, (N - 1 - i0_2) + 6] + 0.75 * A[i0_3 + 2, i0_1 + i0_2 + 7], A[(N - 1 - i0_1) + (N - 1 - i0_2) + i0_3 + 8, (N - 1 - i0_2) + 6] - 1.0)\n    for i3_1 in range(2, N - 2):\n        for i3_2 in range(i3_1, max(0, i3_1 - 3), -1):\n            for i3_3 in range(N - 1 - 2, -1, -1):\n                B[i3_1 + i3_2 + (N - 1 - i3_3) + 8] = -0.5 * A[(N - 1 - i3_1) + (N - 1 - i3_2) + i3_3 + 8, (N - 1 - i3_2) + 6] + 0.75 * A[i3_3 + 2, i3_1 + i3_2 + 7]\n',
      5, ('pluto', {'tile': 5, 'fuse': 'max', 'param_shifts': True}, None)),
+    # tenth round (2026-11-27, H100 host, seed 2102): merging a wavefront's bands for isl's AST
+    # build tried to delete a band over register tiles isolated by its dimensions (an isl error)
+    ('def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f64["3 * N + 8"]):\n    for i0_1 in range(2, N - 0):\n        A[0, (N - 1 - i0_1) + 5] = 0.25 * A[9, 2] + 0.75 * B[i0_1 + 1]\n    for i1_1 in range(N - 1 - 2, -1, -1):\n        for i1_2 in range(0, i1_1 + 1):\n            for i1_3 in range(0, i1_1 + 1):\n                A[i1_1 + 0, (N - 1 - i1_1) + (N - 1 - i1_2) + 3] += -0.5 * A[i1_1 + 8, (N - 1 - i1_3) + 9] + 0.25 * A[0, i1_1 + 9]\n    for i4_1 in range(0, N, 2):\n        for i4_2 in range(N - 1 - 2, -1, -1):\n            A[i4_1 + i4_2 + 5, (N - 1 - i4_2) + 10] = 0.75 * A[(N - 1 - i4_1) + 1, 8] + 0.25 * A[(N - 1 - i4_1) + 8, i4_2 + 5] + 1.0\n',
+     4, ('pluto', {'tile': 'auto', 'register_tile': 'row'}, 2)),
 ]
 
 
