@@ -40,7 +40,7 @@ def threaded_statements(compiled) -> set[str]:
 
 def test_deriche_rows_and_columns_run_on_the_thread_team():
     entry = po.suite.get("deriche")
-    compiled = po.compile(entry.kernel)
+    compiled = po.compile(entry.kernel, expand_scalars=True)
     expanded = compiled.scop
     assert {"ym1_0", "xm1_0", "yp1_0", "tm1_0"} <= {a.name for a in expanded.arrays.values() if a.temporary}
     assert expanded.arrays["ym1_0"].shape == ("W",) and expanded.arrays["tm1_0"].shape == ("H",)
@@ -50,19 +50,27 @@ def test_deriche_rows_and_columns_run_on_the_thread_team():
     po.verify(expanded, compiled.schedule)
     for sizes in ("MINI", "SMALL"):
         check_against_reference(entry, compiled, sizes)
-    check_against_reference(entry, po.compile(entry.kernel, num_threads=2), "SMALL")
+    check_against_reference(entry, po.compile(entry.kernel, num_threads=2, expand_scalars=True), "SMALL")
 
 
 def test_ludcmp_rows_of_u_run_on_the_thread_team():
     entry = po.suite.get("ludcmp")
-    compiled = po.compile(entry.kernel)
+    compiled = po.compile(entry.kernel, expand_scalars=True)
     arrays = compiled.scop.arrays
     assert "w" not in arrays and arrays["w_1"].temporary and arrays["w_1"].shape == ("N",)
     assert all(arrays[name].local and not arrays[name].shape for name in ("w_0", "w_2", "w_3"))
     assert "S4" in threaded_statements(compiled) and "S1" not in threaded_statements(compiled)
     for sizes in ("MINI", "SMALL"):
         check_against_reference(entry, compiled, sizes)
-    check_against_reference(entry, po.compile(entry.kernel, num_threads=2), "SMALL")
+    check_against_reference(entry, po.compile(entry.kernel, num_threads=2, expand_scalars=True), "SMALL")
+
+
+def test_a_cpu_compile_expands_only_when_asked():
+    """Off by default on the CPU (slower under pluto's default fusion there), on for po.schedule
+    and the GPU."""
+    kernel = po.suite.get("deriche").kernel
+    assert po.compile(kernel).scop is kernel.scop
+    assert po.schedule(kernel, "pluto").scop is not kernel.scop
 
 
 @pytest.mark.parametrize("name", ["deriche", "ludcmp"])
@@ -134,7 +142,7 @@ CHILD = textwrap.dedent("""
     import json
     import polyopt as po
     from tests.suite_reference import check_against_reference
-    compiled = po.compile(po.suite.get("ludcmp").kernel)
+    compiled = po.compile(po.suite.get("ludcmp").kernel, expand_scalars=True)
     check_against_reference("ludcmp", compiled, "SMALL")
     print(json.dumps({"kind": type(compiled).__name__, "note": compiled.schedule.trace[0].note,
                       "temporaries": [a.name for a in compiled.scop.arrays.values() if a.temporary]}))
@@ -248,7 +256,7 @@ def triangular_webs(A: f64["N", "N"], b: f64["N"]):
 def test_a_running_sum_is_not_expanded_along_its_loop():
     assert not expand_scalars(running_sum.scop).applied
     assert not expand_scalars(carried_into_next_row.scop).applied
-    compiled = po.compile(running_sum)
+    compiled = po.compile(running_sum, expand_scalars=True)
     assert compiled.scop is running_sum.scop and not threaded_statements(compiled)
 
 
@@ -276,7 +284,7 @@ def test_small_nests_match_the_interpreter(kernel, algorithm):
     """Each nest, compiled and as loops run in Python with parallel loops backwards, against the
     interpreter of the original kernel, at sizes where loops are empty, short and longer."""
     options = {"parallel": True} if algorithm == "original" else {}
-    compiled = po.compile(kernel, algorithm=algorithm, **options)
+    compiled = po.compile(kernel, algorithm=algorithm, expand_scalars=True, **options)
     po.verify(compiled.scop, compiled.schedule)
     rng = np.random.default_rng(3)
     for sizes in ({"M": 0, "N": 0}, {"M": 1, "N": 3}, {"M": 5, "N": 4}, {"M": 7, "N": 9}):

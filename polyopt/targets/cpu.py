@@ -145,6 +145,14 @@ class CachedKernel(CompiledKernel):
         return self.stored_optimized_ir
 
 
+#: Whether a CPU compile expands kernel-local scalars (``expand_scalars``) when the caller does
+#: not say. Off: under pluto's default fusion the expanded suite kernels ran slower on the CPU
+#: (deriche 0.64x, symm 0.79x, ludcmp 1.23x; docs/performance.md), where on the GPU the
+#: expansion is what turns deriche's one-thread kernels into parallel ones (the CUDA target and
+#: ``po.schedule`` expand by default).
+CPU_EXPANDS_SCALARS = False
+
+
 def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
             schedule: Schedule | None = None, num_threads: int | None = None,
             reassociate: bool = False, tuned: bool = False, llvm_level: int = 3,
@@ -188,6 +196,8 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
             raise ArgumentError("num_threads and reassociate are options of target='cpu'")
         with ISL_LOCK:
             return _compile_cuda(kernel, algorithm, schedule, schedule_options)
+    if schedule is None:
+        schedule_options = {"expand_scalars": CPU_EXPANDS_SCALARS, **schedule_options}
     with ISL_LOCK:  # isl's context is the process's: one compiling thread inside it at a time
         key, compiled, parse_seconds = _cached(kernel, algorithm, schedule, reassociate, llvm_level, schedule_options)
         if compiled is None:
