@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 
 import islpy as isl
 
+from polyopt.analysis.components import connected_groups
 from polyopt.islutil import coalesced
 
 #: An affine form over the unknowns: unknown name -> integer coefficient; the key 1 holds the
@@ -210,25 +211,14 @@ def product_cone(points: isl.BasicSet) -> isl.BasicSet | None:
     constraints = points.get_constraints()
     used = [frozenset(k for k in range(n) if not c.get_coefficient_val(isl.dim_type.set, k).is_zero())
             for c in constraints]
-    group = list(range(n))
-
-    def root(k: int) -> int:
-        while group[k] != k:
-            k = group[k]
-        return k
-
-    for dims in used:
-        first, *rest = sorted(dims) or [None]
-        for k in rest:
-            group[root(k)] = root(first)
-    factors = {frozenset(k for k in range(n) if root(k) == r) for r in range(n)} - {frozenset()}
+    factors = connected_groups(range(n), [(min(dims), k) for dims in used for k in dims])
     if len(factors) < 2:
         return None
     total = None
     for factor in factors:
         cylinder = isl.BasicSet.universe(points.get_space())
         for constraint, dims in zip(constraints, used):
-            if dims <= factor:
+            if dims <= set(factor):
                 cylinder = cylinder.add_constraint(constraint)
         cone = isl.Set.from_basic_set(cylinder.coefficients())
         total = cone if total is None else total.sum(cone)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
+from polyopt.analysis.components import connected_groups
 from polyopt.islutil import fresh_stem
 from polyopt.analysis.scop import Scop
 
@@ -75,20 +76,7 @@ def coincidence(rows: list[Row], edges: list[Edge]) -> list[bool]:
 def weak_components(statements: list[str], edges: list[Edge]) -> list[tuple[str, ...]]:
     """Statements grouped by weakly connected components of the dependence graph (textual order).
     Scheduling problems of different components are independent."""
-    parent = {s: s for s in statements}
-
-    def find(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for e in edges:
-        parent[find(e.source)] = find(e.sink)
-    groups: dict[str, list[str]] = {}
-    for s in statements:
-        groups.setdefault(find(s), []).append(s)
-    return [tuple(g) for g in groups.values()]
+    return [tuple(group) for group in connected_groups(statements, [(e.source, e.sink) for e in edges])]
 
 
 def _trivial(row: Row, stmts: list[str]) -> bool:

@@ -41,6 +41,7 @@ import islpy as isl
 
 from polyopt.analysis import expr as E
 from polyopt.analysis.affine import extent_expr
+from polyopt.analysis.components import connected_groups
 from polyopt.analysis.deps import Dependences, dependences
 from polyopt.analysis.scop import Array, Scop, Statement
 from polyopt.frontends.common import build_statement
@@ -210,21 +211,8 @@ def _webs(pieces: list[_Piece], candidates: set[str], scop: Scop) -> dict[str, s
     """Reference -> its web (the first reference of the web, in statement order), for the
     references of the candidate scalars: references joined by a flow dependence are one web."""
     refs = [r.ref_id for s in scop.statements for r in s.accesses if r.array in candidates]
-    parent = {r: r for r in refs}
-    order = {r: k for k, r in enumerate(refs)}
-
-    def find(r: str) -> str:
-        while parent[r] != r:
-            parent[r] = parent[parent[r]]
-            r = parent[r]
-        return r
-
-    for p in pieces:
-        if p.kind == "RAW" and p.array in candidates:
-            a, b = find(p.source), find(p.sink)
-            if a != b:
-                parent[max(a, b, key=order.get)] = min(a, b, key=order.get)
-    return {r: find(r) for r in refs}
+    flows = [(p.source, p.sink) for p in pieces if p.kind == "RAW" and p.array in candidates]
+    return {ref: web[0] for web in connected_groups(refs, flows) for ref in web}
 
 
 def _members(scop: Scop) -> list[_Member]:
