@@ -46,7 +46,7 @@ from polyopt.schedulers.registry import DEFAULT_ALGORITHM, schedule
 from polyopt.targets import disk_cache
 from polyopt.targets.arguments import bind_arguments, check_num_threads, default_num_threads
 from polyopt.targets.cache import COMPILED, cache_key
-from polyopt.targets.cpu import CompiledKernel, compile
+from polyopt.targets.cpu import CompiledKernel, compile, cpu_cache_key
 from polyopt.transform.schedule import Schedule
 from polyopt.transform.trace import Step, Trace
 
@@ -537,14 +537,13 @@ def _in_cache(kernel, candidate: Candidate) -> bool:
     whose schedule fails counts as cached: it fails at once here)."""
     try:
         if candidate.trace is None:
-            key = cache_key(kernel, "cpu", candidate.algorithm, dict(candidate.options))
+            key = cpu_cache_key(kernel, candidate.algorithm, dict(candidate.options))
         else:
-            key = cache_key(kernel, "cpu", DEFAULT_ALGORITHM, {}, candidate.schedule(kernel))
+            key = cpu_cache_key(kernel, DEFAULT_ALGORITHM, {}, candidate.schedule(kernel))
     except PolyoptError:
         return True
     except Exception:  # noqa: BLE001 -- not ours to judge here: compile it where errors are seen
         return False
-    key += (False,)  # reassociate
     return key in COMPILED or (disk_cache.enabled() and (disk_cache.cache_dir() / disk_cache.entry_name(key)).is_file())
 
 

@@ -196,8 +196,7 @@ def compile(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGORITHM,
             raise ArgumentError("num_threads and reassociate are options of target='cpu'")
         with ISL_LOCK:
             return _compile_cuda(kernel, algorithm, schedule, schedule_options)
-    if schedule is None:
-        schedule_options = {"expand_scalars": CPU_EXPANDS_SCALARS, **schedule_options}
+    schedule_options = _with_cpu_defaults(schedule_options, schedule)
     with ISL_LOCK:  # isl's context is the process's: one compiling thread inside it at a time
         key, compiled, parse_seconds = _cached(kernel, algorithm, schedule, reassociate, llvm_level, schedule_options)
         if compiled is None:
@@ -219,7 +218,7 @@ def _cached(kernel, algorithm: str, schedule: Schedule | None, reassociate: bool
     """(cache key, the kernel compiled for it earlier or None, seconds spent parsing): from the
     in-memory cache, else from the disk cache (then kept in memory too). Call under ISL_LOCK."""
     start = time.perf_counter()  # the key parses the kernel (once per kernel object)
-    key = cache_key(kernel, "cpu", algorithm, schedule_options, schedule) + (bool(reassociate), llvm_level)
+    key = cpu_cache_key(kernel, algorithm, schedule_options, schedule, reassociate, llvm_level)
     compiled = COMPILED.get(key)
     parse_seconds = time.perf_counter() - start
     if compiled is None:
@@ -236,7 +235,24 @@ def compiled_before(kernel, *, algorithm: str = DEFAULT_ALGORITHM, reassociate: 
     the kernel from the in-memory or the disk cache; None where it would compile. Lets a
     caller (po.einsum's first call of a pattern) use a costly plan only where it is at hand."""
     with ISL_LOCK:
-        return _cached(kernel, algorithm, None, reassociate, llvm_level, schedule_options)[1]
+        return _cached(kernel, algorithm, None, reassociate, llvm_level,
+                       _with_cpu_defaults(schedule_options, None))[1]
+
+
+def cpu_cache_key(kernel, algorithm: str, schedule_options: dict, schedule: Schedule | None = None,
+                  reassociate: bool = False, llvm_level: int = 3) -> tuple:
+    """The compile cache's key of ``compile(kernel, ...)`` on the CPU with these arguments (the
+    options as a caller gives them to :func:`compile`; the CPU's defaults are applied here)."""
+    options = _with_cpu_defaults(schedule_options, schedule)
+    return cache_key(kernel, "cpu", algorithm, options, schedule) + (bool(reassociate), llvm_level)
+
+
+def _with_cpu_defaults(schedule_options: dict, schedule: Schedule | None) -> dict:
+    """``schedule_options`` with the CPU's own defaults (:data:`CPU_EXPANDS_SCALARS`) where no
+    schedule is given: what a CPU compile schedules with, and so what its cache key holds."""
+    if schedule is not None:
+        return schedule_options
+    return {"expand_scalars": CPU_EXPANDS_SCALARS, **schedule_options}
 
 
 def _compile_cuda(kernel, algorithm: str, schedule: Schedule | None, options: dict):
