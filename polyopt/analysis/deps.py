@@ -142,6 +142,19 @@ def _analysis(scop: Scop) -> tuple[isl.UnionMap, isl.UnionMap, isl.UnionMap, tup
 
 
 @dataclass(frozen=True, eq=False)
+class DependencePiece:
+    """One piece of a dependence relation: its ``kind`` (RAW, WAR, WAW), the references it goes
+    from and to (``source_ref``, ``sink_ref``: ref ids), their ``array``, and the ``relation``
+    between statement instances (the reference tags dropped)."""
+
+    kind: str
+    source_ref: str
+    sink_ref: str
+    array: str
+    relation: isl.Map
+
+
+@dataclass(frozen=True, eq=False)
 class Dependences:
     """The dependences of one Scop: ``raw``, ``war``, ``waw`` and their union ``all``.
 
@@ -179,17 +192,28 @@ class Dependences:
     def by_kind(self) -> dict[str, isl.UnionMap]:
         return {"RAW": self.raw, "WAR": self.war, "WAW": self.waw}
 
-    def edges(self) -> list[tuple[str, str, str, str, isl.Map]]:
-        """(kind, source statement, sink statement, array, relation) for every dependence piece."""
+    @cached_property
+    def pieces(self) -> list["DependencePiece"]:
+        """Every piece of the tagged relations with its references and array, the tags dropped
+        (not coalesced: callers coalesce what they show)."""
         arrays = {r.ref_id: r.array for s in self.scop.statements for r in s.accesses}
         out = []
         for kind, tagged in (("RAW", self.tagged_raw), ("WAR", self.tagged_war), ("WAW", self.tagged_waw)):
             for m in maps_of(tagged):
-                src = m.get_space().domain().unwrap()
-                sink_ref = m.get_space().range().unwrap().get_tuple_name(isl.dim_type.out)
-                untagged = coalesced(m.domain_factor_domain().range_factor_domain())
-                out.append((kind, src.get_tuple_name(isl.dim_type.in_),
-                            untagged.get_tuple_name(isl.dim_type.out), arrays[sink_ref], untagged))
+                space = m.get_space()
+                source_ref = space.domain().unwrap().get_tuple_name(isl.dim_type.out)
+                sink_ref = space.range().unwrap().get_tuple_name(isl.dim_type.out)
+                out.append(DependencePiece(kind, source_ref, sink_ref, arrays[sink_ref],
+                                           m.domain_factor_domain().range_factor_domain()))
+        return out
+
+    def edges(self) -> list[tuple[str, str, str, str, isl.Map]]:
+        """(kind, source statement, sink statement, array, relation) for every dependence piece."""
+        out = []
+        for piece in self.pieces:
+            untagged = coalesced(piece.relation)
+            out.append((piece.kind, untagged.get_tuple_name(isl.dim_type.in_),
+                        untagged.get_tuple_name(isl.dim_type.out), piece.array, untagged))
         return out
 
     def summary(self) -> str:

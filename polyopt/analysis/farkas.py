@@ -215,10 +215,10 @@ def product_cone(points: isl.BasicSet) -> isl.BasicSet | None:
     if len(factors) < 2:
         return None
     total = None
-    for factor in factors:
+    for factor in map(set, factors):
         cylinder = isl.BasicSet.universe(points.get_space())
         for constraint, dims in zip(constraints, used):
-            if dims <= set(factor):
+            if dims <= factor:
                 cylinder = cylinder.add_constraint(constraint)
         cone = isl.Set.from_basic_set(cylinder.coefficients())
         total = cone if total is None else total.sum(cone)

@@ -184,26 +184,19 @@ def dependence_list(scop_or_kernel, deps: Dependences | None = None) -> list[Dep
     scop = _scop_of(scop_or_kernel)
     with ISL_LOCK:
         deps = deps or dependences(scop)
-        arrays = {r.ref_id: r.array for s in scop.statements for r in s.accesses}
         approximated = {tuple(line.split(":")[0].split(" on ")) for line in deps.approximated}
         paths = _band_paths(scop)
         out: list[Dependence] = []
-        for kind, tagged in (("RAW", deps.tagged_raw), ("WAR", deps.tagged_war), ("WAW", deps.tagged_waw)):
-            for piece in maps_of(tagged):
-                if piece.is_empty():
-                    continue
-                space = piece.get_space()
-                source_ref = space.domain().unwrap().get_tuple_name(isl.dim_type.out)
-                sink_ref = space.range().unwrap().get_tuple_name(isl.dim_type.out)
-                relation = coalesced(piece.domain_factor_domain().range_factor_domain()
-                                     .intersect_params(scop.context))
-                source = relation.get_tuple_name(isl.dim_type.in_)
-                sink = relation.get_tuple_name(isl.dim_type.out)
-                array = arrays.get(sink_ref, arrays.get(source_ref, "?"))
-                distance, direction = _vector(relation)
-                out.append(Dependence(kind, source, sink, array, source_ref, sink_ref, relation,
-                                      distance, direction, _shared(paths, source, sink),
-                                      (kind, array) in approximated))
+        for piece in deps.pieces:
+            if piece.relation.is_empty():
+                continue
+            relation = coalesced(piece.relation.intersect_params(scop.context))
+            source = relation.get_tuple_name(isl.dim_type.in_)
+            sink = relation.get_tuple_name(isl.dim_type.out)
+            distance, direction = _vector(relation)
+            out.append(Dependence(piece.kind, source, sink, piece.array, piece.source_ref, piece.sink_ref,
+                                  relation, distance, direction, _shared(paths, source, sink),
+                                  (piece.kind, piece.array) in approximated))
     out.sort(key=lambda d: (d.source, d.sink, d.kind, d.array, d.source_ref, d.sink_ref))
     return out
 

@@ -42,7 +42,7 @@ import islpy as isl
 from polyopt.analysis import expr as E
 from polyopt.analysis.affine import extent_expr
 from polyopt.analysis.components import connected_groups
-from polyopt.analysis.deps import Dependences, dependences
+from polyopt.analysis.deps import DependencePiece, Dependences, dependences
 from polyopt.analysis.scop import Array, Scop, Statement
 from polyopt.frontends.common import build_statement
 from polyopt.islutil import maps_of
@@ -105,17 +105,6 @@ class _Member:
         return f"{'/'.join(sorted(names)) or '?'} (around {stmts})"
 
 
-@dataclass(frozen=True, eq=False)
-class _Piece:
-    """One dependence piece: kind, source and sink reference, the array, the untagged relation."""
-
-    kind: str
-    source: str
-    sink: str
-    array: str
-    relation: isl.Map
-
-
 def expand_scalars(scop: Scop) -> ScalarExpansion:
     """The Scop with the local scalars expanded along the loops where that makes the loop
     parallel (see the module docstring); cached on ``scop`` (Scops are immutable), so the
@@ -134,7 +123,7 @@ def _expand(scop: Scop) -> ScalarExpansion:
     if not scalars:
         return ScalarExpansion(scop, scop)
     deps = dependences(scop)
-    pieces = _pieces(scop, deps)
+    pieces = deps.pieces
     candidates = _candidates(scop, deps, pieces, scalars)
     if not candidates:
         return ScalarExpansion(scop, scop)
@@ -164,7 +153,7 @@ def _expand(scop: Scop) -> ScalarExpansion:
     if not _same_flow(deps, after):
         return ScalarExpansion(scop, scop, note="scalar expansion: not applied (the expanded kernel's flow "
                                                 "dependences differ from the original's)")
-    still = [m.name(scop) for m in gained if any(_carries(m, p) for p in _pieces(expanded, after))]
+    still = [m.name(scop) for m in gained if any(_carries(m, p) for p in after.pieces)]
     if still:
         return ScalarExpansion(scop, scop, note=f"scalar expansion: not applied (loop(s) {'; '.join(still)} "
                                                 "would still carry dependences)")
@@ -176,26 +165,14 @@ def _expand(scop: Scop) -> ScalarExpansion:
     return ScalarExpansion(scop, expanded, webs, loops, note)
 
 
-def _pieces(scop: Scop, deps: Dependences) -> list[_Piece]:
-    """Every dependence piece with its source and sink references and its array."""
-    arrays = {r.ref_id: r.array for s in scop.statements for r in s.accesses}
-    out = []
-    for kind, tagged in (("RAW", deps.tagged_raw), ("WAR", deps.tagged_war), ("WAW", deps.tagged_waw)):
-        for m in maps_of(tagged):
-            source = m.get_space().domain().unwrap().get_tuple_name(isl.dim_type.out)
-            sink = m.get_space().range().unwrap().get_tuple_name(isl.dim_type.out)
-            out.append(_Piece(kind, source, sink, arrays[sink], m.domain_factor_domain().range_factor_domain()))
-    return out
-
-
-def _candidates(scop: Scop, deps: Dependences, pieces: list[_Piece], scalars: list[str]) -> set[str]:
+def _candidates(scop: Scop, deps: Dependences, pieces: list[DependencePiece], scalars: list[str]) -> set[str]:
     """The local scalars whose dependences are exact and whose every read instance has a writer
     in the kernel (its flow dependences cover the read)."""
     covered: dict[str, isl.Set] = {}
     for p in pieces:
         if p.kind == "RAW":
             found = p.relation.range()
-            covered[p.sink] = covered[p.sink].union(found) if p.sink in covered else found
+            covered[p.sink_ref] = covered[p.sink_ref].union(found) if p.sink_ref in covered else found
     out = set()
     for name in scalars:
         if name in deps.approximated_arrays:
@@ -207,11 +184,11 @@ def _candidates(scop: Scop, deps: Dependences, pieces: list[_Piece], scalars: li
     return out
 
 
-def _webs(pieces: list[_Piece], candidates: set[str], scop: Scop) -> dict[str, str]:
+def _webs(pieces: list[DependencePiece], candidates: set[str], scop: Scop) -> dict[str, str]:
     """Reference -> its web (the first reference of the web, in statement order), for the
     references of the candidate scalars: references joined by a flow dependence are one web."""
     refs = [r.ref_id for s in scop.statements for r in s.accesses if r.array in candidates]
-    flows = [(p.source, p.sink) for p in pieces if p.kind == "RAW" and p.array in candidates]
+    flows = [(p.source_ref, p.sink_ref) for p in pieces if p.kind == "RAW" and p.array in candidates]
     return {ref: web[0] for web in connected_groups(refs, flows) for ref in web}
 
 
@@ -252,7 +229,7 @@ def _iterators(scop: Scop, member: isl.UnionMap) -> dict[str, int | None]:
     return out
 
 
-def _carries(member: _Member, piece: _Piece) -> bool:
+def _carries(member: _Member, piece: DependencePiece) -> bool:
     """Whether the loop carries the dependence piece: some source and sink run in one iteration
     of the loops around it and in two different iterations of it."""
     inside = member.iterator
@@ -273,7 +250,7 @@ def _web_statements(scop: Scop, web: str, web_of: dict[str, str]) -> list[Statem
     return [s for s in scop.statements if any(web_of.get(r.ref_id) == web for r in s.accesses)]
 
 
-def _expandable(scop: Scop, web: str, web_of: dict[str, str], pieces: list[_Piece], member: _Member) -> bool:
+def _expandable(scop: Scop, web: str, web_of: dict[str, str], pieces: list[DependencePiece], member: _Member) -> bool:
     """Whether ``web`` may be indexed by ``member``'s iterator: the loop runs a plain iterator of
     every statement of the web, none of its flow dependences crosses two iterations of it, and
     its iterator's bounds over the web are affine in the sizes."""
@@ -282,7 +259,7 @@ def _expandable(scop: Scop, web: str, web_of: dict[str, str], pieces: list[_Piec
         return False
     same = member.same_iteration
     for p in pieces:
-        if p.kind == "RAW" and web_of.get(p.sink) == web and not p.relation.is_subset(_as_map(same, p.relation)):
+        if p.kind == "RAW" and web_of.get(p.sink_ref) == web and not p.relation.is_subset(_as_map(same, p.relation)):
             return False
     return _bounds(scop, statements, member) is not None
 
