@@ -29,7 +29,8 @@ from polyopt.analysis.affine import extent_expr
 from polyopt.codegen.loop_nodes import Block, For, If
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import C_AND, C_CONDITIONAL, C_PRIMARY, CExpr, c_type_name, c_prelude
-from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel
+from polyopt.codegen.gpu_host import HostStatement
+from polyopt.codegen.gpu_mapping import BlockKernel, GpuProgram, HostLoop, Kernel
 from polyopt.codegen.gpu_reduction import GROUP, PART, SplitSum, split_sums
 from polyopt.codegen.kernel_body import (Assign, BodyNode, Promote, assignments,
                                          control_expressions, has_loop, jam, offset,
@@ -58,6 +59,10 @@ WIDE_MIN_BLOCKS = 1024
 DEFAULT_VECTOR = {4: (8, 4), 8: (1, 1)}
 #: Most blocks per grid dimension (x, y, z); the grid-stride loops cover the rest.
 GRID_LIMIT = (2**31 - 1, 65535, 65535)
+#: Threads of a one-block kernel (:class:`~polyopt.codegen.gpu_mapping.BlockKernel`): the
+#: most a block has, since its phases' loops are all the parallelism it gets (a whole number of
+#: warps: its split sums add the warps' partial sums in shared memory).
+ONE_BLOCK_THREADS = 1024
 
 
 @dataclass(frozen=True)
@@ -210,24 +215,27 @@ def cuda_source(scop: Scop, program: GpuProgram, host_function: str, *, block=No
     (:mod:`polyopt.codegen.gpu_reduction`)."""
     emit = CudaExpr(scop)
     element_bytes = max((a.dtype.numpy.itemsize for a in scop.arrays.values()), default=8)
-    scalars = {name for name, array in scop.arrays.items() if array.local}
+    scalars = {name for name, array in scop.arrays.items() if array.local} - set(program.host_scalars)
     uses_scalars = {k.name: any(ref.array in scalars for s in k.statements
                                 for ref in scop.statement(s).accesses) for k in program.kernels}
     private, on_device = _scalar_homes(scop, program)
+    grid = [k for k in program.kernels if isinstance(k, Kernel)]
     split = {}
     if reductions and tile is None:
-        for k in program.kernels:
+        for k in grid:
             found = split_sums(assignments(scop, k.body), k.sums, k.coords,  # (placed by hand: not)
                                set(private.get(k.name, ()))) if k.sums and not k.memory else None
             if found is not None:
                 split[k.name] = found
     shapes = {k.name: launch_shape(k, element_bytes, block, tile, vector,
-                                   uses_scalars=uses_scalars[k.name]) for k in program.kernels}
+                                   uses_scalars=uses_scalars[k.name]) for k in grid}
+    shapes.update({k.name: LaunchShape((ONE_BLOCK_THREADS,), (1,))
+                   for k in program.kernels if isinstance(k, BlockKernel)})
     for name, (_, n_parts) in split.items():
         shapes[name] = _split_shape(shapes[name], n_parts)
     wide = {}
     if block is None and tile is None and element_bytes in WIDE_SHAPE:
-        for k in program.kernels:
+        for k in grid:
             if len(k.coords) != 2 or all(u == 1 for u in shapes[k.name].unroll):
                 continue  # not register-tiled
             shape = launch_shape(k, element_bytes, *WIDE_SHAPE[element_bytes], vector,
@@ -237,6 +245,9 @@ def cuda_source(scop: Scop, program: GpuProgram, host_function: str, *, block=No
     parts = [cuda_prelude(a.dtype for a in scop.arrays.values())]
     parts += [f"__device__ {c_type_name(scop.arrays[s].dtype)} {s};" for s in on_device]
     for kernel in program.kernels:
+        if isinstance(kernel, BlockKernel):
+            parts.append(_block_kernel(scop, kernel, emit, private.get(kernel.name, ()), reductions))
+            continue
         variants = [kernel] + ([replace(kernel, name=wide[kernel.name])] if kernel.name in wide
                                else [])
         if kernel.name in split:
@@ -251,13 +262,14 @@ def cuda_source(scop: Scop, program: GpuProgram, host_function: str, *, block=No
 
 
 def _scalar_homes(scop: Scop, program: GpuProgram) -> tuple[dict[str, list[str]], list[str]]:
-    """Local scalars used by one kernel outside host loops live in its threads' registers;
-    the others in ``__device__`` variables (their values cross kernel launches)."""
+    """Local scalars used by one kernel outside host loops live in its threads' registers (a
+    one-block kernel's in its shared memory); the others in ``__device__`` variables (their
+    values cross kernel launches); the host's scalars are kernel arguments."""
     users: dict[str, set[str]] = {}
     for kernel in program.kernels:
         for stmt in kernel.statements:
             for ref in scop.statement(stmt).accesses:
-                if scop.arrays[ref.array].local:
+                if scop.arrays[ref.array].local and ref.array not in program.host_scalars:
                     users.setdefault(ref.array, set()).add(kernel.name)
     by_name = {k.name: k for k in program.kernels}
     private: dict[str, list[str]] = {}
@@ -273,8 +285,10 @@ def _scalar_homes(scop: Scop, program: GpuProgram) -> tuple[dict[str, list[str]]
 
 
 def _kernel_parameters(scop: Scop, kernel: Kernel) -> list[str]:
+    """A kernel's C parameters: the ABI's, then its host loop variables and host scalars."""
     written = {w.array for s in kernel.statements for w in scop.statement(s).writes}
-    return kernel_parameters(scop, written) + [f"long {v}" for v in kernel.host_vars]
+    return (kernel_parameters(scop, written) + [f"long {v}" for v in kernel.host_vars]
+            + [f"{c_type_name(scop.arrays[s].dtype)} {s}" for s in kernel.host_scalars])
 
 
 def kernel_parameters(scop: Scop, written: set[str]) -> list[str]:
@@ -383,6 +397,60 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
     return "\n".join(out + ["}"])
 
 
+def _block_kernel(scop: Scop, kernel: BlockKernel, emit, scalars, reductions: bool) -> str:
+    """A one-block kernel: its ``scalars`` in shared memory (zeroed by thread 0), then its
+    steps (:func:`_block_steps`)."""
+    out = _opening(scop, kernel, ONE_BLOCK_THREADS, ())
+    out += [f"  __shared__ {c_type_name(scop.arrays[s].dtype)} {s};" for s in scalars]
+    if scalars:
+        out.append(f"  if (threadIdx.x == 0) {{ {' '.join(f'{s} = 0;' for s in scalars)} }}")
+        out.append("  __syncthreads();")
+    _block_steps(scop, kernel.steps, emit, out, 1, reductions)
+    return "\n".join(out + ["}"])
+
+
+def _block_steps(scop: Scop, steps, emit, out: list[str], depth: int, reductions: bool) -> None:
+    """The loops (every thread walks them) and phases of a one-block kernel, a barrier after
+    each phase: a phase's reads come after the writes of every phase before it."""
+    pad = "  " * depth
+    for step in steps:
+        if isinstance(step, HostLoop):
+            out.append(f"{pad}for (long {step.var} = {emit(step.lower)}; {step.var} <= "
+                       f"{emit.at(step.upper, C_PRIMARY)}; {step.var}++) {{")
+            _block_steps(scop, step.body, emit, out, depth + 1, reductions)
+            out.append(f"{pad}}}")
+            continue
+        out.append(f"{pad}{{  /* {step.name} */")
+        _block_phase(scop, step, emit, out, depth + 1, reductions)
+        out.append(f"{pad}}}")
+        out.append(f"{pad}__syncthreads();")
+
+
+def _block_phase(scop: Scop, phase: Kernel, emit, out: list[str], depth: int, reductions: bool) -> None:
+    """One phase of a one-block kernel: its coordinate's values strided over the block's
+    threads; without one, thread 0 runs it, all threads running the loops of its sums where
+    they split (:func:`~polyopt.codegen.gpu_reduction.split_sums` over the whole block)."""
+    pad = "  " * depth
+    body = assignments(scop, phase.body)
+    if phase.coords:
+        (coord,), (lower,), (upper,) = phase.coords, phase.lower, phase.upper
+        out.append(f"{pad}for (long {coord} = {emit.at(lower, C_PRIMARY)} + (long)threadIdx.x; "
+                   f"{coord} <= {emit.at(upper, C_PRIMARY)}; {coord} += {ONE_BLOCK_THREADS}) {{")
+        out.append(f"{pad}  if ({emit(phase.guard)}) {{")
+        _emit(promote_accumulators(body), emit, out, depth + 2)
+        out += [f"{pad}  }}", f"{pad}}}"]
+        return
+    found = split_sums(body, phase.sums, (), set(), block_threads=ONE_BLOCK_THREADS) \
+        if reductions and phase.sums else None
+    if found is None:
+        out.append(f"{pad}if (threadIdx.x == 0) {{")
+        _emit(promote_accumulators(body), emit, out, depth + 1)
+        out.append(f"{pad}}}")
+        return
+    out.append(f"{pad}const int {PART} = threadIdx.x;")
+    _emit(found[0], emit, out, depth)
+
+
 def _check_registers(kernel: Kernel, placement: dict[str, str], promoted: BodyNode) -> None:
     """CodegenError unless every array ``placement`` puts in registers has elements there."""
     missing = sorted(a for a, place in placement.items()
@@ -442,6 +510,9 @@ def _emit_split_sum(node: SplitSum, emit, out: list[str], depth: int) -> None:
     """A split loop: partial sums from -0.0 (adding it changes no value), the loop over this
     thread's iterations, the butterfly of shuffles over the coordinate's threads, and the
     first thread's update of each element."""
+    if node.block:
+        _emit_block_sum(node, emit, out, depth)
+        return
     pad = "  " * depth
     out.append(f"{pad}{{")
     out.append(f"{pad}  __syncwarp({GROUP});")
@@ -459,6 +530,34 @@ def _emit_split_sum(node: SplitSum, emit, out: list[str], depth: int) -> None:
         out.append(f"{pad}    {emit(element)} = {emit(element)} + {name};")
     out.append(f"{pad}  }}")
     out.append(f"{pad}  __syncwarp({GROUP});")
+    out.append(f"{pad}}}")
+
+
+def _emit_block_sum(node: SplitSum, emit, out: list[str], depth: int) -> None:
+    """A loop split over every thread of a one-block kernel: barriers around it (thread 0's
+    writes before it are read by all, its update after it comes after every read), partial
+    sums from -0.0, a butterfly of shuffles within each warp, the warps' sums in shared memory,
+    added by thread 0 in warp order (the same order on every run)."""
+    pad = "  " * depth
+    warps = node.parts // 32
+    out.append(f"{pad}{{")
+    out.append(f"{pad}  __syncthreads();")
+    for name, element in node.partials:
+        zero = "-0.0f" if element.dtype.name == "f32" else "-0.0"
+        out.append(f"{pad}  {c_type_name(element.dtype)} {name} = {zero};")
+        out.append(f"{pad}  __shared__ {c_type_name(element.dtype)} {name}_w[{warps}];")
+    _emit(node.loop, emit, out, depth + 1)
+    for name, _ in node.partials:
+        for distance in (16, 8, 4, 2, 1):
+            out.append(f"{pad}  {name} += __shfl_xor_sync(0xffffffffu, {name}, {distance});")
+        out.append(f"{pad}  if ((threadIdx.x & 31) == 0) {name}_w[threadIdx.x >> 5] = {name};")
+    out.append(f"{pad}  __syncthreads();")
+    out.append(f"{pad}  if ({PART} == 0) {{")
+    for name, element in node.partials:
+        out.append(f"{pad}    for (int _k = 1; _k < {warps}; _k++) {name} += {name}_w[_k];")
+        out.append(f"{pad}    {emit(element)} = {emit(element)} + {name};")
+    out.append(f"{pad}  }}")
+    out.append(f"{pad}  __syncthreads();")
     out.append(f"{pad}}}")
 
 
@@ -664,9 +763,11 @@ def _host_wrapper(scop: Scop, program: GpuProgram, shapes: dict[str, LaunchShape
             params.append(f"{c_type_name(arg.dtype)} *{arg.name}")
         else:
             params.append(f"{'long' if arg.kind == 'param' else c_type_name(arg.dtype)} {arg.name}")
-    out = ["#ifndef __CUDACC_RTC__", "static inline unsigned pl_blocks(long lo, long hi, long span, long limit)",
+    out = ["#ifndef __CUDACC_RTC__", "#include <math.h>",
+           "static inline unsigned pl_blocks(long lo, long hi, long span, long limit)",
            "{ long n = (hi - lo + span) / span; return (unsigned)(n < limit ? n : limit); }",
            f'extern "C" void {name}({", ".join(params) or "void"})', "{"]
+    out += [f"  {c_type_name(scop.arrays[s].dtype)} {s} = 0;" for s in program.host_scalars]
     _host_steps(scop, program.host, shapes, wide, emit, out, 1)
     out += ["}", "#endif"]
     return "\n".join(out)
@@ -682,7 +783,10 @@ def _host_steps(scop, steps, shapes, wide, emit, out, depth) -> None:
             _host_steps(scop, step.body, shapes, wide, emit, out, depth + 1)
             out.append(f"{pad}}}")
             continue
-        call_args = ", ".join(args + list(step.host_vars))
+        if isinstance(step, HostStatement):  # computed here, as the Python launcher does
+            _emit(assignments(scop, step.body), emit, out, depth)
+            continue
+        call_args = ", ".join(args + list(step.host_vars) + list(step.host_scalars))
         if not step.coords:
             out.append(f"{pad}{step.name}<<<1, {shapes[step.name].cuda_block()[0]}>>>({call_args});")
             continue

@@ -6,7 +6,16 @@ three of those members become the thread coordinates (``blockIdx``/``threadIdx``
 with the most stride-1 accesses on ``x``) and the rest of the subtree runs sequentially inside
 each thread. A band whose outer member is sequential but which has parallelism below stays on
 the host as a loop launching kernels (a stencil's time loop); sequences become sequences of
-launches; a subtree with no parallelism at all becomes a single-thread kernel.
+launches; a subtree with no parallelism at all becomes a single-thread kernel, except that
+
+  - a statement writing a host scalar, alone at a leaf, runs on the host (once per iteration
+    of the host loops around it, :mod:`polyopt.codegen.gpu_host`): deriche's coefficients;
+  - a host loop whose kernels each have at most one-dimensional work (no coordinate, or one
+    whose threads run no loop) and one of which has no coordinate, and a run of a sequence's
+    children that map to such loops and to kernels without coordinates (sums among them),
+    become one :class:`BlockKernel`: one thread block running the loops itself, its kernels
+    as phases over the block's threads with a barrier after each (durbin: one launch instead
+    of a one-thread kernel and several small ones per step of its k loop).
 
 Kernel bounds, host loop bounds and the per-thread guard are isl expressions of the parameters
 and of the enclosing host loop variables, so grid sizes follow the parameter values at launch.
@@ -24,20 +33,28 @@ The mapping's choice is data too: ``GpuProgram.tree`` is the schedule tree it ma
     and a thread's unrolled copies and grid-stride steps: any two of them may run at the same
     time), then the rest of the subtree, which each thread runs sequentially (reduction loops
     included; shared-memory staging only copies arrays the kernel does not write).
+  - each host statement's leaf under a mark ``gpu_host <statement>``;
+  - a one-block kernel's subtree under ``gpu_kernel <name>`` and ``gpu_one_block``, each phase
+    under ``gpu_phase <name>`` and its coordinate, if any, under ``gpu_thread`` alone (one
+    block); the bands between are the kernel's loops, which every thread runs in step.
 The kernels are read back from that tree (coordinates from the marked bands, bodies from what
 is below them), and :func:`polyopt.analysis.verify.verify` checks every marked coordinate like a
-loop marked parallel: it carries no dependence given the loops outside it (host loops and outer
-coordinates).
+loop marked parallel: it carries no dependence given the loops outside it (host loops, a
+one-block kernel's loops and outer coordinates). The order of a one-block kernel's phases is
+the tree's, which the verifier checks too; the barriers make the threads keep it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 
 import islpy as isl
 
 from polyopt.analysis import expr as E
+from polyopt.codegen.kernel_body import has_loop
 from polyopt.codegen.loop_nodes import Node
 from polyopt.codegen.ast import iterator_prefix, MAX_LOOP_DEPTH, IslAstTranslator
+from polyopt.codegen.gpu_host import HostStatement, host_scalars, reads_of, writers
 from polyopt.analysis.deps import dependences
 from polyopt.errors import CodegenError
 from polyopt.analysis.scop import Scop
@@ -51,6 +68,15 @@ from polyopt.transform.tree import stride_one_score
 
 #: Most thread coordinates one kernel uses (CUDA grids have three dimensions).
 MAX_GRID_DIMS = 3
+#: Above a statement the host program runs itself (:mod:`polyopt.codegen.gpu_host`); the mark's
+#: name is this word, a space and the statement's name ("gpu_host S0").
+GPU_HOST_MARK = "gpu_host"
+#: Directly below the ``gpu_kernel`` mark of a :class:`BlockKernel`: the subtree runs in one
+#: thread block, its bands without coordinates as loops every thread walks.
+GPU_ONE_BLOCK_MARK = "gpu_one_block"
+#: Above each phase of a :class:`BlockKernel` (this word, a space and the phase's name); its
+#: coordinate, if any, is a band under a ``gpu_thread`` mark alone (one block: no ``gpu_block``).
+GPU_PHASE_MARK = "gpu_phase"
 
 
 @dataclass(frozen=True)
@@ -65,7 +91,9 @@ class Kernel:
     ``sums``: the statements under ``gpu_reduce`` marks in the kernel's subtree, whose loops
     (the outermost loops of ``body`` that run only them) may split their iterations over the
     threads of a warp (:mod:`polyopt.codegen.gpu_reduction`); ``memory``: (array, place) pairs
-    of a ``gpu_memory`` mark above the kernel (:meth:`polyopt.Schedule.gpu_promote`).
+    of a ``gpu_memory`` mark above the kernel (:meth:`polyopt.Schedule.gpu_promote`);
+    ``host_scalars``: the host scalars it reads (:mod:`polyopt.codegen.gpu_host`), trailing
+    arguments after ``host_vars``.
     """
 
     name: str
@@ -79,6 +107,7 @@ class Kernel:
     convex: bool = False
     sums: frozenset[str] = frozenset()
     memory: tuple[tuple[str, str], ...] = ()
+    host_scalars: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,19 +120,38 @@ class HostLoop:
     body: tuple["HostStep", ...]
 
 
-HostStep = Kernel | HostLoop
+@dataclass(frozen=True)
+class BlockKernel:
+    """A kernel of one thread block that runs ``steps`` in order, every thread walking its loops
+    (:class:`HostLoop` steps run inside the kernel) and its phases (:class:`Kernel` steps of at
+    most one coordinate, spread over the block's threads; without one, run by thread 0, or by
+    every thread where a sum splits), a barrier after each phase. ``statements``, ``host_vars``
+    and ``host_scalars`` are those of the whole kernel, as for a :class:`Kernel`; it has no
+    coordinates (one block is launched)."""
+
+    name: str
+    steps: tuple["HostLoop | Kernel", ...]
+    host_vars: tuple[str, ...]
+    statements: frozenset[str]
+    host_scalars: tuple[str, ...] = ()
+    coords: tuple[str, ...] = ()
+
+
+HostStep = Kernel | HostLoop | HostStatement | BlockKernel
 
 
 @dataclass(frozen=True)
 class GpuProgram:
     """The host program (loops and launches in order) and its kernels; ``tree``: the schedule
     tree mapped, with the kernels and their block and thread coordinates as marks (see the
-    module docstring), which :func:`~polyopt.analysis.verify.verify` checks."""
+    module docstring), which :func:`~polyopt.analysis.verify.verify` checks; ``host_scalars``:
+    the local scalars the host program computes (:mod:`polyopt.codegen.gpu_host`)."""
 
     scop: Scop
     host: tuple[HostStep, ...]
     kernels: tuple[Kernel, ...]
     tree: isl.Schedule
+    host_scalars: tuple[str, ...] = ()
 
     def pretty(self) -> str:
         """The mapped schedule tree, one node per line (marks included)."""
@@ -115,7 +163,10 @@ def kernels_in(steps) -> list[Kernel]:
     """The kernels of a host program, in launch-site order."""
     found = []
     for step in steps:
-        found.extend(kernels_in(step.body) if isinstance(step, HostLoop) else [step])
+        if isinstance(step, HostLoop):
+            found.extend(kernels_in(step.body))
+        elif isinstance(step, (Kernel, BlockKernel)):
+            found.append(step)
     return found
 
 
@@ -133,11 +184,35 @@ def check_user_names(scop: Scop) -> None:
 
 def map_to_gpu(scop: Scop, tree: isl.Schedule, name: str) -> GpuProgram:
     """The host program of schedule ``tree``; kernels are named ``{name}_k0``, ``_k1``, ...
-    (launch-site order); its ``tree`` is ``tree`` as mapped (see the module docstring)."""
+    (launch-site order); its ``tree`` is ``tree`` as mapped (see the module docstring).
+
+    The host scalars (:func:`~polyopt.codegen.gpu_host.host_scalars`) are those whose every
+    writer the walk placed on the host: a scalar with a writer inside a kernel is dropped and
+    the tree mapped again (the scalars only shrink, so this ends)."""
     check_user_names(scop)
     tree = tree.map_schedule_node_bottom_up(_without_ast_options)
-    host, root = _Mapper(scop, name).steps(tree.get_root(), ())
-    return GpuProgram(scop, tuple(host), tuple(kernels_in(host)), root.get_schedule())
+    by_array = writers(scop)
+    scalars = host_scalars(scop)
+    while True:
+        host, root = _Mapper(scop, name, scalars).steps(tree.get_root(), ())
+        on_host = {step.statement for step in host_statements_in(host)}
+        kept = host_scalars(scop, frozenset(x for x in scalars
+                                            if all(s.name in on_host for s in by_array.get(x, ()))))
+        if kept == scalars:
+            return GpuProgram(scop, tuple(host), tuple(kernels_in(host)), root.get_schedule(),
+                              tuple(sorted(scalars)))
+        scalars = kept
+
+
+def host_statements_in(steps) -> list[HostStatement]:
+    """The statements a host program runs itself, in program order."""
+    found = []
+    for step in steps:
+        if isinstance(step, HostLoop):
+            found.extend(host_statements_in(step.body))
+        elif isinstance(step, HostStatement):
+            found.append(step)
+    return found
 
 
 def _without_ast_options(node: isl.ScheduleNode) -> isl.ScheduleNode:
@@ -207,10 +282,13 @@ class _Mapper:
     and coordinate bands inserted, host bands split), so the walk goes on in the rewritten tree;
     kernels are numbered in walk order, which is launch-site order."""
 
-    def __init__(self, scop: Scop, name: str):
+    def __init__(self, scop: Scop, name: str, scalars: frozenset[str] = frozenset()):
         self.scop = scop
         self.name = name
+        self.host_scalars = scalars
         self.numbered = 0
+        self.block: str | None = None  # the BlockKernel being mapped, if any
+        self.phase = 0
         self.placement: tuple[tuple[str, str], ...] = ()
         self.dependences = dependences(scop)
         self.deps = self.dependences.all
@@ -237,14 +315,24 @@ class _Mapper:
             found, child = self.steps(node.child(0), host)
             return found, child.parent()
         if kind in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
-            found = []
+            found, original, numbered, per_child = [], node, self.numbering(), []
             for k in range(node.n_children()):
                 more, child = self.steps(node.child(k), host)
                 found += more
+                per_child.append(more)
                 node = child.parent()
+            if kind != isl.schedule_node_type.sequence or self.block is not None:
+                return found, node  # (a kernel that merges holds no coordinates the schedule gives)
+            if self.merges_into_one_block(found):
+                self.numbered, self.phase = numbered
+                return self.one_block(original, host)
+            run = self.one_block_run(per_child)
+            if run is not None:  # those children under one filter, which then merge
+                self.numbered, self.phase = numbered
+                return self.steps(_grouped(original, *run), host)
             return found, node
         if kind == isl.schedule_node_type.leaf:
-            return self.kernel(node, 0, host)
+            return self.host_statement(node, host) or self.kernel(node, 0, host)
         if kind != isl.schedule_node_type.band:
             raise CodegenError(f"CUDA mapping: unsupported schedule tree node {kind}")
         parallel = 0 if _holds_given_coordinates(node) else self.parallel_members(node)
@@ -255,14 +343,19 @@ class _Mapper:
         member = node.band_get_partial_schedule().get_at(0)
         inner = node.band_split(1).child(0) if n > 1 else node.child(0)
         var = f"_h{len(host)}"
-        numbered = self.numbered
+        numbered = self.numbering()
         body, inner = self.steps(inner, host + ((member, var),))
         if not any(k.coords for k in kernels_in(body)):  # one sequential kernel instead
-            self.numbered = numbered  # (of the tree before the walk below it)
+            self.numbered, self.phase = numbered  # (of the tree before the walk below it)
             return self.kernel(node, 0, host)
         values = _image(self.restrict(node.get_domain(), host), member)
         lower, upper = self.bounds(values, 0)
-        return [HostLoop(var, lower, upper, tuple(body))], inner.parent()
+        loop = HostLoop(var, lower, upper, tuple(body))
+        if self.block is None and self.fits_one_block([loop]) and _runs_serially(body) \
+                and not _holds_given_coordinates(node):
+            self.numbered, self.phase = numbered
+            return self.one_block(node, host)
+        return [loop], inner.parent()
 
     def parallel_members(self, node: isl.ScheduleNode) -> int:
         """How many leading members of the band carry no dependence (given all outer
@@ -287,14 +380,94 @@ class _Mapper:
             outer = with_member
         return min(node.band_n_member(), MAX_GRID_DIMS)
 
+    def host_statement(self, leaf: isl.ScheduleNode, host: tuple
+                       ) -> tuple[list[HostStep], isl.ScheduleNode] | None:
+        """The leaf's statement as a :class:`HostStatement` under a ``gpu_host`` mark, if it
+        writes a host scalar and runs once per iteration of the host loops around it; else
+        None."""
+        domain = self.restrict(leaf.get_domain(), host)
+        names = tuple_names(domain)
+        if len(names) != 1 or not self.host_scalars:
+            return None
+        stmt = self.scop.statement(names[0])
+        single = isl.Set.from_union_set(domain)
+        if stmt.writes[0].array not in self.host_scalars or not single.lexmin().is_equal(single):
+            return None
+        mark = leaf.insert_mark(isl.Id(f"{GPU_HOST_MARK} {stmt.name}"))
+        body = self.loop_ast(mark.child(0).get_subtree_schedule_union_map(), domain, None)
+        return [HostStatement(stmt.name, body)], mark
+
+    # ----- one-block kernels -------------------------------------------------------------------
+    def fits_one_block(self, steps) -> bool:
+        """Whether ``steps`` (a host loop, or a sequence's steps) can run in one thread block:
+        no host statement, every kernel at most one-dimensional work (no coordinate, or one
+        whose threads run no loop), with no memory placement, and no local scalar written where
+        threads run at once (the block's scalars live in shared memory)."""
+        for step in steps:
+            if isinstance(step, HostStatement):
+                return False
+            if isinstance(step, HostLoop) and not self.fits_one_block(step.body):
+                return False
+            if isinstance(step, Kernel) and (step.memory or len(step.coords) > 1 or step.coords and (
+                    has_loop(step.body) or self.writes_scalars(step.statements))):
+                return False
+        return True
+
+    def writes_scalars(self, statements) -> bool:
+        """Whether one of the named statements writes a local scalar."""
+        return any(self.scop.arrays[ref.array].local
+                   for name in statements for ref in self.scop.statement(name).writes)
+
+    def merges_into_one_block(self, steps: list[HostStep]) -> bool:
+        """Whether the children of a sequence, mapped to ``steps``, become one
+        :class:`BlockKernel`: at least two, each a one-block kernel or a kernel without
+        coordinates (one thread, or one warp for a split sum: merged, none is left), one of
+        them with parallel work (a one-block kernel, or sums the block's threads split)."""
+        return (len(steps) > 1 and all(self.merges(s) for s in steps)
+                and any(isinstance(s, BlockKernel) or s.sums for s in steps))
+
+    def merges(self, step: HostStep) -> bool:
+        """Whether ``step`` may be part of a sequence merged into one block."""
+        return isinstance(step, BlockKernel) or (isinstance(step, Kernel) and not step.coords
+                                                 and self.fits_one_block([step]))
+
+    def one_block_run(self, per_child: list[list[HostStep]]) -> tuple[int, int] | None:
+        """The first run of adjacent children of a sequence (their steps ``per_child``) that
+        :meth:`merges_into_one_block` would merge, as (first, last) child positions; None if
+        there is none (a run is at least two children, each one step)."""
+        start = 0
+        for end in range(len(per_child) + 1):
+            if end < len(per_child) and len(per_child[end]) == 1 and self.merges(per_child[end][0]):
+                continue
+            run = [steps[0] for steps in per_child[start:end]]
+            if self.merges_into_one_block(run):
+                return start, end - 1
+            start = end + 1
+        return None
+
+    def one_block(self, node: isl.ScheduleNode, host: tuple) -> tuple[list[HostStep], isl.ScheduleNode]:
+        """The subtree of ``node`` mapped again as one :class:`BlockKernel`: its kernels become
+        phases (``gpu_phase`` marks, coordinates under ``gpu_thread`` marks alone), its host
+        loops loops of the kernel, under the marks ``gpu_kernel <name>`` and ``gpu_one_block``."""
+        name = self.next_name()
+        self.block, self.phase = name, 0
+        try:
+            steps, top = self.steps(node, host)
+        finally:
+            self.block = None
+        top = top.insert_mark(isl.Id(GPU_ONE_BLOCK_MARK)).insert_mark(kernel_mark(name))
+        statements = frozenset(s.get_tuple_name() for s in _sets(top.get_domain()))
+        scalars = sorted({x for k in kernels_in(steps) for x in k.host_scalars})
+        return [BlockKernel(name, tuple(steps), tuple(var for _, var in host), statements,
+                            tuple(scalars))], top
+
     # ----- kernels ---------------------------------------------------------------------------
     def kernel(self, node: isl.ScheduleNode, n_coords: int, host: tuple
                ) -> tuple[list[HostStep], isl.ScheduleNode]:
         """The kernel of ``node`` with ``n_coords`` (leading parallel members) or no thread
         coordinates, and the kernel's mark (at the position of ``node``) in the rewritten tree:
         the kernel is read back from what that mark holds."""
-        name = f"{self.name}_k{self.numbered}"
-        self.numbered += 1
+        name = self.next_name()
         top = node
         if n_coords:
             members, rest, bands = self.coordinate_members(node, n_coords)
@@ -305,9 +478,25 @@ class _Mapper:
             for k in reversed(order):  # one band per coordinate, outermost first
                 top = top.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(members[k]))
                 top = top.band_member_set_coincident(0, 1)
-                top = top.insert_mark(isl.Id(GPU_THREAD_MARK)).insert_mark(isl.Id(GPU_BLOCK_MARK))
-        top = self.mark_sums(top.insert_mark(kernel_mark(name)))
+                top = top.insert_mark(isl.Id(GPU_THREAD_MARK))
+                if self.block is None:  # (a phase's threads are those of one block)
+                    top = top.insert_mark(isl.Id(GPU_BLOCK_MARK))
+        mark = kernel_mark(name) if self.block is None else isl.Id(f"{GPU_PHASE_MARK} {name}")
+        top = self.mark_sums(top.insert_mark(mark))
         return [self.kernel_of(top, name, host)], top
+
+    def numbering(self) -> tuple[int, int]:
+        """Where the numbering of kernels and phases stands (to restore it when the walk maps a
+        subtree again)."""
+        return self.numbered, self.phase
+
+    def next_name(self) -> str:
+        """The name of the next kernel, or of the next phase of the block kernel being mapped."""
+        if self.block is not None:
+            self.phase += 1
+            return f"{self.block}_p{self.phase - 1}"
+        self.numbered += 1
+        return f"{self.name}_k{self.numbered - 1}"
 
     def kernel_of(self, mark: isl.ScheduleNode, name: str, host: tuple) -> Kernel:
         """Kernel ``name`` of the subtree under its ``mark``: one thread coordinate per band
@@ -317,11 +506,12 @@ class _Mapper:
         statements = frozenset(s.get_tuple_name() for s in _sets(domain))
         members, rest = coordinates_below(mark)
         sums = frozenset(sum_statements(rest))
+        scalars = tuple(sorted(reads_of(self.scop, statements) & self.host_scalars))
         if not members:
             body = self.loop_ast(rest.get_subtree_schedule_union_map(), domain, None)
             true = E.Const(1, boolean)
             return Kernel(name, (), (), (), true, body, host_vars, statements, sums=sums,
-                          memory=self.placement)
+                          memory=self.placement, host_scalars=scalars)
         n_coords = len(members)
         coords = tuple(f"_p{k}" for k in range(n_coords))
         values = _image(domain, *members)
@@ -333,7 +523,7 @@ class _Mapper:
             fixed = _fix(fixed, member, var)
         body = self.loop_ast(rest.get_subtree_schedule_union_map(), fixed, valid)
         return Kernel(name, coords, tuple(lower), tuple(upper), guard, body, host_vars, statements,
-                      valid.n_basic_set() == 1, sums, self.placement)
+                      valid.n_basic_set() == 1, sums, self.placement, scalars)
 
     def mark_sums(self, mark: isl.ScheduleNode) -> isl.ScheduleNode:
         """Kernel ``mark`` with a ``gpu_reduce`` mark above each band of its per-thread subtree
@@ -436,6 +626,37 @@ class _Mapper:
         build = build.set_iterators(names)
         root = build.node_from_schedule_map(schedule.intersect_domain(domain))
         return self.translator().node(root)
+
+
+def _grouped(sequence: isl.ScheduleNode, first: int, last: int) -> isl.ScheduleNode:
+    """``sequence`` with its children ``first..last`` under one filter above a sequence of them,
+    the others as they were (the same order of instances): isl's ``order_before`` splits off
+    the children before the run and then the run (below a temporary mark, so isl puts the new
+    sequence there rather than into a sequence above), the other pieces spliced back."""
+    n = sequence.n_children()
+    filters = [sequence.child(k).filter_get_filter() for k in range(n)]
+
+    def union(positions) -> isl.UnionSet:
+        return reduce(lambda a, b: a.union(b), (filters[k] for k in positions))
+
+    mark = sequence.insert_mark(isl.Id("gpu_group"))
+    depth = mark.get_tree_depth()
+    node = mark.child(0)
+    if first > 0:
+        node = node.order_before(union(range(first)))
+    if last < n - 1:
+        node = node.order_before(union(range(first, last + 1)))
+    top = node.ancestor(node.get_tree_depth() - depth - 1)
+    group = 1 if first > 0 else 0
+    for k in reversed(range(top.n_children())):
+        if k != group and top.child(k).child(0).get_type() == isl.schedule_node_type.sequence:
+            top = top.sequence_splice_child(k)
+    return top.parent().delete()
+
+
+def _runs_serially(steps) -> bool:
+    """Whether ``steps`` launch a kernel without coordinates (one thread) or of one block."""
+    return any(not k.coords for k in kernels_in(steps))
 
 
 def _n_out(umap: isl.UnionMap) -> int:

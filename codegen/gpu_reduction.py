@@ -44,11 +44,13 @@ OTHER_PARTS = 8
 class SplitSum:
     """``loop`` run by the ``parts`` threads of a coordinate together, each from its own first
     iteration (``loop`` as emitted: init shifted by the part, step times the parts); ``partials``
-    pairs a register with the element whose terms it sums (from -0.0, the additive identity)."""
+    pairs a register with the element whose terms it sums (from -0.0, the additive identity);
+    ``block``: the parts are all the threads of a one-block kernel (not one warp's)."""
 
     loop: For
     partials: tuple[tuple[str, E.Access], ...]
     parts: int
+    block: bool = False
 
 
 def first_part() -> E.Expr:
@@ -56,18 +58,20 @@ def first_part() -> E.Expr:
     return E.Binary("==", E.Var(PART, "iter"), E.Const(0, i64), boolean)
 
 
-def split_sums(body: BodyNode, sums: frozenset[str], coords: tuple[str, ...], private: set[str]
-               ) -> tuple[BodyNode, int] | None:
+def split_sums(body: BodyNode, sums: frozenset[str], coords: tuple[str, ...], private: set[str],
+               block_threads: int | None = None) -> tuple[BodyNode, int] | None:
     """``body`` with its outermost loops that run only the statements in ``sums`` as
     :class:`SplitSum` loops and everything else guarded by :func:`first_part`, and the threads
     per coordinate (a kernel without coordinates is one warp); None when no loop splits (then
     the kernel runs as it is). ``private``: the local scalars each thread holds in a register
-    (only the first thread's are current, so a split loop's terms must not read them)."""
+    (only the first thread's are current, so a split loop's terms must not read them).
+    ``block_threads``: the body is a phase of a one-block kernel (no coordinates), whose loops
+    split over all of the block's threads."""
     loops = [n for n in _outer_loops(body) if _splits(n, sums, private)]
     if not loops:
         return None
     rows = all(_reads_rows(loop, coords) for loop in loops)
-    parts = ROW_PARTS if rows or not coords else OTHER_PARTS
+    parts = block_threads or (ROW_PARTS if rows or not coords else OTHER_PARTS)
     registers = count()
 
     def visit(node: BodyNode) -> BodyNode:
@@ -76,7 +80,7 @@ def split_sums(body: BodyNode, sums: frozenset[str], coords: tuple[str, ...], pr
         if isinstance(node, If):
             return If(node.cond, visit(node.then), None if node.otherwise is None else visit(node.otherwise))
         if isinstance(node, For) and any(node is loop for loop in loops):
-            return _split(node, parts, registers)
+            return replace(_split(node, parts, registers), block=block_threads is not None)
         return If(first_part(), promote_accumulators(node))
 
     return visit(body), parts

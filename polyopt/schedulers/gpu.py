@@ -31,7 +31,8 @@ from typing import Callable, Iterable
 import islpy as isl
 
 from polyopt.analysis.scop import Scop
-from polyopt.codegen.gpu_mapping import GpuProgram, sum_statements
+from polyopt.codegen.cuda import ONE_BLOCK_THREADS
+from polyopt.codegen.gpu_mapping import GPU_ONE_BLOCK_MARK, GPU_PHASE_MARK, GpuProgram, sum_statements
 from polyopt.codegen.gpu_reduction import OTHER_PARTS, ROW_PARTS
 from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_THREAD_MARK
 
@@ -41,6 +42,9 @@ LAUNCH_S = 3e-6
 THREAD_RATE = 2e7
 #: Statement instances the whole GPU runs per second when enough threads are busy.
 GPU_RATE = 2e11
+#: Seconds per phase of a one-block kernel, each time it runs: a barrier and the latency of the
+#: phase's global memory accesses, which one block cannot hide behind other blocks' work.
+PHASE_S = 5e-7
 #: A candidate without one-thread kernels wins unless another is this many times faster.
 ONE_THREAD_TOLERANCE = 4.0
 #: Where both are serial (or neither), a second-round candidate (not the requested algorithm
@@ -54,16 +58,20 @@ DEFAULT_SIZE = 1000
 
 @dataclass(frozen=True)
 class KernelCost:
-    """One kernel of a mapped program at the representative sizes."""
+    """One kernel of a mapped program at the representative sizes; ``in_block``: the seconds
+    a one-block kernel's phases take per launch (:func:`one_block_seconds`), None for others."""
 
     name: str
     coords: int
     launches: float
     instances: float
     threads: float  # over all launches, a warp's threads a coordinate where sums split
+    in_block: float | None = None
 
     @property
     def seconds(self) -> float:
+        if self.in_block is not None:
+            return self.launches * (LAUNCH_S + self.in_block)
         per_launch = max(self.threads / max(self.launches, 1.0), 1.0)
         rate = min(per_launch * THREAD_RATE, GPU_RATE)
         return self.launches * LAUNCH_S + self.instances / rate
@@ -81,14 +89,20 @@ class ProgramCost:
 
     @property
     def one_thread(self) -> tuple[KernelCost, ...]:
-        """The kernels without thread coordinates (one thread, or one warp for a split sum)."""
-        return tuple(k for k in self.kernels if not k.coords)
+        """The kernels without thread coordinates (one thread, or one warp for a split sum;
+        not the one-block kernels, whose phases spread over a block's threads)."""
+        return tuple(k for k in self.kernels if not k.coords and k.in_block is None)
 
     @property
     def serial(self) -> tuple[KernelCost, ...]:
         """The one-thread kernels launched more than once or running more than one instance
         per launch (not a scalar statement's single launch)."""
         return tuple(k for k in self.one_thread if k.launches > 1.5 or k.instances > k.launches + 0.5)
+
+    @property
+    def one_block(self) -> tuple[KernelCost, ...]:
+        """The one-block kernels (sequential loops inside one thread block)."""
+        return tuple(k for k in self.kernels if k.in_block is not None)
 
     @property
     def serial_instances(self) -> float:
@@ -202,15 +216,49 @@ def estimate(scop: Scop, program: GpuProgram, sizes: dict[str, int] | None = Non
                 below = below.child(0)
             below = below.child(0)
             coords += 1
+        launches = counter.count(host)
+        if below.get_type() == isl.schedule_node_type.mark and \
+                below.mark_get_id().get_name() == GPU_ONE_BLOCK_MARK:
+            found.append(KernelCost(name.split(" ", 1)[1], 0, launches, counter.count(domain),
+                                    ONE_BLOCK_THREADS, one_block_seconds(counter, below) / max(launches, 1.0)))
+            return False
         threads = counter.count(below.get_prefix_schedule_union_map().intersect_domain(domain).range())
         if sum_statements(below):  # the threads of a warp share each coordinate's sums
             threads *= ROW_PARTS if not coords else OTHER_PARTS
-        found.append(KernelCost(name.split(" ", 1)[1], coords, counter.count(host),
-                                counter.count(domain), threads))
+        found.append(KernelCost(name.split(" ", 1)[1], coords, launches, counter.count(domain), threads))
         return False
 
     program.tree.get_root().foreach_descendant_top_down(look)
     return ProgramCost(tuple(found))
+
+
+def one_block_seconds(counter: "_Counter", block: isl.ScheduleNode) -> float:
+    """The seconds the phases under ``block`` (a ``gpu_one_block`` mark) take over all its
+    launches: :data:`PHASE_S` each time a phase runs, and its instances at one thread's rate
+    times its threads at once (its coordinate's values per run, or the block where its sums
+    split; one thread otherwise)."""
+    total = []
+
+    def look(node: isl.ScheduleNode) -> bool:
+        if node.get_type() != isl.schedule_node_type.mark or \
+                node.mark_get_id().get_name().split(" ")[0] != GPU_PHASE_MARK:
+            return True
+        domain = node.get_domain()
+        runs = max(counter.count(node.get_prefix_schedule_union_map().intersect_domain(domain).range()), 1.0)
+        below = node.child(0)
+        threads = 1.0
+        if below.get_type() == isl.schedule_node_type.mark and below.mark_get_id().get_name() == GPU_THREAD_MARK:
+            band = below.child(0)
+            points = band.get_prefix_schedule_union_map().flat_range_product(
+                band.band_get_partial_schedule_union_map()).intersect_domain(domain).range()
+            threads = counter.count(points) / runs
+        elif sum_statements(node):
+            threads = ONE_BLOCK_THREADS
+        total.append(runs * PHASE_S + counter.count(domain) / (min(max(threads, 1.0), ONE_BLOCK_THREADS) * THREAD_RATE))
+        return False
+
+    block.foreach_descendant_top_down(look)
+    return sum(total)
 
 
 @dataclass(frozen=True)

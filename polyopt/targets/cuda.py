@@ -31,6 +31,7 @@ import numpy as np
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.cuda import CudaSource, cuda_source as emit_cuda
 from polyopt.codegen.cuda_contraction import ContractionSource
+from polyopt.codegen.gpu_host import HostStatement, host_storage, host_values, run_host_statement
 from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel, coordinates_below, map_to_gpu
 from polyopt.errors import ArgumentError, ScheduleError, TargetUnavailableError
 from polyopt.analysis.evaluate import evaluate
@@ -129,7 +130,8 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
 def choose_schedule(scop: Scop, algorithm: str, options: dict, map_program) -> gpu_choice.Candidate:
     """The schedule the GPU runs (see :mod:`polyopt.schedulers.gpu`): the requested algorithm's
     and the original loop order (the one with more thread coordinates per statement where
-    neither has a serial one-thread kernel); where the better still has one, also Pluto without
+    neither has a serial one-thread kernel); where the better still has one (or a one-block
+    kernel, whose loops run in one thread block), also Pluto without
     fusion, Feautrier (wavefronts) and isl's scheduler (as PPCG uses it), by the estimate. The
     choice and the estimates are the schedule's last note. An error of the first two is raised (as before the
     estimate); one of the others is noted and that candidate left out. A given
@@ -144,7 +146,7 @@ def choose_schedule(scop: Scop, algorithm: str, options: dict, map_program) -> g
     if algorithm != "original":
         makers.append(("original", make("original", {})))
     best, scored, failed = gpu_choice.choose(makers, map_program, by_coordinates=True, strict=True)
-    if best.cost.serial:
+    if best.cost.serial or best.cost.one_block:
         more = []
         if not (algorithm == "pluto" and options.get("fuse") == "no"):
             opts = {**options, "fuse": "no"} if algorithm == "pluto" else {"fuse": "no"}
@@ -447,12 +449,13 @@ class CudaKernel:
         matters for host loops of many short kernels (stencil time steps). With ``record``
         (and no ``graph``), returns the :class:`LaunchRecord` of these launches (None where
         there were more than :data:`MAX_RECORDED_LAUNCHES`)."""
-        values = []
+        values, env = [], dict(params)
         for arg in abi_arguments(self.scop):
             if arg.kind == "param":
                 values.append(np.int64(params[arg.name]))
             elif arg.kind == "scalar":
                 values.append(arg.dtype.numpy.type(scalars[arg.name]))
+                env[arg.name] = values[-1]  # (host statements read scalar arguments)
             else:
                 values.append(arrays[arg.name])
         module = _raw_module(self.compiled.source)
@@ -460,13 +463,19 @@ class CudaKernel:
         if isinstance(self.compiled, ContractionSource):  # one launch: nothing to capture
             launch_contraction(self.compiled, recorder or module, values, params, arrays, _sm_count())
         elif not graph:
-            _run_steps(self.program.host, dict(params), values, recorder or module, self.compiled)
+            self._run_host(env, values, recorder or module)
         else:
-            self._replay_graph(module, params, values)
+            self._replay_graph(module, env, values)
         return None if recorder is None else recorder.record(self.scop, params)
 
-    def _replay_graph(self, module, params: dict[str, int], values: list) -> None:
-        """The host program as a CUDA graph captured once per argument set (see :meth:`launch`)."""
+    def _run_host(self, env: dict, values: list, module) -> None:
+        """The host program: its loops, its host statements and its launches, in order."""
+        storage = host_storage(self.scop, self.program.host_scalars)
+        _run_steps(self.program.host, env, values, module, self.compiled, storage)
+
+    def _replay_graph(self, module, env: dict, values: list) -> None:
+        """The host program as a CUDA graph captured once per argument set (see :meth:`launch`);
+        ``env``: the parameters and scalar arguments by name."""
         cupy = cupy_module()
         key = tuple(v.data.ptr if is_cupy(v) else v.item() for v in values)
         if key not in self._graphs:
@@ -474,8 +483,7 @@ class CudaKernel:
                 self._graphs.clear()
             for name in self.compiled.shapes:  # build and load outside the capture
                 module.get_function(name)
-            self._graphs[key] = _captured(
-                lambda: _run_steps(self.program.host, dict(params), values, module, self.compiled))
+            self._graphs[key] = _captured(lambda: self._run_host(dict(env), values, module))
         stream, captured = self._graphs[key]
         current = cupy.cuda.get_current_stream()
         stream.wait_event(current.record())
@@ -630,19 +638,23 @@ class _Recorder:
         return LaunchRecord(scop.name, arguments, written, tuple(self.launches))
 
 
-def _run_steps(steps, env: dict, values: list, module, compiled: CudaSource) -> None:
+def _run_steps(steps, env: dict, values: list, module, compiled: CudaSource, storage: dict) -> None:
+    """Run host ``steps``: loops, host statements (on ``storage``, the host scalars) and launches."""
     for step in steps:
         if isinstance(step, HostLoop):
             low, high = evaluate(step.lower, env, {}), evaluate(step.upper, env, {})
             for value in range(low, high + 1):
                 env[step.var] = value
-                _run_steps(step.body, env, values, module, compiled)
-            continue
-        _launch(step, env, values, module, compiled)
+                _run_steps(step.body, env, values, module, compiled, storage)
+        elif isinstance(step, HostStatement):
+            run_host_statement(compiled.program.scop, step, env, storage)
+        else:
+            _launch(step, env, values, module, compiled, storage)
 
 
-def _launch(kernel: Kernel, env: dict, values: list, module, compiled: CudaSource) -> None:
-    args = tuple(values) + tuple(np.int64(env[v]) for v in kernel.host_vars)
+def _launch(kernel: Kernel, env: dict, values: list, module, compiled: CudaSource, storage: dict) -> None:
+    args = (tuple(values) + tuple(np.int64(env[v]) for v in kernel.host_vars)
+            + host_values(kernel.host_scalars, storage))
     if not kernel.coords:
         module.get_function(kernel.name)((1,), compiled.shapes[kernel.name].cuda_block(), args)
         return

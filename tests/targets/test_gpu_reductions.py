@@ -63,15 +63,24 @@ def test_matrix_vector_sums_are_marked_and_split(plans):
         assert "__shfl_xor_sync" in plans[name].source.source, name
 
 
+LONE_SUM = '''def lone(x: f64["N"], s: f64["1"]):
+    for i in range(N):
+        s[0] += x[i]
+'''
+
+
 def test_a_lone_sum_runs_on_a_warp_not_a_thread(plans):
+    # gramschmidt's nrm sum, between nrm = 0 and R[k][k] = sqrt(nrm), runs with them in one
+    # one-block kernel (tests/targets/test_gpu_one_block.py): split over the block's threads
     source = plans["gramschmidt"].source.source
-    assert "nrm = nrm + _s0;" in source
-    lone = [k for k in plans["gramschmidt"].program.kernels if not k.coords and k.sums]
-    assert len(lone) == 1
-    name = lone[0].name
-    assert f"__launch_bounds__(32) {name}(" in source
-    assert f"{name}<<<1, 32>>>" in source
-    assert plans["gramschmidt"].source.shapes[name].cuda_block() == (32, 1, 1)
+    assert "nrm = nrm + _s0;" in source and "_s0_w[threadIdx.x >> 5] = _s0;" in source
+    # a sum alone is one warp's
+    result = plan(po.kernel_from_source(LONE_SUM))
+    (lone,) = result.program.kernels
+    assert not lone.coords and lone.sums
+    assert f"__launch_bounds__(32) {lone.name}(" in result.source.source
+    assert f"{lone.name}<<<1, 32>>>" in result.source.source
+    assert result.source.shapes[lone.name].cuda_block() == (32, 1, 1)
 
 
 def test_two_coordinate_kernels_are_left_alone(plans):

@@ -1,0 +1,265 @@
+"""Issue 16: no one-thread kernels. Setup scalars the host computes (``gpu_host`` statements:
+deriche's and adi's coefficients) and host loops of one-dimensional work run as one kernel of
+one thread block (``gpu_one_block``: durbin). Here: the sources (nvcc builds them), the mapped
+trees (the verifier checks the phases' thread coordinates), the mapped program run in Python
+(host statements as the launcher runs them, thread coordinates last first) against numpy; on a
+GPU, the compiled kernels against numpy (SMALL) and replays with other scalar values."""
+import re
+import shutil
+import subprocess
+
+import islpy as isl
+import numpy as np
+import pytest
+
+import polyopt as po
+from polyopt.codegen.gpu_host import host_storage, run_host_statement
+from polyopt.codegen.gpu_mapping import (GPU_ONE_BLOCK_MARK, GPU_PHASE_MARK, BlockKernel, HostLoop,
+                                         HostStatement, Kernel)
+from polyopt.codegen.loop_nodes import Block, For, If, Node, Run
+from polyopt.analysis.evaluate import evaluate
+from polyopt.errors import RacyParallelLoopError
+from polyopt.targets.arguments import bind_arguments
+from polyopt.targets.cuda import plan
+from polyopt.targets.interpreter import execute, prepare
+from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_THREAD_MARK
+
+from conftest import needs_gpu
+
+#: The suite kernels whose CUDA code launched one-thread kernels before issue 16's work and no
+#: longer does.
+FIXED = ["deriche", "adi", "durbin", "gramschmidt"]
+#: What launches one thread: a kernel bounded to one thread, or a launch of one.
+ONE_THREAD = re.compile(r"__launch_bounds__\(1\)|<<<1, 1>>>")
+
+HOST_SCALAR_IN_A_LOOP = '''def nest(T: int, A: f64["N"], scale: f64):
+    for t in range(T):
+        s = scale * t + 1.0
+        w = s * s
+        for i in range(N):
+            A[i] = A[i] * 0.5 + w
+'''
+
+
+def _run_program(program, params: dict, scalars: dict, arrays: dict) -> None:
+    """Run a mapped GPU program in Python on ``arrays`` (in place): host loops, host statements
+    as the CUDA launcher runs them, kernels and phases with their thread coordinates last first
+    (a coordinate that carries a dependence gives a wrong result)."""
+    scop = program.scop
+    env, storage = prepare(scop, params, scalars, arrays)
+    storage.update(host_storage(scop, program.host_scalars))
+    statements = {s.name: s for s in scop.statements}
+
+    def body(node: Node, env: dict) -> None:
+        if isinstance(node, Block):
+            for child in node.body:
+                body(child, env)
+        elif isinstance(node, If):
+            if evaluate(node.cond, env, storage):
+                body(node.then, env)
+            elif node.otherwise is not None:
+                body(node.otherwise, env)
+        elif isinstance(node, For):
+            value = evaluate(node.init, env, storage)
+            while evaluate(node.cond, {**env, node.var: value}, storage):
+                body(node.body, {**env, node.var: value})
+                value += node.step
+        elif isinstance(node, Run):
+            stmt = statements[node.statement]
+            point = [evaluate(arg, env, storage) for arg in node.args]
+            execute(stmt, {**env, **dict(zip(stmt.iterators, point))}, storage)
+
+    def steps(items, env: dict) -> None:
+        for step in items:
+            if isinstance(step, HostLoop):
+                for value in range(evaluate(step.lower, env, {}), evaluate(step.upper, env, {}) + 1):
+                    steps(step.body, {**env, step.var: value})
+            elif isinstance(step, HostStatement):
+                run_host_statement(scop, step, env, storage)
+            elif isinstance(step, BlockKernel):
+                steps(step.steps, env)
+            elif not step.coords:
+                body(step.body, env)
+            else:
+                boxes = [range(evaluate(lo, env, {}), evaluate(hi, env, {}) + 1)
+                         for lo, hi in zip(step.lower, step.upper)]
+                for point in reversed(list(np.ndindex(*map(len, boxes)))):
+                    at = {**env, **{c: box[k] for c, box, k in zip(step.coords, boxes, point)}}
+                    if evaluate(step.guard, at, storage):
+                        body(step.body, at)
+
+    with np.errstate(all="ignore"):
+        steps(program.host, env)
+
+
+def _inputs(name: str, size: str):
+    entry = po.suite.get(name)
+    args = entry.inputs(entry.sizes(size))
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    entry.reference(**expected)
+    return entry, args, expected
+
+
+def _check_against(expected: dict, got: dict, tolerance: float = 1e-9) -> None:
+    for key, value in expected.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_allclose(got[key], value, rtol=tolerance, atol=tolerance, err_msg=key)
+
+
+@pytest.fixture(scope="module")
+def fixed():
+    """The CUDA plans of the fixed suite kernels (default options)."""
+    return {name: plan(po.suite.get(name).kernel) for name in FIXED}
+
+
+@pytest.mark.parametrize("name", FIXED)
+def test_no_one_thread_kernels(fixed, name):
+    source = fixed[name].source.source
+    assert not ONE_THREAD.findall(source), name
+    assert not any(isinstance(k, Kernel) and not k.coords for k in fixed[name].program.kernels)
+
+
+def test_deriches_coefficients_are_computed_by_the_host(fixed):
+    result = fixed["deriche"]
+    program, source = result.program, result.source.source
+    assert {"k", "a1", "a5", "b1", "c2"} <= set(program.host_scalars)
+    assert "mark gpu_host S0" in program.pretty()
+    host = source[source.index('extern "C" void polyopt_deriche('):]
+    # the host wrapper computes them first, in the statements' order, and passes them on
+    assert host.index("  double k = 0;") < host.index("k = (1.0 - exp(-alpha))") < host.index("a1 = k;")
+    assert "__device__ double k;" not in source
+    launch = next(line for line in host.splitlines() if "a1, a2, b1, b2" in line)
+    assert launch.strip().startswith("polyopt_deriche_k")
+    kernel = next(k for k in program.kernels if "a1" in k.host_scalars)
+    assert "double a1" in source[source.index(f"{kernel.name}("):].split("\n")[0]
+
+
+def test_durbin_runs_as_one_block(fixed):
+    result = fixed["durbin"]
+    (block,) = result.program.kernels
+    assert isinstance(block, BlockKernel) and result.program.host == (block,)
+    text = result.program.pretty()
+    assert f"mark gpu_kernel {block.name}\n" in text and f"mark {GPU_ONE_BLOCK_MARK}" in text
+    assert text.count(f"mark {GPU_PHASE_MARK} ") == 10 and f"mark {GPU_BLOCK_MARK}" not in text
+    assert text.count(f"mark {GPU_THREAD_MARK}") == 2 and "mark gpu_reduce" in text
+    source = result.source.source
+    assert f"{block.name}<<<1, 1024>>>" in source and "__launch_bounds__(1024)" in source
+    assert "__shared__ double alpha;" in source and "__device__ double" not in source
+    assert source.count("__syncthreads();") >= 10
+    assert "0 one-thread" in result.schedule.notes[-1]
+
+
+def test_the_verifier_checks_the_threads_of_a_one_block_kernel(fixed):
+    result = fixed["durbin"]
+    po.verify(result.scop, result.mapped_tree)
+    # a thread coordinate on the k loop the block runs sequentially: refused, naming the kernel
+    sequence = result.mapped_tree.get_root().child(0).child(0).child(0)
+    assert sequence.get_type() == isl.schedule_node_type.sequence
+    loop = sequence.child(3).child(0)
+    assert "S3[k] -> [(k)]" in str(loop.band_get_partial_schedule())
+    racy = loop.insert_mark(isl.Id(GPU_THREAD_MARK)).get_schedule()
+    block = result.program.kernels[0].name
+    with pytest.raises(RacyParallelLoopError, match=rf"gpu_thread: a GPU thread coordinate of kernel {block}"):
+        po.verify(result.scop, racy)
+
+
+@pytest.mark.parametrize("name", po.suite.names())
+def test_the_mapped_program_computes_the_reference(name):
+    entry, args, expected = _inputs(name, "MINI")
+    result = plan(entry.kernel, contraction=False)
+    bound = bind_arguments(result.scop, (), args)
+    _run_program(result.program, bound.params, bound.scalars, bound.arrays)
+    _check_against(expected, args)
+
+
+def test_a_host_scalar_inside_a_host_loop():
+    kernel = po.kernel_from_source(HOST_SCALAR_IN_A_LOOP)
+    result = plan(kernel)
+    program = result.program
+    assert set(program.host_scalars) == {"s", "w"}
+    (loop,) = program.host
+    assert isinstance(loop, HostLoop) and [type(s) for s in loop.body] == [HostStatement, HostStatement, Kernel]
+    assert loop.body[2].host_scalars == ("w",)
+    a = np.linspace(0.0, 1.0, 7)
+    expected = a.copy()
+    po.interpret(kernel, T=3, A=expected, scale=1.5)
+    _run_program(program, {"N": 7, "T": 3}, {"scale": 1.5}, {"A": a})
+    np.testing.assert_allclose(a, expected, rtol=1e-15)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_nvcc_builds_the_variants(tmp_path):
+    durbin = po.suite.get("durbin").kernel
+    sources = {"durbin_f32": po.cuda_source(durbin.with_dtype("f32")),
+               "durbin_no_split": po.cuda_source(durbin, reductions=False),
+               "deriche_f32": po.cuda_source(po.suite.get("deriche").kernel.with_dtype("f32")),
+               "host_loop": po.cuda_source(po.kernel_from_source(HOST_SCALAR_IN_A_LOOP))}
+    assert "float _s0 = -0.0f;" in sources["durbin_f32"] and "__shfl_xor_sync" not in sources["durbin_no_split"]
+    for name, source in sources.items():
+        assert not ONE_THREAD.findall(source), name
+        (tmp_path / f"{name}.cu").write_text(source)
+    result = subprocess.run(["nvcc", "-arch=sm_90", "-c", *(f"{n}.cu" for n in sources)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+# ----- on a GPU -------------------------------------------------------------------------------
+
+def _gpu_check(name: str, size: str = "SMALL", dtype=np.float64, **options) -> None:
+    entry = po.suite.get(name)
+    kernel = entry.kernel if dtype == np.float64 else entry.kernel.with_dtype("f32")
+    args = entry.inputs(entry.sizes(size), dtype)
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    entry.reference(**expected)
+    po.compile(kernel, target="cuda", **options)(**args)
+    _check_against(expected, args, 1e-9 if dtype == np.float64 else 2e-4)
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", FIXED)
+@pytest.mark.parametrize("size", ["MINI", "SMALL", "MEDIUM"])
+def test_gpu_fixed_kernels_match_the_reference(name, size):
+    _gpu_check(name, size)
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", FIXED)
+def test_gpu_fixed_kernels_in_f32(name):
+    _gpu_check(name, dtype=np.float32)
+
+
+@needs_gpu
+def test_gpu_durbin_without_split_sums():
+    _gpu_check("durbin", reductions=False)
+
+
+@needs_gpu
+def test_gpu_host_scalars_follow_the_scalar_arguments():
+    """Calls on CuPy arrays are recorded and replayed (and captured as graphs): a call with
+    another alpha must not replay the host scalars of the one before."""
+    import cupy
+
+    entry, args, _ = _inputs("deriche", "SMALL")
+    compiled = po.compile(entry.kernel, target="cuda")
+    for alpha in (0.25, 0.25, 0.5, 0.25):
+        expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+        expected["alpha"] = alpha
+        entry.reference(**expected)
+        device = {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+        compiled(**{**device, "alpha": alpha})
+        _check_against(expected, {k: v.get() for k, v in device.items() if not np.isscalar(v)})
+    bound, device, _ = compiled.bind((), {**args, "alpha": 0.5})
+    compiled.launch(bound.params, bound.scalars, device, graph=True)
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    entry.reference(**{**expected, "alpha": 0.5})
+    _check_against({"imgOut": expected["imgOut"]}, {"imgOut": device["imgOut"].get()})
+
+
+@needs_gpu
+def test_gpu_host_scalar_inside_a_host_loop():
+    kernel = po.kernel_from_source(HOST_SCALAR_IN_A_LOOP)
+    a = np.linspace(0.0, 1.0, 1000)
+    expected = a.copy()
+    po.interpret(kernel, T=5, A=expected, scale=1.5)
+    po.compile(kernel, target="cuda")(T=5, A=a, scale=1.5)
+    np.testing.assert_allclose(a, expected, rtol=1e-15)
