@@ -345,17 +345,17 @@ class _Mapper:
         var = f"_h{len(host)}"
         numbered = self.numbering()
         body, inner = self.steps(inner, host + ((member, var),))
-        if not any(k.coords for k in kernels_in(body)):  # one sequential kernel instead
-            self.numbered, self.phase = numbered  # (of the tree before the walk below it)
-            return self.kernel(node, 0, host)
-        values = _image(self.restrict(node.get_domain(), host), member)
-        lower, upper = self.bounds(values, 0)
-        loop = HostLoop(var, lower, upper, tuple(body))
-        if self.block is None and self.fits_one_block([loop]) and _runs_serially(body) \
+        parallel_work = _has_parallel_work(body)
+        if self.block is None and parallel_work and _runs_serially(body) and self.fits_one_block(body) \
                 and not _holds_given_coordinates(node):
             self.numbered, self.phase = numbered
             return self.one_block(node, host)
-        return [loop], inner.parent()
+        if not any(k.coords for k in kernels_in(body)) and not (self.block and parallel_work):
+            self.numbered, self.phase = numbered  # one sequential kernel (or phase) instead
+            return self.kernel(node, 0, host)
+        values = _image(self.restrict(node.get_domain(), host), member)
+        lower, upper = self.bounds(values, 0)
+        return [HostLoop(var, lower, upper, tuple(body))], inner.parent()
 
     def parallel_members(self, node: isl.ScheduleNode) -> int:
         """How many leading members of the band carry no dependence (given all outer
@@ -399,7 +399,7 @@ class _Mapper:
 
     # ----- one-block kernels -------------------------------------------------------------------
     def fits_one_block(self, steps) -> bool:
-        """Whether ``steps`` (a host loop, or a sequence's steps) can run in one thread block:
+        """Whether ``steps`` (a loop's body, or a sequence's steps) can run in one thread block:
         no host statement, every kernel at most one-dimensional work (no coordinate, or one
         whose threads run no loop), with no memory placement, and no local scalar written where
         threads run at once (the block's scalars live in shared memory)."""
@@ -427,9 +427,12 @@ class _Mapper:
                 and any(isinstance(s, BlockKernel) or s.sums for s in steps))
 
     def merges(self, step: HostStep) -> bool:
-        """Whether ``step`` may be part of a sequence merged into one block."""
-        return isinstance(step, BlockKernel) or (isinstance(step, Kernel) and not step.coords
-                                                 and self.fits_one_block([step]))
+        """Whether ``step`` may be part of a sequence merged into one block: a one-block kernel,
+        or a kernel without coordinates that runs no loop but its sums (a serial loop nest
+        stays a kernel of its own, not hidden in a block)."""
+        return isinstance(step, BlockKernel) or (
+            isinstance(step, Kernel) and not step.coords and self.fits_one_block([step])
+            and (bool(step.sums) or not has_loop(step.body)))
 
     def one_block_run(self, per_child: list[list[HostStep]]) -> tuple[int, int] | None:
         """The first run of adjacent children of a sequence (their steps ``per_child``) that
@@ -652,6 +655,12 @@ def _grouped(sequence: isl.ScheduleNode, first: int, last: int) -> isl.ScheduleN
         if k != group and top.child(k).child(0).get_type() == isl.schedule_node_type.sequence:
             top = top.sequence_splice_child(k)
     return top.parent().delete()
+
+
+def _has_parallel_work(steps) -> bool:
+    """Whether ``steps`` have work for many threads: a kernel or phase with coordinates or sums
+    (split over threads), or a one-block kernel."""
+    return any(k.coords or isinstance(k, BlockKernel) or k.sums for k in kernels_in(steps))
 
 
 def _runs_serially(steps) -> bool:

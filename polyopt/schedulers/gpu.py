@@ -59,7 +59,8 @@ DEFAULT_SIZE = 1000
 @dataclass(frozen=True)
 class KernelCost:
     """One kernel of a mapped program at the representative sizes; ``in_block``: the seconds
-    a one-block kernel's phases take per launch (:func:`one_block_seconds`), None for others."""
+    a one-block kernel's phases take per launch (:func:`one_block_seconds`), None for others;
+    ``serial_phase``: one of its phases runs a loop on one thread."""
 
     name: str
     coords: int
@@ -67,6 +68,7 @@ class KernelCost:
     instances: float
     threads: float  # over all launches, a warp's threads a coordinate where sums split
     in_block: float | None = None
+    serial_phase: bool = False
 
     @property
     def seconds(self) -> float:
@@ -96,8 +98,10 @@ class ProgramCost:
     @property
     def serial(self) -> tuple[KernelCost, ...]:
         """The one-thread kernels launched more than once or running more than one instance
-        per launch (not a scalar statement's single launch)."""
-        return tuple(k for k in self.one_thread if k.launches > 1.5 or k.instances > k.launches + 0.5)
+        per launch (not a scalar statement's single launch), and the one-block kernels with a
+        phase that runs a loop on one thread."""
+        return tuple(k for k in self.one_thread if k.launches > 1.5 or k.instances > k.launches + 0.5) \
+            + tuple(k for k in self.one_block if k.serial_phase)
 
     @property
     def one_block(self) -> tuple[KernelCost, ...]:
@@ -219,8 +223,9 @@ def estimate(scop: Scop, program: GpuProgram, sizes: dict[str, int] | None = Non
         launches = counter.count(host)
         if below.get_type() == isl.schedule_node_type.mark and \
                 below.mark_get_id().get_name() == GPU_ONE_BLOCK_MARK:
+            seconds, serial = one_block_seconds(counter, below)
             found.append(KernelCost(name.split(" ", 1)[1], 0, launches, counter.count(domain),
-                                    ONE_BLOCK_THREADS, one_block_seconds(counter, below) / max(launches, 1.0)))
+                                    ONE_BLOCK_THREADS, seconds / max(launches, 1.0), serial))
             return False
         threads = counter.count(below.get_prefix_schedule_union_map().intersect_domain(domain).range())
         if sum_statements(below):  # the threads of a warp share each coordinate's sums
@@ -232,12 +237,13 @@ def estimate(scop: Scop, program: GpuProgram, sizes: dict[str, int] | None = Non
     return ProgramCost(tuple(found))
 
 
-def one_block_seconds(counter: "_Counter", block: isl.ScheduleNode) -> float:
+def one_block_seconds(counter: "_Counter", block: isl.ScheduleNode) -> tuple[float, bool]:
     """The seconds the phases under ``block`` (a ``gpu_one_block`` mark) take over all its
     launches: :data:`PHASE_S` each time a phase runs, and its instances at one thread's rate
     times its threads at once (its coordinate's values per run, or the block where its sums
-    split; one thread otherwise)."""
-    total = []
+    split; one thread otherwise); and whether a phase on one thread runs more than one
+    instance a run (a loop)."""
+    total, serial = [], []
 
     def look(node: isl.ScheduleNode) -> bool:
         if node.get_type() != isl.schedule_node_type.mark or \
@@ -254,11 +260,13 @@ def one_block_seconds(counter: "_Counter", block: isl.ScheduleNode) -> float:
             threads = counter.count(points) / runs
         elif sum_statements(node):
             threads = ONE_BLOCK_THREADS
-        total.append(runs * PHASE_S + counter.count(domain) / (min(max(threads, 1.0), ONE_BLOCK_THREADS) * THREAD_RATE))
+        instances = counter.count(domain)
+        serial.append(threads == 1.0 and instances > runs + 0.5)
+        total.append(runs * PHASE_S + instances / (min(max(threads, 1.0), ONE_BLOCK_THREADS) * THREAD_RATE))
         return False
 
     block.foreach_descendant_top_down(look)
-    return sum(total)
+    return sum(total), any(serial)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,37 @@ HOST_SCALAR_IN_A_LOOP = '''def nest(T: int, A: f64["N"], scale: f64):
         for i in range(N):
             A[i] = A[i] * 0.5 + w
 '''
+#: ludcmp with its updates written as sums (``w += -a * b``; the reductions analysis takes
+#: ``X = X + e`` only): every loop is sequential but each runs a sum, so the whole kernel is one
+#: block kernel, the sums split over its threads.
+LUDCMP_SUMS = '''def ludcmp_sums(A: f64["N", "N"], b: f64["N"], x: f64["N"], y: f64["N"]):
+    for i in range(N):
+        for j in range(i):
+            w = A[i, j]
+            for k in range(j):
+                w += -A[i, k] * A[k, j]
+            A[i, j] = w / A[j, j]
+        for j in range(i, N):
+            w = A[i, j]
+            for k in range(i):
+                w += -A[i, k] * A[k, j]
+            A[i, j] = w
+    for i in range(N):
+        w = b[i]
+        for j in range(i):
+            w += -A[i, j] * y[j]
+        y[i] = w
+    for i in range(N - 1, -1, -1):
+        w = y[i]
+        for j in range(i + 1, N):
+            w += -A[i, j] * x[j]
+        x[i] = w / A[i, i]
+'''
+
+
+def _ludcmp_sums_inputs(n: int) -> dict:
+    entry = po.suite.get("ludcmp")
+    return entry.inputs({"N": n})
 
 
 def _run_program(program, params: dict, scalars: dict, arrays: dict) -> None:
@@ -187,13 +218,38 @@ def test_a_host_scalar_inside_a_host_loop():
     np.testing.assert_allclose(a, expected, rtol=1e-15)
 
 
+def test_loops_of_sums_run_in_one_block():
+    kernel = po.kernel_from_source(LUDCMP_SUMS)
+    result = plan(kernel)
+    (block,) = result.program.kernels
+    assert isinstance(block, BlockKernel) and "0 one-thread" in result.schedule.notes[-1]
+    assert result.program.pretty().count("mark gpu_reduce") == 4
+    assert result.source.source.count("_w[threadIdx.x >> 5] = ") == 4
+    args = _ludcmp_sums_inputs(12)
+    expected = {k: v.copy() for k, v in args.items()}
+    po.interpret(kernel, **expected)
+    bound = bind_arguments(result.scop, (), args)
+    _run_program(result.program, bound.params, bound.scalars, bound.arrays)
+    _check_against(expected, args, 1e-12)
+
+
+def test_a_serial_loop_nest_is_not_merged_into_a_block():
+    """pluto fuses ludcmp_sums' factorization into one sequential band, no sum to split: that
+    kernel stays one-thread (and the GPU choice prefers the original order), it is not hidden
+    in a block kernel."""
+    notes = plan(po.kernel_from_source(LUDCMP_SUMS)).schedule.notes[-1]
+    assert notes.startswith("gpu schedule: original chosen")
+    assert re.search(r"beaten: pluto: [^;]*, 3 kernels, 2 one-thread \(2 serial", notes), notes
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_nvcc_builds_the_variants(tmp_path):
     durbin = po.suite.get("durbin").kernel
     sources = {"durbin_f32": po.cuda_source(durbin.with_dtype("f32")),
                "durbin_no_split": po.cuda_source(durbin, reductions=False),
                "deriche_f32": po.cuda_source(po.suite.get("deriche").kernel.with_dtype("f32")),
-               "host_loop": po.cuda_source(po.kernel_from_source(HOST_SCALAR_IN_A_LOOP))}
+               "host_loop": po.cuda_source(po.kernel_from_source(HOST_SCALAR_IN_A_LOOP)),
+               "ludcmp_sums": po.cuda_source(po.kernel_from_source(LUDCMP_SUMS))}
     assert "float _s0 = -0.0f;" in sources["durbin_f32"] and "__shfl_xor_sync" not in sources["durbin_no_split"]
     for name, source in sources.items():
         assert not ONE_THREAD.findall(source), name
@@ -263,3 +319,14 @@ def test_gpu_host_scalar_inside_a_host_loop():
     po.interpret(kernel, T=5, A=expected, scale=1.5)
     po.compile(kernel, target="cuda")(T=5, A=a, scale=1.5)
     np.testing.assert_allclose(a, expected, rtol=1e-15)
+
+
+@needs_gpu
+@pytest.mark.parametrize("n", [12, 120, 400])
+def test_gpu_loops_of_sums_in_one_block(n):
+    kernel = po.kernel_from_source(LUDCMP_SUMS)
+    args = _ludcmp_sums_inputs(n)
+    expected = {k: v.copy() for k, v in args.items()}
+    po.suite.get("ludcmp").reference(**expected)
+    po.compile(kernel, target="cuda")(**args)
+    _check_against(expected, args)
