@@ -18,11 +18,15 @@ from polyopt.codegen.ast_check import (CHECK_OPERATIONS, CHECK_SECONDS, check_at
 from polyopt.errors import CodegenError, LoopTranslationError, PolyoptWarning
 from polyopt.analysis.scop import Argument, Scop, Statement
 from polyopt.transform.marks import PARALLEL_MARK
-from polyopt.codegen.loop_nodes import Block, For, If, Node, Run
+from polyopt.codegen.loop_nodes import Block, For, If, Node, Run, nodes
 from polyopt.types import boolean, i64
 
 
 MAX_LOOP_DEPTH = 64  # loop iterator names handed to isl; deeper nests get isl's own names
+
+#: isl's loops with more loops than this are built again with atomic loop types (see
+#: :func:`generate_loop_ast`); the suite's largest default, tiled or register-tiled AST has 54.
+MAX_SEPARATED_LOOPS = 96
 
 _BINARY = {
     isl.ast_expr_op_type.add: "+", isl.ast_expr_op_type.sub: "-", isl.ast_expr_op_type.mul: "*",
@@ -220,26 +224,31 @@ def generate_loop_ast(scop: Scop, tree: isl.Schedule) -> LoopAst:
     the tree's loops, the atomic loops are checked at the fixed sizes only: they differ in loop
     types, not in how large the check's relations grow, and a second try would spend the whole
     budgets again. The original order's loops are not tiled: their check for all sizes took at
-    most 0.04 s on every suite kernel, so it runs."""
+    most 0.04 s on every suite kernel, so it runs.
+
+    Where isl's loops of the tree number more than :data:`MAX_SEPARATED_LOOPS` (isl separates a
+    band into pieces; a tiled, shifted band of a random nest came out as 114 loops), the atomic
+    loops are the first ones checked: LLVM took 3.7 s and the check 1.5 s on those 114 loops,
+    where the atomic ones (7 loops) compiled and checked in about a second."""
     deps = dependences(scop)
     gave_up = gave_up_text(CHECK_OPERATIONS, CHECK_SECONDS)
     loops = _tree_ast(scop, tree)
-    decided = True  # whether the check for all sizes decided on the tree's loops
-    try:
-        decided = check_for_all_sizes(scop, loops, deps, CHECK_OPERATIONS)
-        if not decided:
-            check_at_fixed_sizes(scop, loops, deps, gave_up)
-        return LoopAst(loops)
-    except LoopTranslationError as err:
-        first = err
-    loops = _tree_ast(scop, tree.map_schedule_node_bottom_up(_atomic))
-    try:
-        if not (decided and check_for_all_sizes(scop, loops, deps, CHECK_OPERATIONS)):
-            check_at_fixed_sizes(scop, loops, deps, gave_up if decided else
-                                 f"{gave_up} on the loops before these, so these were not checked that way")
-        return LoopAst(loops)
-    except LoopTranslationError:
-        pass
+    builds = [lambda: loops, lambda: _tree_ast(scop, tree.map_schedule_node_bottom_up(_atomic))]
+    if _loop_count(loops) > MAX_SEPARATED_LOOPS:
+        builds = builds[1:]  # isl's separation multiplied the loops, and the time of all that follows
+    decided = True  # whether the check for all sizes decided on the loops before
+    first = None
+    for build in builds:
+        candidate = build()
+        try:
+            reason = gave_up if decided else f"{gave_up} on the loops before these, so these were not checked that way"
+            if decided:
+                decided = check_for_all_sizes(scop, candidate, deps, CHECK_OPERATIONS)
+            if not decided:
+                check_at_fixed_sizes(scop, candidate, deps, reason)
+            return LoopAst(candidate)
+        except LoopTranslationError as err:
+            first = first or err
     loops = _tree_ast(scop, scop.schedule)
     try:
         check_loop_ast(scop, loops, deps)
@@ -261,6 +270,10 @@ def _tree_ast(scop: Scop, tree: isl.Schedule) -> Node:
     build = isl.AstBuild.from_context(scop.context).set_iterators(names)
     root = build.node_from_schedule(_for_ast_build(tree).intersect_domain(scop.domain))
     return IslAstTranslator(set(scop.params), iterator_names).node(root)
+
+
+def _loop_count(loops: Node) -> int:
+    return sum(isinstance(node, For) for node in nodes(loops))
 
 
 def _atomic(node: isl.ScheduleNode) -> isl.ScheduleNode:

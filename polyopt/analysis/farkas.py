@@ -23,6 +23,7 @@ from typing import Mapping, Sequence
 import islpy as isl
 
 from polyopt.analysis.components import connected_groups
+from polyopt.analysis.dual_cone import coefficients
 from polyopt.islutil import coalesced
 
 #: An affine form over the unknowns: unknown name -> integer coefficient; the key 1 holds the
@@ -188,7 +189,7 @@ def _dual_cone_rows(relation_text: str) -> tuple[tuple[bool, int, tuple[int, ...
     the groups' cones (:func:`product_cone`); isl's ``coefficients`` of the whole product took
     150 s on a six-dimensional one that way costs 5 s."""
     wrapped = isl.BasicMap(relation_text).detect_equalities().remove_divs().wrap()
-    cone = (product_cone(wrapped) or wrapped.coefficients()).flatten()
+    cone = (product_cone(wrapped) or coefficients(wrapped)).flatten()
     n = cone.dim(isl.dim_type.set)
     rows = []
     for constraint in cone.get_constraints():
@@ -220,7 +221,7 @@ def product_cone(points: isl.BasicSet) -> isl.BasicSet | None:
         for constraint, dims in zip(constraints, used):
             if dims <= factor:
                 cylinder = cylinder.add_constraint(constraint)
-        cone = isl.Set.from_basic_set(cylinder.coefficients())
+        cone = isl.Set.from_basic_set(coefficients(cylinder))
         total = cone if total is None else total.sum(cone)
     (cone,) = total.get_basic_sets()
     return cone.remove_divs()
