@@ -11,11 +11,12 @@ launches; a subtree with no parallelism at all becomes a single-thread kernel, e
   - a statement writing a host scalar, alone at a leaf, runs on the host (once per iteration
     of the host loops around it, :mod:`polyopt.codegen.gpu_host`): deriche's coefficients;
   - a host loop whose kernels each have at most one-dimensional work (no coordinate, or one
-    whose threads run no loop) and one of which has no coordinate, and a run of a sequence's
-    children that map to such loops and to kernels without coordinates (sums among them),
-    become one :class:`BlockKernel`: one thread block running the loops itself, its kernels
-    as phases over the block's threads with a barrier after each (durbin: one launch instead
-    of a one-thread kernel and several small ones per step of its k loop).
+    whose threads run no loop) and one of which has no coordinate, a sequential loop whose
+    only parallel work is a sum (``gpu_reduce``), and a run of a sequence's children that map
+    to such loops and to kernels without coordinates running no loop but their sums (a sum
+    among them), become one :class:`BlockKernel`: one thread block running the loops itself,
+    its kernels as phases over the block's threads with a barrier after each (durbin: one
+    launch instead of a one-thread kernel and several small ones per step of its k loop).
 
 Kernel bounds, host loop bounds and the per-thread guard are isl expressions of the parameters
 and of the enclosing host loop variables, so grid sizes follow the parameter values at launch.
@@ -149,7 +150,7 @@ class GpuProgram:
 
     scop: Scop
     host: tuple[HostStep, ...]
-    kernels: tuple[Kernel, ...]
+    kernels: tuple["Kernel | BlockKernel", ...]
     tree: isl.Schedule
     host_scalars: tuple[str, ...] = ()
 
@@ -159,8 +160,9 @@ class GpuProgram:
         return format_tree(self.tree)
 
 
-def kernels_in(steps) -> list[Kernel]:
-    """The kernels of a host program, in launch-site order."""
+def kernels_in(steps) -> list["Kernel | BlockKernel"]:
+    """The kernels of a host program (or the phases of a one-block kernel's steps), in
+    launch-site order."""
     found = []
     for step in steps:
         if isinstance(step, HostLoop):
@@ -350,7 +352,7 @@ class _Mapper:
                 and not _holds_given_coordinates(node):
             self.numbered, self.phase = numbered
             return self.one_block(node, host)
-        if not any(k.coords for k in kernels_in(body)) and not (self.block and parallel_work):
+        if not any(k.coords for k in kernels_in(body)) and not (self.block is not None and parallel_work):
             self.numbered, self.phase = numbered  # one sequential kernel (or phase) instead
             return self.kernel(node, 0, host)
         values = _image(self.restrict(node.get_domain(), host), member)
@@ -387,7 +389,7 @@ class _Mapper:
         None."""
         domain = self.restrict(leaf.get_domain(), host)
         names = tuple_names(domain)
-        if len(names) != 1 or not self.host_scalars:
+        if len(names) != 1 or not self.host_scalars or self.block is not None:
             return None
         stmt = self.scop.statement(names[0])
         single = isl.Set.from_union_set(domain)
