@@ -1,7 +1,7 @@
 """Sum reductions: which loops may split their iterations over several threads.
 
-A statement ``X[f] = X[f] + e`` (or ``e + X[f]``) whose ``e`` does not read ``X`` adds a term to one
-element per instance. Instances of such statements that update the same element of the same
+A statement ``X[f] = X[f] + e`` (or ``e + X[f]``, or ``X[f] - e``, which adds ``-e``) whose ``e``
+does not read ``X`` adds a term to one element per instance. Instances of such statements that update the same element of the same
 array commute up to the rounding of floating-point sums: a loop whose iterations depend on each
 other only through them may run its iterations on several threads, each summing its own terms
 into a partial sum, the partial sums added at the end (what the GPU mapping's ``gpu_reduce``
@@ -23,7 +23,10 @@ from polyopt.analysis.scop import Scop, Statement
 
 
 def sum_term(target: E.Expr, value: E.Expr) -> E.Expr | None:
-    """``e`` where ``value`` is ``target + e`` or ``e + target``, else None."""
+    """``e`` where ``value`` is ``target + e`` or ``e + target``, ``-e`` where it is ``target - e``
+    (IEEE subtraction is the addition of the negation, exactly), else None."""
+    if isinstance(value, E.Binary) and value.op == "-" and value.lhs == target:
+        return E.negate(value.rhs)
     if not (isinstance(value, E.Binary) and value.op == "+"):
         return None
     if value.lhs == target:

@@ -68,16 +68,17 @@ def _on_device(name: str, description: str, compiled: CudaKernel, args: Mapping[
     cp = cupy_module()
     bound, device, _ = compiled.bind((), dict(args))  # device copies, kept for every run
     scratch = {key: array.copy() for key, array in device.items()}
-    written = sorted({w.array for s in compiled.scop.statements for w in s.writes} & set(device))
+    inputs = [key for key in device if key in args]  # (not the temporaries of expanded scalars)
+    written = sorted({w.array for s in compiled.scop.statements for w in s.writes} & set(inputs))
 
     def prepare(args: dict) -> None:
-        for key, array in scratch.items():
-            array.set(args[key])  # the same work as the timed run
+        for key in inputs:
+            scratch[key].set(args[key])  # the same work as the timed run
         _warm_up(cp, lambda: compute(scratch, bound))
 
     def run(args: dict) -> float:
-        for key, array in device.items():
-            array.set(args[key])
+        for key in inputs:
+            device[key].set(args[key])
         start, stop = cp.cuda.Event(), cp.cuda.Event()
         start.record()
         compute(device, bound)

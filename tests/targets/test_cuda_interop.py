@@ -432,3 +432,14 @@ def test_bench_einsum_cuda_rows_are_checked(cp):
     assert report["launch_overhead"]["host_us"]["po.einsum (cupy)"] > 0
     header, rows = einsum_cuda.table(report)
     assert "precision" in header and len(rows) == len(report["cases"]) + 1
+
+
+@needs_gpu
+def test_bench_cuda_runs_kernels_with_expanded_scalars():
+    """`polyopt bench --target cuda` on kernels whose scalars the CUDA target expands into
+    temporary arrays (deriche, adi): the runner copies in the kernel's own arrays only (it raised
+    KeyError on the temporaries), and every result is checked."""
+    from polyopt.bench import BenchConfig, bench_kernels
+    report = bench_kernels(["deriche", "adi", "gemm"], BenchConfig(size="MINI", repeats=1, target="cuda"),
+                           command="test")
+    assert report["correct"], [k for k in report["kernels"] if not k["correct"]]

@@ -26,7 +26,7 @@ def sums_and_others(x: f64["N"], y: f64["N"], A: f64["N", "N"], k: i64["N"], z: 
         for j in range(N):
             x[i] = x[i] + A[i, j] * y[j]        # S0: a sum
             x[i] = A[i, j] * y[j] + x[i]        # S1: a sum, term first
-            x[i] = x[i] - A[i, j]               # S2: a difference
+            x[i] = x[i] - A[i, j]               # S2: a difference: the sum of -A[i, j]
             x[i] = x[i] + x[j]                  # S3: its term reads the array it sums into
             k[i] = k[i] + 1                     # S4: an integer sum (exact: no split needed)
             y[i] = x[i] * 2.0 + y[i]            # S5: a sum into y whose term reads x
@@ -35,7 +35,7 @@ def sums_and_others(x: f64["N"], y: f64["N"], A: f64["N", "N"], k: i64["N"], z: 
 
 def test_which_statements_are_sums():
     found = {name: accumulated_array(s) for name, s in _statements(sums_and_others).items()}
-    assert found == {"S0": "x", "S1": "x", "S2": None, "S3": None, "S4": None, "S5": "y", "S6": None}
+    assert found == {"S0": "x", "S1": "x", "S2": "x", "S3": None, "S4": None, "S5": "y", "S6": None}
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,6 @@ SUITE = po.suite.names()
 #: Kernels whose plan still has a serial one-thread kernel (launched in a host loop, or running a
 #: loop), and why no candidate does better.
 SERIAL_EXCEPTIONS = {
-    "ludcmp": "scalar expansion makes the loop over j of each row of U parallel, but each row of L "
-              "is a triangular solve along j (A[i][j] reads A[i][k], k < j), and so are the "
-              "forward and back substitutions: pluto fuses the two j loops into one sequential band; "
-              "their w -= ... is no sum to the reductions analysis, or they would be one block kernel "
-              "(tests/targets/test_gpu_one_block.py, LUDCMP_SUMS)",
     "nussinov": "Feautrier's wavefront is parallel but launches ~9e7 kernels (estimated 4x "
                 "slower than one thread); needs in-kernel loops around a block-wide wavefront",
 }
