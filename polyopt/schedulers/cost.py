@@ -42,6 +42,7 @@ from polyopt.schedulers.tilesize import (WAVEFRONT_TILE_CAP, band_references, ba
                                         footprint_bytes)
 from polyopt.transform import nodes as N
 from polyopt.transform import tree as tree_ops
+from polyopt.transform.marks import PARALLEL_MARK
 from polyopt.transform.primitives import loop_statements
 
 if TYPE_CHECKING:
@@ -199,6 +200,24 @@ def strided_fused_bands(schedule) -> list[tuple[str, ...]]:
         if tree_ops.vector_score(band.members[-1], schedule.scop) == -1:
             found.append(band.names)
     return found
+
+
+def threaded_nests(schedule) -> list[bool]:
+    """Per nest of the outermost sequence (the whole tree where there is none): whether some loop
+    of it runs on the thread team (a parallel mark above a loop with a loop inside it: an
+    innermost parallel loop is only vectorized), or it is one loop deep."""
+    root = schedule.root
+    nests = [f.child for f in root.children] if isinstance(root, N.Sequence) else [root]
+    return [not _loop_in_loop(nest) or
+            any(isinstance(node, N.Mark) and node.name == PARALLEL_MARK and _loop_in_loop(node.child)
+                for _, node in N.walk(nest))
+            for nest in nests]
+
+
+def _loop_in_loop(node: N.Node) -> bool:
+    """Whether the tree at ``node`` has a loop inside a loop."""
+    return any(isinstance(band, N.Band) and (len(band.members) > 1 or N.has_band_below(band))
+               for _, band in N.walk(node))
 
 
 @dataclass(frozen=True)

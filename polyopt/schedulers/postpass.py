@@ -20,6 +20,10 @@ from polyopt.transform import tree as tree_ops
 from polyopt.transform.marks import PARALLEL_MARK
 from polyopt.transform.primitives import _run_order, _universe, domain_at, find, loop_names_of, loop_statements, run
 from polyopt.transform.schedule import Schedule
+
+#: Rows whose sums :func:`row_tiles` runs at once (independent chains of additions: the FPU's
+#: latency times its additions per cycle).
+SUM_ROWS = 8
 from polyopt.islutil import tuple_names
 
 #: Strip length of an outermost loop that :func:`sink_vector_loops` moves innermost: the strips
@@ -229,6 +233,37 @@ def register_tiles(schedule: Schedule, sizes: Sequence[int], *, only: set[tuple[
                          f"register tile of {sizes[0]} x {sizes[1]}: accumulators in registers",
                          sizes=[plan[k] for k in loops])
     return schedule
+
+
+def row_tiles(schedule: Schedule, rows: int = SUM_ROWS, *, skip: set[tuple[str, ...]] = frozenset()) -> Schedule:
+    """Unroll-and-jam by ``rows`` the parallel loop of every innermost band, not register-tiled
+    and not in ``skip`` (statement sets: the tiled bands), whose innermost loop is a sum along
+    unit-stride accesses (it carries the sum, so it is no vector loop: ``tmp[i] += A[i, j] *
+    x[j]``, the products by rows of atax, bicg, mvt, gemver): each iteration of the sum then adds
+    into ``rows`` independent elements, whose in-order additions the vectorizer interleaves, instead
+    of one chain of additions at the FPU's latency; the sum's order per element is unchanged. A
+    ``register_tile`` step of one row of ``rows`` points innermost (LARGE mvt's row sums on
+    one thread: 3.5 -> 1.5 ms)."""
+    for loops, row in row_tile_bands(schedule, skip=skip):
+        schedule = _step(schedule, "register_tile", [loops[-1], row], f"{rows} rows of {row} at once: "
+                         f"independent in-order sums along {loops[-1]}", sizes=[1, rows])
+    return schedule
+
+
+def row_tile_bands(schedule: Schedule, *, skip: set[tuple[str, ...]] = frozenset()) -> list[tuple[tuple[str, ...], str]]:
+    """The bands :func:`row_tiles` unrolls and jams: (their loops, the loop of the rows)."""
+    found = []
+    for _, band in N.bands(schedule.root):
+        n = len(band.members)
+        if n < 2 or not band.permutable or N.has_band_below(band) or band.flag(n - 1) or any(band.loop_types):
+            continue
+        statements = loop_statements(schedule, band.names[0])
+        if statements in skip or tree_ops.vector_score(band.members[-1], schedule.scop) <= 0:
+            continue
+        outer = [k for k in range(n - 1) if band.flag(k)]
+        if outer:
+            found.append((band.names, band.names[outer[-1]]))
+    return found
 
 
 def apply_cost_model(schedule: Schedule, costs: Sequence[BandCost]) -> Schedule:

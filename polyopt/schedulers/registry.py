@@ -162,7 +162,10 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     whether element-wise nests after a contraction run inside its output loops; its
     estimates are the schedule's ``cost``; False: no tiles unless asked, Pluto as published),
     ``epilogues`` (True: with the model, element-wise epilogues fused where it says so; False:
-    they stay in their own nests).
+    they stay in their own nests), ``row_tiles`` (True: with the model, in-order sums along a
+    unit-stride loop run several rows at once, :func:`~polyopt.schedulers.postpass.row_tiles`,
+    and a fusion that keeps such a sum on one thread is undone; a reassociating compile turns
+    them off).
     """
     from polyopt.schedulers.levels import tree_from_levels
     from polyopt.schedulers.pluto import pluto_levels
@@ -171,7 +174,8 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     from polyopt.transform.tree import register_tile_sizes
 
     _check_options("pluto", options, {"fuse", "negative_coeffs", "param_shifts", "tile", "conflict_free_tiles",
-                                      "tile2", "parallel", "vectorize", "register_tile", "model", "epilogues"})
+                                      "tile2", "parallel", "vectorize", "register_tile", "model", "epilogues",
+                                      "row_tiles"})
     model = (options.get("model", True) and "tile" not in options and "register_tile" not in options
              and options.get("parallel", True) and options.get("vectorize", True))
     registers = options.get("register_tile", "auto" if model else None)
@@ -194,6 +198,14 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
             found = found._replace(notes=found.notes + (
                 f"cost model: pluto's fusion makes the innermost loop of ({', '.join(strided[0])}) walk an array "
                 "with a stride; the statements run in separate nests instead (fuse='no')",))
+    elif (model and "fuse" not in options and options.get("parallel", True) and options.get("row_tiles", True)
+          and not all(cost_model.threaded_nests(postpass.mark_parallel(made, nested=True)))):
+        apart_found, apart = hyperplanes("no")  # atax: a row sum fused with a column sum, on one thread
+        if len(postpass.row_tile_bands(apart)) > len(postpass.row_tile_bands(made)):
+            found, made = apart_found, apart
+            found = found._replace(notes=found.notes + (
+                "cost model: pluto's fusion runs a nest on one thread and keeps an in-order sum from "
+                "running several rows at once; the statements run in separate nests instead (fuse='no')",))
     costs = band_costs(made, registers) if model else ()
     sizes = "auto" if options.get("tile") is True else options.get("tile")  # tile=True: sizes from the caches
     if model:
@@ -215,6 +227,8 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     if registers is not None:
         only = {cost.statements for cost in costs if cost.registers} if model else None
         made = postpass.register_tiles(made, registers, only=only)
+    if model and options.get("row_tiles", True):
+        made = postpass.row_tiles(made, skip={cost.statements for cost in costs if cost.tile or cost.registers})
     return Scheduled(replace(made, cost=costs), found.notes)
 
 

@@ -269,6 +269,9 @@ def _compile(scop: Scop, algorithm: str, schedule_options: dict, reassociate: bo
     verify, loop AST, C and LLVM, native code (LLVM's -O``llvm_level``)."""
     times = {"parse": parse_seconds}
     start = time.perf_counter() - parse_seconds
+    if reassociate and algorithm == "pluto" and schedule is None:
+        # sums reassociated into vector lanes: several rows' in-order sums at once would block that
+        schedule_options = {"row_tiles": False, **schedule_options}
     sched = schedule if schedule is not None else run_scheduler(scop, algorithm, **schedule_options)
     scop = sched.scop  # the kernel's, or its expansion (scalar expansion: temporary arrays)
     times["schedule"] = time.perf_counter() - start - sum(times.values())

@@ -1,10 +1,14 @@
 """pluto's decisions after its hyperplanes (polyopt/schedulers/postpass.py): the loop that moves
-innermost for vectorization across bands (sink_vector_loops)."""
+innermost for vectorization across bands (sink_vector_loops), rows of in-order sums run at once
+(row_tiles) and the fusion undone where it keeps such a sum on one thread."""
 import numpy as np
 import pytest
 
 import polyopt as po
 from polyopt import f64
+from polyopt.schedulers import cost as cost_model
+from polyopt.schedulers.postpass import SUM_ROWS
+from polyopt.transform.primitives import loop_statements
 from suite_reference import check_against_reference
 
 
@@ -74,3 +78,50 @@ def test_moved_loops_compile_correctly_with_other_options(name, options):
     po.verify(entry.kernel.scop, compiled.schedule)
     check_against_reference(entry, compiled)
 
+
+
+@pytest.mark.parametrize("name, statement, rows", [("mvt", "S0", "i"), ("bicg", "S3", "i@S3"),
+                                                    ("gemver", "S3", "i@S3")])
+def test_row_sums_run_several_rows_at_once(name, statement, rows):
+    # x1[i] += A[i, j] * y_1[j]: j carries the sum (no vector loop), i is parallel: SUM_ROWS rows
+    # of i jammed into the j loop, each its own in-order sum (independent chains of additions)
+    entry = po.suite.get(name)
+    sched = po.schedule(entry.kernel, "pluto")
+    steps = [step for step in sched.trace if step.primitive == "register_tile" and "rows of" in step.note]
+    assert [(step.loops[-1], list(step.kwargs["sizes"])) for step in steps] == [(rows, [1, SUM_ROWS])]
+    names = [loop.name for loop in sched.loops(statement)]
+    assert names[0] == f"{rows}_0" and names[-1] == f"{rows}_1"  # rows outermost (parallel), points innermost
+    assert ((f"{rows}_0",) in [step.loops for step in sched.trace if step.primitive == "parallel"]
+            or "mark parallel" in sched.pretty())
+    check_against_reference(entry, po.compile(entry.kernel))
+    check_against_reference(entry, po.compile(entry.kernel), sizes={p: 29 for p in entry.kernel.scop.params})
+    # without the cost model (Pluto as published) no row tiles
+    assert not any("rows of" in step.note for step in po.schedule(entry.kernel, "pluto", model=False).trace)
+
+
+def test_row_tile_loops_walking_every_array_with_unit_stride_are_vectorized_along_the_sum():
+    # the rows' sums are interleaved by the loop vectorizer (in order per row), not packed across
+    # the rows by SLP (which gathers A's rows)
+    ir = po.compile(po.suite.get("mvt").kernel).optimized_ir
+    assert "gather" not in ir
+
+
+def test_a_fusion_that_keeps_a_row_sum_on_one_thread_is_undone():
+    # atax: pluto fuses tmp = A x and y = A^T tmp in one loop over the rows, which carries the
+    # sums into y: one thread, tmp's sums one chain of additions. Apart, tmp's rows run 8 at a
+    # time on the thread team (LARGE, one thread: 4.2 -> 3.0 ms)
+    entry = po.suite.get("atax")
+    fused = po.schedule(entry.kernel, "pluto", fuse="smart")
+    assert not all(cost_model.threaded_nests(fused))
+    sched = po.schedule(entry.kernel, "pluto")
+    assert any("separate nests" in note for note in sched.notes)
+    assert loop_statements(sched, sched.loops("S2")[0].name) == ("S2",)
+    assert any("rows of" in step.note for step in sched.trace)
+    check_against_reference(entry, po.compile(entry.kernel))
+    check_against_reference(entry, po.compile(entry.kernel), sizes=dict(M=38, N=21))
+
+
+def test_a_nest_sequential_either_way_keeps_pluto_fusion():
+    for name in ("seidel-2d", "gesummv", "doitgen"):
+        sched = po.schedule(po.suite.get(name).kernel, "pluto")
+        assert not any("keeps an in-order sum" in note for note in sched.notes), name
