@@ -16,6 +16,7 @@ from polyopt.analysis.deps import dependences
 from polyopt.codegen.ast_check import (CHECK_OPERATIONS, CHECK_SECONDS, check_at_fixed_sizes, check_for_all_sizes,
                                        check_loop_ast, gave_up_text)
 from polyopt.errors import CodegenError, LoopTranslationError, PolyoptWarning
+from polyopt.islutil import isl_options
 from polyopt.analysis.scop import Argument, Scop, Statement
 from polyopt.transform.marks import PARALLEL_MARK
 from polyopt.codegen.loop_nodes import Block, For, If, Node, Run, nodes
@@ -23,6 +24,11 @@ from polyopt.types import boolean, i64
 
 
 MAX_LOOP_DEPTH = 64  # loop iterator names handed to isl; deeper nests get isl's own names
+
+#: isl operations an AST build of a schedule tree may take (about 2-3 s); past them the atomic
+#: loops are built, then the original order's (see :func:`generate_loop_ast`). The suite's
+#: builds take a small fraction of it; a tiled, shifted band of a random nest took isl 6 s.
+AST_OPERATIONS = 3_000_000
 
 #: isl's loops with more loops than this are built again with atomic loop types (see
 #: :func:`generate_loop_ast`); the suite's largest default, tiled or register-tiled AST has 54.
@@ -229,46 +235,65 @@ def generate_loop_ast(scop: Scop, tree: isl.Schedule) -> LoopAst:
     Where isl's loops of the tree number more than :data:`MAX_SEPARATED_LOOPS` (isl separates a
     band into pieces; a tiled, shifted band of a random nest came out as 114 loops), the atomic
     loops are the first ones checked: LLVM took 3.7 s and the check 1.5 s on those 114 loops,
-    where the atomic ones (7 loops) compiled and checked in about a second."""
+    where the atomic ones (7 loops) compiled and checked in about a second. Each build gets
+    :data:`AST_OPERATIONS` isl operations (the atomic one half), and one past them counts as
+    failed; the note says so."""
     deps = dependences(scop)
     gave_up = gave_up_text(CHECK_OPERATIONS, CHECK_SECONDS)
-    loops = _tree_ast(scop, tree)
-    builds = [lambda: loops, lambda: _tree_ast(scop, tree.map_schedule_node_bottom_up(_atomic))]
-    if _loop_count(loops) > MAX_SEPARATED_LOOPS:
-        builds = builds[1:]  # isl's separation multiplied the loops, and the time of all that follows
     decided = True  # whether the check for all sizes decided on the loops before
-    first = None
-    for build in builds:
-        candidate = build()
+    wrong: LoopTranslationError | None = None
+    why: list[str] = []
+    # the atomic loops (the same bounds in fewer pieces) get half the budget: where the tree's
+    # loops took all of it, they took isl 2.7 s more on the nest that showed it
+    for kind, candidate, budget in (("", tree, AST_OPERATIONS),
+                                    ("atomic ", tree.map_schedule_node_bottom_up(_atomic), AST_OPERATIONS // 2)):
+        try:
+            loops = _tree_ast(scop, candidate, budget)
+        except _TooLong:
+            why.append(f"isl's {kind}loops of the schedule tree took more than {budget} isl operations")
+            continue
+        if not kind and _loop_count(loops) > MAX_SEPARATED_LOOPS:
+            continue  # isl's separation multiplied the loops, and the time of all that follows
         try:
             reason = gave_up if decided else f"{gave_up} on the loops before these, so these were not checked that way"
             if decided:
-                decided = check_for_all_sizes(scop, candidate, deps, CHECK_OPERATIONS)
+                decided = check_for_all_sizes(scop, loops, deps, CHECK_OPERATIONS)
             if not decided:
-                check_at_fixed_sizes(scop, candidate, deps, reason)
-            return LoopAst(candidate)
+                check_at_fixed_sizes(scop, loops, deps, reason)
+            return LoopAst(loops)
         except LoopTranslationError as err:
-            first = first or err
+            wrong = wrong or err
+            why.append(f"isl's {kind}loops of the schedule tree were wrong ({err})")
     loops = _tree_ast(scop, scop.schedule)
     try:
         check_loop_ast(scop, loops, deps)
-    except LoopTranslationError:
-        raise first from None
-    note = (f"loop AST: isl's loops of the schedule tree were wrong with either loop type ({first}); the loops "
-            f"of the program's original order run instead, sequentially")
+    except LoopTranslationError as err:
+        raise (wrong or err) from None
+    note = f"loop AST: {'; '.join(why)}; the loops of the program's original order run instead, sequentially"
     warnings.warn(f"{scop.name}: {note}", PolyoptWarning, stacklevel=3)
     return LoopAst(loops, note)
 
 
-def _tree_ast(scop: Scop, tree: isl.Schedule) -> Node:
-    """isl's loops of schedule tree ``tree``, its parallel marks on the loops they mark."""
+class _TooLong(Exception):
+    """isl's AST build passed its operation budget."""
+
+
+def _tree_ast(scop: Scop, tree: isl.Schedule, max_operations: int | None = None) -> Node:
+    """isl's loops of schedule tree ``tree``, its parallel marks on the loops they mark; built
+    within ``max_operations`` isl operations (:class:`_TooLong` past them), if given."""
     prefix = iterator_prefix(scop)
     iterator_names = tuple(f"{prefix}{k}" for k in range(MAX_LOOP_DEPTH))
     names = isl.IdList.alloc(isl.DEFAULT_CONTEXT, MAX_LOOP_DEPTH)
     for name in iterator_names:
         names = names.add(isl.Id(name))
     build = isl.AstBuild.from_context(scop.context).set_iterators(names)
-    root = build.node_from_schedule(_for_ast_build(tree).intersect_domain(scop.domain))
+    try:
+        with isl_options(max_operations=max_operations):
+            root = build.node_from_schedule(_for_ast_build(tree).intersect_domain(scop.domain))
+    except isl.Error as exc:
+        if max_operations is not None and "operations exceeded" in str(exc):
+            raise _TooLong from None
+        raise
     return IslAstTranslator(set(scop.params), iterator_names).node(root)
 
 

@@ -92,8 +92,8 @@ def _sink_for(schedule: Schedule, statement: str) -> Schedule:
     if N.has_band_below(band) or k != len(band.members) - 1:
         return schedule
     nest = tuple(tuple_names(domain_at(schedule, path)))  # the statements of the innermost band
-    if statement != min(nest, key=[s.name for s in scop.statements].index):
-        return schedule  # one decision per innermost band: its first statement's
+    if statement not in nest or statement != min(nest, key=[s.name for s in scop.statements].index):
+        return schedule  # one decision per innermost band: its first statement's (none: never runs)
     keep = _universe(scop, nest)
     if band.flag(k) and tree_ops.vector_score(band.members[k].intersect_domain(keep), scop) > 0:
         if _direction(band.members[k]) < 0:  # vectorizes already, but backwards

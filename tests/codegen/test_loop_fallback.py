@@ -79,3 +79,27 @@ def test_the_atomic_retry_is_checked_at_fixed_sizes_once_the_symbolic_check_gave
     assert len(symbolic) == 1  # the tree's loops only
     assert re.search(r"S1\(\d+\) never runs", built.fallback)
     assert check_loop_ast(scop, built.loops) is True
+
+
+def test_an_ast_build_past_its_budget_falls_back_with_a_note(monkeypatch):
+    """isl's AST build of a schedule tree gets an operation budget (a tiled, shifted random nest
+    took isl 6 s); past it, and past the atomic loops' half of it, the original order's loops
+    run, and the note says why."""
+    scop = po.kernel_from_source(ISSUE_19).scop
+    tree = po.schedule(scop, "pluto").tree
+    monkeypatch.setattr(ast_module, "AST_OPERATIONS", 2)
+    with pytest.warns(po.PolyoptWarning, match="took more than 2 isl operations"):
+        built = generate_loop_ast(scop, tree)
+    assert "isl's atomic loops of the schedule tree took more than 1 isl operations" in built.fallback
+    assert check_loop_ast(scop, built.loops) is True
+
+
+def test_a_bound_too_large_to_read_is_checked_at_fixed_sizes(monkeypatch):
+    """Loop bounds past MAX_BOUND_TERMS nodes are not read into isl (one bound of 4,162 nodes took
+    isl 9 s, in one call no time limit stops): the loops are run at fixed sizes instead."""
+    import polyopt.codegen.ast_check as check_module
+    scop = po.kernel_from_source(ISSUE_19).scop
+    built = generate_loop_ast(scop, po.schedule(scop, "pluto").tree)
+    monkeypatch.setattr(check_module, "MAX_BOUND_TERMS", 1)
+    with pytest.warns(po.PolyoptWarning, match="checked at"):
+        assert check_loop_ast(scop, built.loops) is False
