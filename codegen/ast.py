@@ -27,12 +27,14 @@ MAX_LOOP_DEPTH = 64  # loop iterator names handed to isl; deeper nests get isl's
 
 #: isl operations an AST build of a schedule tree may take (about 2-3 s); past them the atomic
 #: loops are built, then the original order's (see :func:`generate_loop_ast`). The suite's
-#: builds take a small fraction of it; a tiled, shifted band of a random nest took isl 6 s.
+#: builds stay within it (gemm's and 3mm's take over a million); a tiled, shifted band of a
+#: random nest took isl 6 s.
 AST_OPERATIONS = 3_000_000
 
-#: isl's loops with more loops than this are built again with atomic loop types (see
-#: :func:`generate_loop_ast`); the suite's largest default, tiled or register-tiled AST has 54.
-MAX_SEPARATED_LOOPS = 96
+#: isl's loops whose bounds, conditions and statement arguments have more expression nodes than
+#: this in all are built again with atomic loop types (see :func:`generate_loop_ast`); the
+#: suite's largest default, tiled or register-tiled AST has 3,062 (2mm's).
+MAX_LOOP_AST_NODES = 4000
 
 _BINARY = {
     isl.ast_expr_op_type.add: "+", isl.ast_expr_op_type.sub: "-", isl.ast_expr_op_type.mul: "*",
@@ -232,10 +234,11 @@ def generate_loop_ast(scop: Scop, tree: isl.Schedule) -> LoopAst:
     budgets again. The original order's loops are not tiled: their check for all sizes took at
     most 0.04 s on every suite kernel, so it runs.
 
-    Where isl's loops of the tree number more than :data:`MAX_SEPARATED_LOOPS` (isl separates a
-    band into pieces; a tiled, shifted band of a random nest came out as 114 loops), the atomic
-    loops are the first ones checked: LLVM took 3.7 s and the check 1.5 s on those 114 loops,
-    where the atomic ones (7 loops) compiled and checked in about a second. Each build gets
+    Where isl's loops of the tree are larger than :data:`MAX_LOOP_AST_NODES` (isl separates a
+    band into pieces; tiled, shifted bands of random nests came out as 48 to 114 loops of 5,000
+    to 13,000 nodes), the atomic loops are the first ones checked: LLVM took 3.2-3.7 s and the
+    check its 1.5 s on such loops, where the atomic ones (6-7 loops) compiled and checked in
+    about a second. Each build gets
     :data:`AST_OPERATIONS` isl operations (the atomic one half), and one past them counts as
     failed; the note says so."""
     deps = dependences(scop)
@@ -252,7 +255,7 @@ def generate_loop_ast(scop: Scop, tree: isl.Schedule) -> LoopAst:
         except _TooLong:
             why.append(f"isl's {kind}loops of the schedule tree took more than {budget} isl operations")
             continue
-        if not kind and _loop_count(loops) > MAX_SEPARATED_LOOPS:
+        if not kind and _node_count(loops) > MAX_LOOP_AST_NODES:
             continue  # isl's separation multiplied the loops, and the time of all that follows
         try:
             reason = gave_up if decided else f"{gave_up} on the loops before these, so these were not checked that way"
@@ -297,8 +300,17 @@ def _tree_ast(scop: Scop, tree: isl.Schedule, max_operations: int | None = None)
     return IslAstTranslator(set(scop.params), iterator_names).node(root)
 
 
-def _loop_count(loops: Node) -> int:
-    return sum(isinstance(node, For) for node in nodes(loops))
+def _node_count(loops: Node) -> int:
+    """The expression nodes of the loops' bounds, conditions and statement arguments."""
+    expressions = []
+    for node in nodes(loops):
+        if isinstance(node, For):
+            expressions += [node.init, node.cond]
+        elif isinstance(node, If):
+            expressions.append(node.cond)
+        elif isinstance(node, Run):
+            expressions += node.args
+    return sum(1 for e in expressions for _ in E.walk(e))
 
 
 def _atomic(node: isl.ScheduleNode) -> isl.ScheduleNode:
