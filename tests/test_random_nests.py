@@ -320,6 +320,13 @@ LONG_FUZZ_CASES = [
     # the first statement of a band that runs no statement (S0 never runs) and raised
     ('def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f64["3 * N + 8"]):\n    for i0_1 in range(N - 1 - 2, -1, -1):\n        for i0_2 in range(N - 1 - 0, -1, -1):\n            if not (i0_1 == i0_1):\n                B[7] += 0.75 * B[(N - 1 - i0_2) + 2] + 0.5 * B[6]\n            if i0_1 <= i0_2:\n                B[(N - 1 - i0_1) + i0_2 + 4] = -0.5 * B[i0_1 + 5]\n            A[(N - 1 - i0_1) + i0_2 + 6, 4] = max(0.75 * B[i0_1 + i0_2 + 1] + 0.75 * B[i0_1 + (N - 1 - i0_2) + 0], B[i0_1 + i0_2 + 1] - 1.0)\n',
      3, ('feautrier', {}, 2)),
+    # thirteenth round (seeds 13406, 9405): a tile loop marked parallel that carries a dependence
+    # (isl's tiling copies each point loop's coincidence flag to its tile loop); the verifier
+    # refused the schedules, mark_parallel now reads the flags fresh
+    ('def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f64["3 * N + 8"]):\n    for i0_1 in range(0, N - 1):\n        for i0_2 in range(max(i0_1 - 2, 0), min(i0_1 + 2, N)):\n            for i0_3 in range(max(i0_1 - 2, 0), min(i0_1 + 2, N)):\n                B[(N - 1 - i0_1) + i0_3 + 9] = 0.5 * A[1, i0_1 + i0_2 + (N - 1 - i0_3) + 7] + 0.5 * B[i0_1 + 0]\n    for i3_1 in range(0, N - 1):\n        B[1] = 0.5 * B[0]\n',
+     2, ('pluto', {'tile': 4}, None)),
+    ('def nest(A: f64["3 * N + 8", "3 * N + 8"], B: f64["3 * N + 8"]):\n    for i0_1 in range(1, N - 2):\n        for i0_2 in range(i0_1, N):\n            for i0_3 in range(i0_1, N):\n                B[i0_1 + 3] = max(0.25 * B[i0_1 + i0_3 + 6] + -0.5 * B[7], B[i0_1 + i0_3 + 6] - 1.0)\n    for i3_1 in range(0, N - 2):\n        for i3_2 in range(max(i3_1 - 2, 0), min(i3_1 + 2, N)):\n            B[i3_2 + 0] = 0.5 * A[(N - 1 - i3_1) + 3, i3_1 + 3]\n            for i3_3 in range(max(i3_2 - 2, 0), min(i3_2 + 2, N)):\n                A[(N - 1 - i3_1) + 8, i3_1 + i3_2 + (N - 1 - i3_3) + 1] = 0.5 * A[(N - 1 - i3_1) + 4, i3_1 + i3_2 + 9]\n',
+     5, ('pluto', {'tile': 8, 'fuse': 'no'}, 2)),
 ]
 
 

@@ -8,7 +8,6 @@ tiles) and applies its decisions as primitive steps with a note saying why, so t
 """
 from __future__ import annotations
 
-import itertools
 from typing import Sequence
 
 import islpy as isl
@@ -18,7 +17,8 @@ from polyopt.schedulers.cost import BandCost, EpilogueFusion, auto_tile_sizes
 from polyopt.transform import nodes as N
 from polyopt.transform import tree as tree_ops
 from polyopt.transform.marks import PARALLEL_MARK
-from polyopt.transform.primitives import _run_order, _universe, domain_at, find, loop_names_of, loop_statements, run
+from polyopt.transform.primitives import (domain_at, find, loop_names_of, loop_statements, refresh_flags, run,
+                                          statement_groups, statements_universe)
 from polyopt.transform.schedule import Schedule
 
 #: Rows whose sums :func:`row_tiles` runs at once (independent chains of additions: the FPU's
@@ -94,7 +94,7 @@ def _sink_for(schedule: Schedule, statement: str) -> Schedule:
     nest = tuple(tuple_names(domain_at(schedule, path)))  # the statements of the innermost band
     if statement not in nest or statement != min(nest, key=[s.name for s in scop.statements].index):
         return schedule  # one decision per innermost band: its first statement's (none: never runs)
-    keep = _universe(scop, nest)
+    keep = statements_universe(scop, nest)
     if band.flag(k) and tree_ops.vector_score(band.members[k].intersect_domain(keep), scop) > 0:
         if _direction(band.members[k]) < 0:  # vectorizes already, but backwards
             return run(schedule, "reverse", (loops[-1],), note=f"{loops[-1]} runs forwards through memory")
@@ -128,8 +128,7 @@ def _isolate(schedule: Schedule, name: str, nest: set[str]) -> Schedule:
     """``schedule`` with loop ``name`` distributed so that one copy runs the statements ``nest``
     alone (unchanged where it runs no others)."""
     path, _ = find(schedule, name)
-    order = _run_order(schedule.scop, N.at(schedule.root, path), set(tuple_names(domain_at(schedule, path))))
-    groups = [list(part) for _, part in itertools.groupby(order, key=lambda s: s in nest)]
+    groups = statement_groups(schedule, path, nest)
     if len(groups) == 1:
         return schedule
     return run(schedule, "distribute", (name,), groups=groups,
@@ -180,23 +179,29 @@ def mark_parallel(schedule: Schedule, *, wavefront: bool = True, nested: bool = 
 
     On a tiled band (a permutable band with bands below it) the coincident tile loops move
     outermost first -- legal in a permutable band, and one thread team for the whole band
-    instead of one per outer tile; where no tile loop is coincident, the tile loops are skewed
+    instead of one per outer tile -- where the first of them is still coincident there (a loop
+    with dependence distances (1, 1) on the band is coincident second, not first); where no
+    tile loop is coincident, the tile loops are skewed
     into a wavefront. An untiled band keeps its loop order (its innermost loop was chosen for
     vectorization) and gets no wavefront: a wavefront of single iterations has neither locality
     nor enough work per front to pay for its barriers."""
     decisions: list[tuple[str, tuple[str, ...], str]] = []
 
-    def visit(node: N.Node) -> None:
+    def visit(node: N.Node, path: tuple[int, ...]) -> None:
         if isinstance(node, N.Mark) and node.name == PARALLEL_MARK:
             return
         if isinstance(node, N.Band):
             names = list(node.names)
-            coincident = [node.flag(k) for k in range(len(names))]
+            coincident = _parallel_members(schedule, path)
             tiled = len(names) >= 2 and node.permutable and N.has_band_below(node)
             if tiled and any(coincident) and not coincident[0]:
                 order = [k for k in range(len(names)) if coincident[k]] + [k for k in range(len(names)) if not coincident[k]]
-                names, coincident = [names[k] for k in order], [coincident[k] for k in order]
-                decisions.append(("permute", tuple(names), "parallel tile loops outermost"))
+                moved = [names[k] for k in order]
+                trial = _step(schedule, "permute", tuple(moved), "parallel tile loops outermost")
+                flags = _parallel_members(trial, find(trial, moved[0])[0])
+                if flags[0]:  # (moved out, a loop may carry what the loops it passed carried)
+                    names, coincident = moved, flags
+                    decisions.append(("permute", tuple(names), "parallel tile loops outermost"))
             if not any(coincident) and wavefront and tiled:
                 decisions.append(("wavefront", (names[0], names[1]), "no parallel tile loop: a wavefront of tiles"))
                 coincident = [False, True] + coincident[2:]
@@ -205,13 +210,23 @@ def mark_parallel(schedule: Schedule, *, wavefront: bool = True, nested: bool = 
                 return
             if not nested:
                 return
-        for child in N.children(node):
-            visit(child)
+        for k, child in enumerate(N.children(node)):
+            visit(child, path + (k,))
 
-    visit(schedule.root)
+    visit(schedule.root, ())
     for primitive, loops, note in decisions:
         schedule = _step(schedule, primitive, loops, note)
     return schedule
+
+
+def _parallel_members(schedule: Schedule, path: tuple[int, ...]) -> list[bool]:
+    """Per member of the band at ``path``, whether it is flagged coincident and carries no
+    dependence given the loops outside it: the flag alone may not say so, since isl's tiling
+    copies each point loop's flag to its tile loop (coincident given i, j need not be given
+    i's tiles: distances (1, 1), i and i + 1 in one tile, j and j + 1 in two)."""
+    band = N.at(schedule.root, path)
+    fresh = N.at(refresh_flags(schedule, schedule.root, path), path)
+    return [band.flag(k) and fresh.flag(k) for k in range(len(band.members))]
 
 
 def register_tiles(schedule: Schedule, sizes: Sequence[int], *, only: set[tuple[str, ...]] | None = None) -> Schedule:

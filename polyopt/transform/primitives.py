@@ -87,8 +87,7 @@ def _isolated(schedule, primitive: str, names: tuple[str, ...], within, options:
     path, k = outermost
     loop = N.at(schedule.root, path).names[k]
     named = _check_within(schedule, path, within, primitive)
-    order = _run_order(schedule.scop, N.at(schedule.root, path), set(tuple_names(domain_at(schedule, path))))
-    groups = [list(part) for _, part in itertools.groupby(order, key=lambda s: s in named)]
+    groups = statement_groups(schedule, path, named)
     if len(groups) == 1:
         return run(schedule, primitive, names, check=check, note=note, **options)
     call = Step.make(primitive, names, **options, within=list(within)).as_python()
@@ -103,6 +102,14 @@ def _isolated(schedule, primitive: str, names: tuple[str, ...], within, options:
     for renamed in copies:
         result = run(result, primitive, tuple(renamed.get(n, n) for n in names), check=check, note=note, **options)
     return result
+
+
+def statement_groups(schedule, path: tuple[int, ...], members) -> list[list[str]]:
+    """The statements below the node at ``path`` in the order it runs them, cut into runs of
+    consecutive statements that are all in ``members`` or all not (what ``distribute`` takes
+    as ``groups`` to give ``members`` loops of their own)."""
+    order = _run_order(schedule.scop, N.at(schedule.root, path), set(tuple_names(domain_at(schedule, path))))
+    return [list(part) for _, part in itertools.groupby(order, key=lambda s: s in members)]
 
 
 def _run_order(scop: Scop, node: N.Node, statements: set[str]) -> list[str]:
@@ -526,7 +533,8 @@ def _fuse_once(schedule, names):
     return root, new_path, nested if len(nested) == len(rests) else ()
 
 
-def _universe(scop: Scop, statements) -> isl.UnionSet:
+def statements_universe(scop: Scop, statements) -> isl.UnionSet:
+    """Every instance of the named statements (their spaces' universes)."""
     result = None
     for name in statements:
         part = isl.UnionSet.from_set(isl.Set.universe(scop.statement(name).domain.get_space()))
@@ -586,7 +594,7 @@ def _distribute(schedule, names, groups=None) -> N.Node:
     taken = N.loop_names(schedule.root) - N.loop_names(inner_band)  # the copies name theirs anew
     copies = []
     for group in groups:  # the first copy keeps the names; a later one renames what is taken
-        keep = _universe(scop, group)
+        keep = statements_universe(scop, group)
         copies.append(N.Filter(keep, _renamed(_restrict(inner_band, keep, set(group)), taken)))
     node: N.Node = N.Sequence(tuple(copies))
     if k > 0:
