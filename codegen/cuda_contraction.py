@@ -30,6 +30,10 @@ out as the operand is (K or M/N contiguous); otherwise tiles are double buffered
 registers (the next tile is loaded while the current one is used). Loads walk the array's
 contiguous dimension, so the M/N/K groups of any layout read coalesced (transposed operands
 need no copy).
+
+On an H100/H200 (compute capability 9.0, the module built for ``sm_90a``), large aligned
+f16/bf16 and TF32 contractions take the ``wgmma`` variants instead (``Variant.wgmma``,
+:mod:`polyopt.codegen.cuda_wgmma`): warpgroup MMA on 128-byte-swizzled ``cp.async`` tiles.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ from polyopt.analysis.scop import Scop
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
 from polyopt.codegen.cuda import CudaExpr, CudaSource, cuda_prelude, kernel_parameters
+from polyopt.codegen.cuda_wgmma import wgmma_body, wgmma_helpers, wgmma_layouts, wgmma_shape, wgmma_shared_bytes
 
 #: The K-loop engines and what they need (element type of the operands and result).
 ENGINES = ("simt", "tf32", "dmma", "hmma")
@@ -65,6 +70,13 @@ class Variant:
     warps_m: int = 0
     warps_n: int = 0
     stages: int = 0
+    #: Hopper warpgroup MMA (``wgmma.mma_async``, sm_90a only) on swizzled ``cp.async`` tiles
+    #: (:mod:`polyopt.codegen.cuda_wgmma`): two warpgroups of 128 threads, ``bk`` = 128 bytes.
+    wgmma: bool = False
+    #: ``wgmma`` groups a warpgroup leaves in flight at each K tile (0: it waits for the tile's
+    #: products before the next barrier; 1: for the previous tile's, the ring refilled two
+    #: tiles behind, so the tensor cores run across the barrier).
+    inflight: int = 0
 
     @property
     def asynchronous(self) -> bool:
@@ -85,6 +97,21 @@ class ContractionSource(CudaSource):
     variants: tuple[tuple[str, Variant], ...] = ()
 
 
+#: The ``wgmma`` kernels (sm_90a) per engine, listed after the others (the launch takes them
+#: only from a module built for sm_90a, :func:`polyopt.targets.contraction.choose_kernel`):
+#: 128 x 256 (4 stages of 48 KiB, one wgmma group in flight) and 128 x 128 (4 stages of 32 KiB,
+#: none), K tiles of 128 bytes. Not yet measured against each other.
+WGMMA_VARIANTS = {
+    "hmma": (Variant("hmma", 128, 256, 64, 256, stages=4, wgmma=True, inflight=1),
+             Variant("hmma", 128, 128, 64, 256, stages=4, wgmma=True)),
+    "tf32": (Variant("tf32", 128, 256, 32, 256, stages=4, wgmma=True, inflight=1),
+             Variant("tf32", 128, 128, 32, 256, stages=4, wgmma=True)),
+}
+#: Multiply-adds from which a launch on sm_90a takes the ``wgmma`` kernels (1024^3; below it the grid
+#: of 128-row tiles is too small to fill an H100 and the ``mma.sync`` kernels are kept; a guess,
+#: not yet measured).
+WGMMA_MIN_WORK = 2**30
+
 #: Tile shapes by engine and element type: the large one first, then smaller ones (fewer rows,
 #: fewer columns, both): a launch takes the one that wastes least of its tiles and keeps
 #: the SMs busy (:func:`polyopt.targets.contraction.choose_kernel`). The tensor-core engines
@@ -104,14 +131,16 @@ VARIANTS = {
                       Variant("tf32", 64, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("tf32", 64, 128, 16, 128, warps_m=2, warps_n=2),
                       Variant("tf32", 64, 64, 16, 128, warps_m=2, warps_n=2),
-                      Variant("tf32", 128, 64, 16, 128, warps_m=2, warps_n=2)),
+                      Variant("tf32", 128, 64, 16, 128, warps_m=2, warps_n=2),
+                      *WGMMA_VARIANTS["tf32"]),
     **{("hmma", half): (Variant("hmma", 128, 128, 32, 128, warps_m=2, warps_n=2, stages=3),
                          Variant("hmma", 64, 128, 32, 128, warps_m=2, warps_n=2, stages=4),
                          Variant("hmma", 128, 64, 32, 128, warps_m=2, warps_n=2, stages=4),
                          Variant("hmma", 64, 64, 32, 128, warps_m=2, warps_n=2, stages=4),
                          Variant("hmma", 64, 128, 32, 128, warps_m=2, warps_n=2),
                          Variant("hmma", 64, 64, 32, 128, warps_m=2, warps_n=2),
-                         Variant("hmma", 128, 64, 32, 128, warps_m=2, warps_n=2))
+                         Variant("hmma", 128, 64, 32, 128, warps_m=2, warps_n=2),
+                         *WGMMA_VARIANTS["hmma"])
        for half in ("f16", "bf16")},
     ("dmma", "f64"): (Variant("dmma", 128, 128, 16, 256, warps_m=4, warps_n=2, stages=3),
                       Variant("dmma", 64, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
@@ -226,6 +255,9 @@ def contraction_source(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Var
         lines.append(_MMA_HELPERS)
     if any(v.engine == "hmma" for _, v in kernels):
         lines.append(_half_helpers(scop.arrays[c.left.array].dtype.name))
+    if any(v.wgmma for _, v in kernels):
+        lines.append(wgmma_helpers({v.engine for _, v in kernels if v.wgmma}, scop.arrays[c.left.array].dtype.name,
+                                   {wgmma_shape(c, v) for _, v in kernels if v.wgmma}))
     for name, variant in kernels:
         lines += _kernel(scop, c, name, variant)
     lines += _host_wrapper(scop, c, kernels, host_function)
@@ -334,6 +366,8 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
     else:
         out.append("  const int aligned = 0;")
     for k, (_, v) in enumerate(kernels):
+        if v.wgmma:  # (the host function launches the mma.sync kernels: its build may not be sm_90a)
+            continue
         out.append(f"  if ({'' if v.asynchronous else '!'}aligned) {{ const long bx = (N + {v.bn - 1}) / {v.bn}, by = (M + {v.bm - 1}) / {v.bm};"
                    f" const double fill = (double)(bx * by * _a[9]) / ({MIN_BLOCKS_PER_SM}.0 * sms);"
                    f" const double score = (double)M * N / ((double)bx * {v.bn} * by * {v.bm}) * (fill < 1.0 ? fill : 1.0)"
@@ -341,6 +375,8 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
                    f" if (score > best) {{ best = score; pick = {k}; }} }}")
     out.append("  switch (pick) {")
     for k, (kernel, v) in enumerate(kernels):
+        if v.wgmma:
+            continue
         grid = (f"dim3((unsigned)((N + {v.bn - 1}) / {v.bn} < 2147483647L ? (N + {v.bn - 1}) / {v.bn} : 2147483647L), "
                 f"(unsigned)((M + {v.bm - 1}) / {v.bm} < 65535 ? (M + {v.bm - 1}) / {v.bm} : 65535), (unsigned)gz)")
         shared = shared_bytes(c, v)
@@ -352,7 +388,9 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
 
 
 def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str]:
-    if variant.asynchronous:
+    if variant.wgmma:
+        body = wgmma_body(scop, c, variant, c_type_name(scop.arrays[c.output].dtype), OPERAND_BYTES[variant.engine])
+    elif variant.asynchronous:
         per_vector = COPY_BYTES // OPERAND_BYTES[variant.engine]
         if staged_tiles(c, variant) is None or any(rows * variant.bk % (per_vector * variant.threads)
                                                    for rows in (variant.bm, variant.bn)):
@@ -360,9 +398,9 @@ def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str
                              "whole vectors of each tile per thread")
     elif variant.threads % variant.bk or variant.threads % variant.bm or variant.threads % variant.bn:
         raise ValueError(f"contraction tile {variant}: the threads must be a multiple of BM, BN and BK")
-    dtype = scop.arrays[c.output].dtype
-    body = (_simt_body if variant.engine == "simt" else _mma_body)(
-        scop, c, variant, c_type_name(dtype))
+    if not variant.wgmma:
+        body = (_simt_body if variant.engine == "simt" else _mma_body)(
+            scop, c, variant, c_type_name(scop.arrays[c.output].dtype))
     slots = Slots.of(c)
     params = kernel_parameters(scop, {c.output}) + [f"long {a}" for a in extra_arguments(slots)]
     lines = [f'extern "C" __global__ void __launch_bounds__({variant.threads}) {name}(',
@@ -586,6 +624,8 @@ def staged_tiles(c: Contraction, v: Variant) -> tuple[StagedTile, StagedTile] | 
 
 def shared_bytes(c: Contraction, v: Variant) -> int:
     """Dynamic shared memory of the asynchronous kernel ``v`` (0 for register-staged ones)."""
+    if v.wgmma:
+        return wgmma_shared_bytes(v)
     tiles = staged_tiles(c, v) if v.asynchronous else None
     return 0 if tiles is None else v.stages * (tiles[0].elements + tiles[1].elements) * OPERAND_BYTES[v.engine]
 

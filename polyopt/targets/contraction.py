@@ -24,7 +24,8 @@ from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
 from polyopt.codegen.cuda_contraction import (ASYNC_MIN_WORK, COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED,
                                               VARIANTS, ContractionSource, Slots, Variant, contraction_source, engine_for,
-                                              operand_stride_positions, shared_bytes, staged_tiles)
+                                              WGMMA_MIN_WORK, operand_stride_positions, shared_bytes, staged_tiles)
+from polyopt.codegen.cuda_wgmma import wgmma_layouts
 from polyopt.codegen.gpu_mapping import map_to_gpu
 from polyopt.errors import ScheduleError
 from polyopt.schedulers.registry import schedule as run_scheduler
@@ -72,7 +73,8 @@ def contraction_plan(scop: Scop, name: str, precision: str = "exact",
     program = map_to_gpu(scop, schedule.tree, name)
     verify(scop, program.tree)
     kernel = program.kernels[0].name
-    variants = [v for v in VARIANTS[(engine, left.name)] if not v.asynchronous or staged_tiles(found, v)]
+    variants = [v for v in VARIANTS[(engine, left.name)]
+                if ((wgmma_layouts(found, v) is not None) if v.wgmma else (not v.asynchronous or staged_tiles(found, v)))]
     kernels = tuple((kernel if k == 0 else f"{kernel}_{k}", v) for k, v in enumerate(variants))
     tiles = " or ".join(f"{v.bm}x{v.bn}x{v.bk} ({v.threads} threads)" for v in variants)
     note = (f"GPU contraction mapping ({engine}, precision={precision!r}): {found.describe()}; "
@@ -168,7 +170,7 @@ def async_aligned(c: Contraction, variant: Variant, layout: Launch, aligned_oper
 
 
 def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dict[str, tuple[int, ...]],
-                  sm_count: int, aligned_operands: bool = True) -> tuple[str, Variant, Launch]:
+                  sm_count: int, aligned_operands: bool = True, wgmma: bool = False) -> tuple[str, Variant, Launch]:
     """The kernel of ``source`` to launch (name, tile shape, layout). The candidates are the
     asynchronous kernels where the launch lets them run (:func:`async_aligned`) and has
     :data:`~polyopt.codegen.cuda_contraction.ASYNC_MIN_WORK` multiply-adds or more, else the
@@ -176,18 +178,37 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
     (M x N over the tiles' area) times grid fill (blocks over
     :data:`~polyopt.codegen.cuda_contraction.MIN_BLOCKS_PER_SM` per SM, at most 1), the first
     candidate counted at full speed and the others at
-    :data:`~polyopt.codegen.cuda_contraction.OTHER_TILE_SPEED`; the first of equals."""
+    :data:`~polyopt.codegen.cuda_contraction.OTHER_TILE_SPEED`; the first of equals.
+
+    ``wgmma``: the module was built for sm_90a (an H100/H200); its ``wgmma`` kernels are then
+    the candidates where the operands allow ``cp.async`` as above and there are
+    :data:`~polyopt.codegen.cuda_contraction.WGMMA_MIN_WORK` multiply-adds or more; otherwise
+    they never are."""
     c = source.contraction
-    asynchronous = [v for _, v in source.variants if v.asynchronous]
+    hopper = [v for _, v in source.variants if v.wgmma] if wgmma else []
+    if hopper:
+        layout = launch_layout(c, hopper[0], extent, shapes)
+        m, n, k, z, ko = (layout.arguments[i] for i in (0, 1, 2, 9, 10))
+        if m * n * k * z * ko >= WGMMA_MIN_WORK and async_aligned(c, hopper[0], layout, aligned_operands):
+            return _best(source, extent, shapes, sm_count, lambda v: v.wgmma)
+    asynchronous = [v for _, v in source.variants if v.asynchronous and not v.wgmma]
     use_async = False
     if asynchronous:
         layout = launch_layout(c, asynchronous[0], extent, shapes)
         m, n, k, z, ko = (layout.arguments[i] for i in (0, 1, 2, 9, 10))
         use_async = (m * n * k * z * ko >= ASYNC_MIN_WORK[asynchronous[0].engine]
                      and async_aligned(c, asynchronous[0], layout, aligned_operands))
+    return _best(source, extent, shapes, sm_count, lambda v: v.asynchronous == use_async and not v.wgmma)
+
+
+def _best(source: ContractionSource, extent: dict[str, int], shapes: dict[str, tuple[int, ...]], sm_count: int,
+          candidate) -> tuple[str, Variant, Launch]:
+    """Among the kernels of ``source`` whose shape passes ``candidate``, the one
+    :func:`choose_kernel` describes (useful share of the tiles times grid fill)."""
+    c = source.contraction
     best, best_score, first = None, -1.0, True
     for name, variant in source.variants:
-        if variant.asynchronous != use_async:
+        if not candidate(variant):
             continue
         layout = launch_layout(c, variant, extent, shapes)
         if layout.grid is None:
@@ -203,15 +224,19 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
 
 
 def launch(source: ContractionSource, module, abi_values: list, params: dict[str, int], arrays: dict,
-           sm_count: int) -> None:
+           sm_count: int, wgmma: bool = False) -> None:
     """Launch a contraction kernel of ``source`` (built in ``module``) on the current stream:
     the kernel's own arguments ``abi_values``, then the layout's (:func:`launch_layout`) from
-    the parameter values and the (C-contiguous) arrays' shapes, on a GPU of ``sm_count`` SMs."""
+    the parameter values and the (C-contiguous) arrays' shapes, on a GPU of ``sm_count`` SMs;
+    ``wgmma``: ``module`` was built for sm_90a (its ``wgmma`` kernels may run)."""
     c = source.contraction
     extent = {i: int(evaluate(e, params, {})) for i, e in c.extent.items()}
     shapes = {name: tuple(arrays[name].shape) for name in (c.left.array, c.right.array, c.output)}
     aligned = all(arrays[name].data.ptr % COPY_BYTES == 0 for name in (c.left.array, c.right.array))
-    name, variant, layout = choose_kernel(source, extent, shapes, sm_count, aligned)
+    if wgmma:
+        name, variant, layout = choose_kernel(source, extent, shapes, sm_count, aligned, wgmma=True)
+    else:  # (the call tests replace choose_kernel with, where no kernel of theirs is wgmma)
+        name, variant, layout = choose_kernel(source, extent, shapes, sm_count, aligned)
     if layout.grid is None:
         return
     shared = shared_bytes(c, variant)

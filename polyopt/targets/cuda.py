@@ -229,12 +229,68 @@ _MAX_GRAPHS = 16
 
 
 def _raw_module(source: str):
-    """The NVRTC build of ``source`` (cached by its SHA-256)."""
+    """The NVRTC build of ``source`` (cached by its SHA-256): for sm_90a where the source has
+    ``wgmma`` kernels and the GPU is compute capability 9.0 (:func:`_sm90a_module`), else for
+    the GPU as CuPy compiles."""
     key = hashlib.sha256(source.encode()).hexdigest()
     if key not in _MODULES:
         cupy = cupy_module()
-        _MODULES[key] = cupy.RawModule(code=source, options=("--std=c++14",))
+        module = None
+        if WGMMA_MARK in source and str(cupy.cuda.Device().compute_capability) == "90":
+            module = _sm90a_module(cupy, source)
+            if module is not None:
+                _WGMMA_BUILDS.add(key)
+        _MODULES[key] = module or cupy.RawModule(code=source, options=("--std=c++14",))
     return _MODULES[key]
+
+
+#: What marks a source with ``wgmma`` kernels (:mod:`polyopt.codegen.cuda_wgmma`).
+WGMMA_MARK = "wgmma.mma_async"
+#: Sources (SHA-256) whose module was built for sm_90a.
+_WGMMA_BUILDS: set[str] = set()
+
+
+def module_has_wgmma(source: str) -> bool:
+    """Whether the module of ``source`` (:func:`_raw_module`) was built for sm_90a."""
+    return hashlib.sha256(source.encode()).hexdigest() in _WGMMA_BUILDS
+
+
+def _sm90a_module(cupy, source: str):
+    """``source`` built by NVRTC for ``sm_90a`` (``wgmma`` needs the arch-specific target,
+    which CuPy's own NVRTC call does not take: it adds its ``-arch`` and NVRTC refuses two),
+    loaded as a CuPy module; None with a warning where that fails (the caller builds the
+    source the usual way: its ``wgmma`` kernels are then never launched)."""
+    import os
+    import tempfile
+    import warnings
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+        includes = []
+        for folder in (os.path.join(cupy.cuda.get_cuda_path() or "", "include"),
+                       os.path.join(os.path.dirname(cupy.__file__), "_core", "include")):
+            if os.path.isdir(folder):
+                includes.append(f"-I{folder}")
+        try:  # CUDA headers from pip (the nvidia-* wheels)
+            import nvidia.cuda_runtime
+            includes += [f"-I{os.path.join(p, 'include')}" for p in nvidia.cuda_runtime.__path__]
+        except ImportError:
+            pass
+        program = nvrtc.createProgram(source, "polyopt_sm90a.cu", (), ())
+        try:
+            try:
+                nvrtc.compileProgram(program, ["--std=c++14", "-arch=sm_90a", *includes])
+            except Exception as exc:
+                raise RuntimeError(f"{exc}: {nvrtc.getProgramLog(program)[-2000:]}") from None
+            cubin = nvrtc.getCUBIN(program)
+        finally:
+            nvrtc.destroyProgram(program)
+        handle, path = tempfile.mkstemp(suffix=".cubin", prefix="polyopt_")
+        with os.fdopen(handle, "wb") as f:
+            f.write(cubin)
+        return cupy.RawModule(path=path)
+    except Exception as exc:
+        warnings.warn(f"the sm_90a (wgmma) build failed, using the mma.sync kernels: {exc}", RuntimeWarning)
+        return None
 
 
 def _sm_count() -> int:
@@ -461,7 +517,8 @@ class CudaKernel:
         module = _raw_module(self.compiled.source)
         recorder = _Recorder(module, len(values)) if record and not graph else None
         if isinstance(self.compiled, ContractionSource):  # one launch: nothing to capture
-            launch_contraction(self.compiled, recorder or module, values, params, arrays, _sm_count())
+            launch_contraction(self.compiled, recorder or module, values, params, arrays, _sm_count(),
+                               wgmma=module_has_wgmma(self.compiled.source))
         elif not graph:
             self._run_host(env, values, recorder or module)
         else:

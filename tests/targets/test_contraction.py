@@ -229,10 +229,12 @@ def _force_tile(monkeypatch, tile: int) -> None:
     monkeypatch.setattr(CudaKernel, "recorded", lambda self, key: None)
     einsum_calls.clear()
 
-    def forced(source, extent, shapes, sm_count, aligned_operands=True):
+    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False):
         if tile >= len(source.variants):
             pytest.skip(f"the source has {len(source.variants)} kernels")
         name, variant = source.variants[tile]
+        if variant.wgmma and not wgmma:
+            pytest.skip("wgmma kernel, the module is not built for sm_90a")
         layout = launch_layout(source.contraction, variant, extent, shapes)
         if variant.asynchronous and not async_aligned(source.contraction, variant, layout, aligned_operands):
             pytest.skip("cp.async kernel, operands not in whole 16-byte vectors")

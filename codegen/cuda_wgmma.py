@@ -1,0 +1,258 @@
+"""Hopper (sm_90a) contraction kernels: warpgroup MMA (``wgmma.mma_async``) on operands staged
+into 128-byte-swizzled shared memory by ``cp.async`` (issue 17).
+
+``mma.sync`` (:mod:`polyopt.codegen.cuda_contraction`) reaches a quarter of an H100's tensor
+throughput; ``wgmma`` is how cuBLAS gets the rest. A ``wgmma`` variant of the ``hmma`` (f16/bf16
+operands, f32 accumulation) and ``tf32`` engines (``Variant.wgmma``):
+
+- the block is two *consumer warpgroups* (256 threads); warpgroup ``w`` owns rows
+  ``64w .. 64w + 63`` of the ``BM = 128`` x ``BN`` block tile and all its columns, one
+  ``wgmma.m64nBNk16`` (``k8`` for TF32) per 32 bytes of K;
+- each K tile holds 128 bytes of K per operand row (``BK`` = 64 halves or 32 floats) and lies in
+  shared memory in the 128-byte swizzle's layout: rows of 128 bytes, 16-byte chunk ``c`` of row
+  ``r`` stored at chunk ``c ^ (r % 8)`` (the XOR of address bits [4:6] with [7:9]), every
+  8-row atom (1,024 bytes) 1,024-byte aligned. An operand whose K run is contiguous in memory is
+  stored *K-major* (a row per M/N index); one whose M/N run is contiguous (f16/bf16 only: TF32
+  ``wgmma`` takes K-major operands only) *MN-major*: blocks of 64 M/N indices, each a row per K
+  value, and ``wgmma`` reads it transposed (``imm-trans``);
+- ``cp.async`` copies 16-byte chunks into a ring of ``stages`` K tiles as the other
+  asynchronous kernels do (a chunk past the array's run is zero-filled), then each thread
+  fences the generic-proxy writes for the async proxy (``fence.proxy.async``) before the
+  barrier after which the warpgroups read the tile;
+- the accumulators are registers in ``wgmma``'s D fragment: register ``4j + r`` of lane
+  ``4g + t`` in warp ``q`` of the warpgroup holds row ``16q + g + 8(r / 2)``, column
+  ``8j + 2t + r % 2``; they start as the existing kernels' do (the init statement applied to the
+  output, or zero) and are stored through the same epilogue code (:func:`_store`).
+
+The kernels are compiled only where ``__CUDA_ARCH_FEAT_SM90_ALL`` is defined (``-arch=sm_90a``);
+built for any other target their body is empty, and the launch selection takes them only from a
+module built for sm_90a (:func:`polyopt.targets.contraction.choose_kernel`).
+"""
+from __future__ import annotations
+
+from polyopt.analysis import expr as E
+from polyopt.analysis.contraction import ELEMENT, Contraction
+from polyopt.analysis.scop import Scop
+
+#: Bytes of one row of a swizzled tile (the 128-byte swizzle's width) and of one 8-row atom.
+ROW_BYTES = 128
+ATOM_BYTES = 1024
+#: Alignment the swizzled tiles need (bytes); the dynamic shared memory is rounded up to it.
+TILE_ALIGN = 1024
+#: Per engine: the K of one ``wgmma`` and the PTX operand type.
+WGMMA_K = {"hmma": 16, "tf32": 8}
+#: Rows of the output tile one warpgroup computes (``wgmma``'s M).
+WARPGROUP_ROWS = 64
+WARPGROUP_THREADS = 128
+
+
+def operand_plain(value: E.Expr) -> bool:
+    """Whether an operand is read as the array element itself (or widened to f32): ``wgmma``
+    reads shared memory directly, so there is no place to compute on an operand."""
+    if isinstance(value, E.Cast) and value.dtype.name == "f32":
+        value = value.operand
+    return isinstance(value, E.Var) and value.name == ELEMENT
+
+
+def wgmma_layouts(c: Contraction, v) -> tuple[bool, bool] | None:
+    """Per operand (left, right), whether its tile is K-major in shared memory; None where the
+    ``wgmma`` variant ``v`` cannot compute ``c`` (an operand with neither run contiguous, a
+    TF32 operand whose K run is not contiguous, an operand computed on)."""
+    from polyopt.codegen.cuda_contraction import UnitStrides
+    unit = UnitStrides.of(c)
+    layouts = []
+    for k_unit, run_unit, operand in ((unit.lk, unit.lm, c.left), (unit.rk, unit.rn, c.right)):
+        if not operand_plain(operand.value):
+            return None
+        if k_unit:
+            layouts.append(True)
+        elif run_unit and v.engine == "hmma":
+            layouts.append(False)
+        else:
+            return None
+    return layouts[0], layouts[1]
+
+
+def tile_bytes(v, rows: int) -> int:
+    """Bytes of one operand's K tile (``rows`` M or N indices by 128 bytes of K)."""
+    return rows * ROW_BYTES
+
+
+def wgmma_shared_bytes(v) -> int:
+    """Dynamic shared memory of ``wgmma`` variant ``v``: the ring, plus the alignment slack."""
+    return v.stages * (tile_bytes(v, v.bm) + tile_bytes(v, v.bn)) + TILE_ALIGN
+
+
+def check_variant(v, operand_bytes: int) -> None:
+    """Refuse a ``wgmma`` tile this emitter does not make (ValueError)."""
+    per_row = ROW_BYTES // operand_bytes
+    if (v.bm != 2 * WARPGROUP_ROWS or v.threads != 2 * WARPGROUP_THREADS or v.bk != per_row
+            or v.bn % 64 or not 64 <= v.bn <= 256 or v.stages < 2 + v.inflight or v.inflight not in (0, 1)
+            or any(rows * ROW_BYTES % (16 * v.threads) for rows in (v.bm, v.bn))):
+        raise ValueError(f"wgmma contraction tile {v}: needs BM = 128, 256 threads, BK = 128 bytes, "
+                         "BN a multiple of 64 up to 256")
+
+
+def wgmma_helpers(engines: set[str], half: str | None, shapes: set[tuple[str, int, int, int]]) -> str:
+    """Device helpers: the descriptor, fences, and one ``wgmma`` wrapper per (engine, N,
+    transpose A, transpose B) in ``shapes``; all inside the sm_90a guard."""
+    out = ["#if defined(__CUDA_ARCH_FEAT_SM90_ALL)",
+           "/* wgmma shared-memory matrix descriptor: start address, leading and stride byte offsets",
+           "   (all >> 4), 128-byte swizzle (mode 1 in bits 62-63); base offset 0: tiles 1024-aligned */",
+           "__device__ inline uint64_t pl_wg_desc(const void *p, unsigned lbo, unsigned sbo) {",
+           "  const unsigned a = (unsigned)__cvta_generic_to_shared(p);",
+           "  return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16)",
+           "         | ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);",
+           "}",
+           '__device__ inline void pl_wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }',
+           '__device__ inline void pl_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }',
+           "template <int N> __device__ inline void pl_wg_wait() "
+           '{ asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }',
+           "/* the accumulators as operands of an empty asm: no access to them moves across a wgmma wait */",
+           '__device__ inline void pl_wg_keep(float &x) { asm volatile("" : "+f"(x) :: "memory"); }',
+           '__device__ inline void pl_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }']
+    for engine, n, ta, tb in sorted(shapes):
+        regs = n // 2
+        d = ",".join(f"%{i}" for i in range(regs))
+        if engine == "hmma":
+            ptx_t, k = half, 16
+            tail = f", p, 1, 1, {ta}, {tb};"
+        else:
+            ptx_t, k = "tf32", 8
+            tail = ", p, 1, 1;"
+        constraints = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+        out += [f"__device__ __forceinline__ void pl_wgmma_{engine}_n{n}_{ta}{tb}(float *d, uint64_t a, uint64_t b) {{",
+                '  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2) + ', 0;\\n"',
+                f'               "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptx_t}.{ptx_t} "',
+                f'               "{{{d}}}, %{regs}, %{regs + 1}{tail}\\n}}\\n"',
+                f"               : {constraints}",
+                '               : "l"(a), "l"(b), "r"(1));',
+                "}"]
+    out.append("#endif")
+    return "\n".join(out) + "\n"
+
+
+def wgmma_shape(c: Contraction, v) -> tuple[str, int, int, int]:
+    """(engine, N, transpose A, transpose B) of the ``wgmma`` variant ``v`` on ``c``."""
+    a_k, b_k = wgmma_layouts(c, v)
+    return v.engine, v.bn, int(not a_k), int(not b_k)
+
+
+def _copies(c: Contraction, v, operand_bytes: int, layouts: tuple[bool, bool]) -> list[str]:
+    """``cp.async`` of the K tile at ``_nk0`` into ring slot ``_ls``, 16-byte chunks written
+    at their swizzled place (module docstring); a chunk past the array's run is zero-filled."""
+    per_vector = 16 // operand_bytes
+    out = []
+    for rows, operand, s_row, s_k, off, koff, total, buf, k_major, row0 in (
+            (v.bm, c.left, "sLm", "sLk", "_offL", "_nkL", "_M", "_As", layouts[0], "_m0"),
+            (v.bn, c.right, "sRn", "sRk", "_offR", "_nkR", "_N", "_Bs", layouts[1], "_n0")):
+        count = rows * ROW_BYTES // 16 // v.threads
+        out.append(f"        #pragma unroll\n        for (int _q = 0; _q < {count}; _q++) {{")
+        out.append(f"          const int _c = threadIdx.x + _q * {v.threads};")
+        if k_major:  # row _r (M/N index), chunk _h of its 128 bytes of K
+            out += ["          const int _r = _c / 8, _h = _c % 8, _k = _h * " + str(per_vector) + ";",
+                    f"          const int _at = _r * {ROW_BYTES} + ((_h ^ (_r % 8)) * 16);"]
+            inside = f"_K - _gk < {per_vector} ? _K - _gk : {per_vector}"
+            address = f"_gr * {s_row} + _gk"
+        else:  # K row _k, chunk _h across the M/N indices: blocks of 64 indices
+            chunks = rows // per_vector
+            out += [f"          const int _k = _c / {chunks}, _h = _c % {chunks}, _r = _h * {per_vector};",
+                    f"          const int _at = (_h / 8) * {v.bk * ROW_BYTES} + _k * {ROW_BYTES} + (((_h % 8) ^ (_k % 8)) * 16);"]
+            inside = f"{total} - _gr < {per_vector} ? {total} - _gr : {per_vector}"
+            address = f"_gr + _gk * {s_k}"
+        out += [f"          const long _gr = {row0} + _r, _gk = _nk0 + _k;",
+                f"          const int _nb = (_gr < {total} && _gk < _K) ? (int)({inside}) * {operand_bytes} : 0;",
+                f"          pl_cp16({buf} + _ls * {tile_bytes(v, rows)} + _at, "
+                f"{operand.array} + {off} + {koff} + (_nb ? {address} : 0), _nb);",
+                "        }"]
+    return out
+
+
+def _mma_steps(c: Contraction, v, layouts: tuple[bool, bool]) -> list[str]:
+    """The ``wgmma`` of one K tile (slot ``_cs``): per K step, the descriptors of the
+    warpgroup's 64 rows of A and of all of B. K-major: the step starts 32 bytes further in the
+    swizzled rows, the 8-row atoms are 1,024 bytes apart (stride offset). MN-major: the step
+    starts 16 K rows (2,048 bytes) further; the 8-K-row atoms are 1,024 bytes apart (stride
+    offset) and the blocks of 64 M/N indices ``BK`` rows apart (leading offset)."""
+    k_bytes = WGMMA_K[v.engine] * (ROW_BYTES // v.bk)  # bytes of K per wgmma
+    engine, n, ta, tb = wgmma_shape(c, v)
+    block = v.bk * ROW_BYTES  # an MN-major block of 64 indices
+
+    def desc(base: str, k_major: bool, step: int) -> str:
+        if k_major:
+            return f"pl_wg_desc({base} + {step * k_bytes}, 16, {ATOM_BYTES})"
+        return f"pl_wg_desc({base} + {step * WGMMA_K[v.engine] * ROW_BYTES}, {block}, {ATOM_BYTES})"
+    a_rows = f"_wg * {WARPGROUP_ROWS * ROW_BYTES}" if layouts[0] else f"_wg * {block}"
+    out = [f"        {{ const unsigned char *const _sa = _As + _cs * {tile_bytes(v, v.bm)} + {a_rows};",
+           f"          const unsigned char *const _sb = _Bs + _cs * {tile_bytes(v, v.bn)};"]
+    for step in range(v.bk // WGMMA_K[v.engine]):
+        out.append(f"          pl_wgmma_{engine}_n{n}_{ta}{tb}(_acc, {desc('_sa', layouts[0], step)}, "
+                   f"{desc('_sb', layouts[1], step)});")
+    return out + ["        }"]
+
+
+def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> list[str]:
+    """The kernel body of ``wgmma`` variant ``v`` (module docstring), inside the sm_90a guard."""
+    from polyopt.codegen.cuda_contraction import Slots, _grid_loops, _init_text, _outer_k_offsets, _store
+    check_variant(v, operand_bytes)
+    layouts = wgmma_layouts(c, v)
+    if layouts is None:
+        raise ValueError(f"wgmma contraction tile {v}: the operands' layout does not allow it")
+    slots = Slots.of(c)
+    regs = v.bn // 2
+    row = f"_wg * {WARPGROUP_ROWS} + _wq * 16 + _g + (_r / 2) * 8"
+    col = "_j * 8 + _tg * 2 + (_r % 2)"
+    out = ["#if defined(__CUDA_ARCH_FEAT_SM90_ALL)",
+           f"  enum {{ BM = {v.bm}, BN = {v.bn}, BK = {v.bk} }};",
+           "  extern __shared__ __align__(1024) unsigned char _wsmem[];",
+           "  const unsigned _pad = (1024u - ((unsigned)__cvta_generic_to_shared(_wsmem) % 1024u)) % 1024u;",
+           f"  unsigned char *const _As = _wsmem + _pad, *const _Bs = _As + {v.stages * tile_bytes(v, v.bm)};",
+           f"  const int _wg = threadIdx.x / {WARPGROUP_THREADS}, _wq = (threadIdx.x % {WARPGROUP_THREADS}) / 32;",
+           "  const int _lane = threadIdx.x % 32, _g = _lane / 4, _tg = _lane % 4;"]
+    out += _grid_loops(c, slots, t)
+    out += [f"      float _acc[{regs}];",
+            f"      #pragma unroll\n      for (int _j = 0; _j < {v.bn // 8}; _j++)",
+            "        #pragma unroll\n        for (int _r = 0; _r < 4; _r++) {",
+            f"          const long _m = _m0 + {row}, _n = _n0 + {col};",
+            f"          _acc[_j * 4 + _r] = (_m < _M && _n < _N) ? "
+            f"{_init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : 0.0f;",
+            "        }"]
+    request = (["        {"] + _copies(c, v, operand_bytes, layouts) +
+               ["        }", "        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] +
+               (_outer_k_offsets(slots) if slots.outer_k else []) +
+               ["        }", f"        _ls = _ls + 1 == {v.stages} ? 0 : _ls + 1;"])
+    keep = [f"        #pragma unroll\n        for (int _i = 0; _i < {regs}; _i++) pl_wg_keep(_acc[_i]);"]
+    ahead = v.stages - 1 - v.inflight  # tiles requested ahead of the one computed
+    out += ["      const long _NT = (_K + BK - 1) / BK * _KO;",
+            "      long _nk0 = 0, _nko = 0;",
+            "      long _nkL = 0, _nkR = 0;" if slots.outer_k else "      const long _nkL = 0, _nkR = 0;",
+            "      int _ls = 0, _cs = 0;",
+            f"      for (int _s = 0; _s < {ahead}; _s++) {{",
+            "        if (_s < _NT) {"] + request + ["        }", "        pl_cp_commit();", "      }"]
+    out += keep
+    # per tile: wait for it, make it visible to the async proxy, barrier; wgmma on it; request
+    # the tile `ahead` tiles on into the slot of tile - 1 - inflight (every warpgroup finished
+    # reading it: each waited for those products before this tile's barrier); wait until
+    # `inflight` wgmma groups are left. With inflight 1 the accumulators are not touched
+    # between the wgmma (no register access while one is in flight).
+    out += ["      for (long _tile = 0; _tile < _NT; _tile++) {",
+            f"        pl_cp_wait<{ahead - 1}>();",
+            "        pl_proxy_fence();",
+            "        __syncthreads();"] + (keep if not v.inflight else []) + ["        pl_wg_fence();"]
+    out += _mma_steps(c, v, layouts)
+    out += ["        pl_wg_commit();",
+            f"        if (_tile + {ahead} < _NT) {{"] + request + ["        }", "        pl_cp_commit();",
+                                                                  f"        pl_wg_wait<{v.inflight}>();"]
+    out += (keep if not v.inflight else [])
+    out += [f"        _cs = _cs + 1 == {v.stages} ? 0 : _cs + 1;", "      }",
+            "      pl_wg_wait<0>();"] + keep + [
+            "      pl_cp_wait<0>();", "      __syncthreads();  /* the next tile of the grid loop reuses the ring */"]
+    out += [f"      #pragma unroll\n      for (int _j = 0; _j < {v.bn // 8}; _j++)",
+            "        #pragma unroll\n        for (int _r = 0; _r < 4; _r++) {",
+            f"          const long _m = _m0 + {row}, _n = _n0 + {col};",
+            "          if (_m < _M && _n < _N) {",
+            *_store(scop, c, "_acc[_j * 4 + _r]", t), "          }",
+            "        }",
+            "    }", "    }", "  }",
+            "#endif"]
+    return out

@@ -1,0 +1,206 @@
+"""The Hopper ``wgmma`` contraction kernels (issue 17, :mod:`polyopt.codegen.cuda_wgmma`): in the
+source of every f16 einsum and TF32 contraction whose operands allow them, compiled by nvcc for
+sm_90a without a GPU, chosen only from an sm_90a build; on an H100/H200 each ``wgmma`` kernel
+(forced) is checked against float64 on ragged sizes, transposed operands, batches, and the
+init/epilogue statements (beta, alpha, bias)."""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import polyopt as po
+from polyopt.codegen.cuda_contraction import WGMMA_VARIANTS, ContractionSource
+from polyopt.targets import contraction
+from polyopt.targets.contraction import async_aligned, choose_kernel, launch_layout
+from polyopt.targets.cache import scop_of
+from polyopt.targets.cuda import CudaKernel
+from polyopt import einsum_calls
+
+from conftest import needs_gpu
+
+f16, f32 = po.f16, po.f32
+
+
+def _source(subscripts, shapes, dtype="float16", precision="exact") -> ContractionSource:
+    return po.einsum_kernel(subscripts, *shapes, dtype=dtype, target="cuda", precision=precision).compiled
+
+
+@po.kernel
+def tf32_gemm_alpha_beta(alpha: f32, beta: f32, A: f32["NI", "NK"], B: f32["NJ", "NK"], bias: f32["NJ"],
+                         C: f32["NI", "NJ"]):
+    for i in range(NI):
+        for j in range(NJ):
+            C[i, j] = C[i, j] * beta
+            for k in range(NK):
+                C[i, j] += A[i, k] * B[j, k]
+            C[i, j] = C[i, j] * alpha + bias[j]
+
+
+def test_the_source_has_wgmma_kernels_where_the_operands_allow():
+    f16_source = _source("ij,jk->ik", [(256, 256), (256, 256)])
+    assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16" in f16_source.source
+    assert "wgmma.mma_async" in po.cuda_source(scop_of(tf32_gemm_alpha_beta), precision="tf32")
+    assert sum(v.wgmma for _, v in f16_source.variants) == len(WGMMA_VARIANTS["hmma"])
+    # TF32 wgmma takes K-major operands only: B by K rows has none
+    assert "m64n128k8.f32.tf32.tf32" in _source("ik,jk->ij", [(64, 64), (64, 64)], "float32", "tf32").source
+    assert not any(v.wgmma for _, v in _source("ij,jk->ik", [(64, 64), (64, 64)], "float32", "tf32").variants)
+    assert "wgmma" not in _source("ij,jk->ik", [(64, 64), (64, 64)], "float32").source  # exact f32: SIMT
+    assert "wgmma" not in _source("ij,jk->ik", [(64, 64), (64, 64)], "float64").source
+
+
+def test_wgmma_kernels_are_chosen_only_from_an_sm90a_build():
+    source = _source("ij,jk->ik", [(8, 8), (8, 8)])
+    extent = {"i_i": 4096, "i_j": 4096, "i_k": 4096}
+
+    def chosen(n=4096, k=4096, aligned=True, wgmma=True):
+        shapes = {"op0": (n, k), "op1": (k, n), "out": (n, n)}
+        return choose_kernel(source, {"i_i": n, "i_j": n, "i_k": k}, shapes, 132, aligned, wgmma=wgmma)[1]
+    assert chosen().wgmma and not chosen(wgmma=False).wgmma
+    assert not chosen(aligned=False).wgmma and not chosen(k=4095).wgmma  # rows off 16-byte boundaries
+    assert not chosen(n=128, k=128).wgmma  # below WGMMA_MIN_WORK
+    assert not choose_kernel(source, extent, {"op0": (4096,) * 2, "op1": (4096,) * 2, "out": (4096,) * 2}, 132)[1].wgmma
+
+
+_NVCC_SOURCES = {
+    "f16_nn": lambda: _source("ij,jk->ik", [(256, 256), (256, 256)]).source,  # A K-major, B MN-major
+    "f16_tt": lambda: _source("ji,kj->ik", [(256, 256), (256, 256)]).source,  # A MN-major, B K-major
+    "f16_batch": lambda: _source("bhqd,bhkd->bhqk", [(2, 2, 64, 64), (2, 2, 64, 64)]).source,
+    "tf32_nt": lambda: _source("ik,jk->ij", [(64, 64), (64, 64)], "float32", "tf32").source,
+    "tf32_epilogue": lambda: po.cuda_source(scop_of(tf32_gemm_alpha_beta), precision="tf32"),
+}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_nvcc_builds_the_wgmma_kernels_for_sm90a(tmp_path):
+    for name, make in _NVCC_SOURCES.items():
+        text = make()
+        assert "wgmma.mma_async" in text, name
+        (tmp_path / f"{name}.cu").write_text(text)
+    result = subprocess.run(["nvcc", "-arch=sm_90a", "-Xptxas", "-v", "-c", *(f"{n}.cu" for n in _NVCC_SOURCES)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "spill stores" in result.stderr and " 0 bytes spill stores" in result.stderr
+    assert "serialized" not in result.stderr, result.stderr[-4000:]  # wgmma issued back to back
+
+
+# ----- on an H100 / H200 ---------------------------------------------------------------------------
+
+def _hopper() -> bool:
+    import cupy
+    return str(cupy.cuda.Device().compute_capability) == "90"
+
+
+def _force_wgmma(monkeypatch, which: int) -> list:
+    """Make every contraction launch take the ``which``-th ``wgmma`` kernel of its source
+    (skip where the module is not an sm_90a build or the operands are not in 16-byte vectors);
+    the kernels launched are noted in the list returned."""
+    monkeypatch.setattr(CudaKernel, "recorded", lambda self, key: None)
+    einsum_calls.clear()
+    taken = []
+
+    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False):
+        if not wgmma:
+            pytest.skip("the module is not an sm_90a build")
+        name, variant = [(n, v) for n, v in source.variants if v.wgmma][which]
+        layout = launch_layout(source.contraction, variant, extent, shapes)
+        if not async_aligned(source.contraction, variant, layout, aligned_operands):
+            pytest.skip("operands not in whole 16-byte vectors")
+        taken.append(name)
+        return name, variant, layout
+    monkeypatch.setattr(contraction, "choose_kernel", forced)
+    return taken
+
+
+def _relative_error(result, expected) -> float:
+    return float(np.linalg.norm(result - expected) / max(np.linalg.norm(expected), 1e-300))
+
+
+#: Ragged sizes (no tile divides M, N or K, rows still in 16-byte vectors where they must be),
+#: transposed operands, batches, several K indices.
+WGMMA_PATTERNS = [
+    ("ij,jk->ik", [(197, 136), (136, 328)]),  # A K-major, B MN-major
+    ("ik,jk->ij", [(197, 72), (203, 72)]),  # both K-major, M and N ragged
+    ("ji,jk->ik", [(200, 136), (200, 264)]),  # both MN-major
+    ("ji,kj->ik", [(88, 144), (77, 88)]),  # A MN-major, B K-major
+    ("bij,bjk->bik", [(3, 70, 200), (3, 200, 136)]),  # a batch
+    ("bhqd,bhkd->bhqk", [(2, 3, 130, 64), (2, 3, 90, 64)]),  # attention scores
+    ("ij,jk->ik", [(300, 1000), (1000, 520)]),  # many K tiles: the ring wraps
+    ("acb,cbd->ad", [(17, 8, 24), (8, 24, 136)]),  # K = (c, b) one run
+]
+
+
+@needs_gpu
+@pytest.mark.parametrize("which", range(len(WGMMA_VARIANTS["hmma"])))
+@pytest.mark.parametrize("subscripts, shapes", WGMMA_PATTERNS)
+def test_f16_wgmma_matches_float64(subscripts, shapes, which, monkeypatch):
+    import cupy
+
+    if not _hopper():
+        pytest.skip("wgmma needs compute capability 9.0")
+    taken = _force_wgmma(monkeypatch, which)
+    rng = np.random.default_rng(len(subscripts) + sum(map(sum, shapes)))
+    operands = [rng.standard_normal(s).astype(np.float16) for s in shapes]
+    expected = np.einsum(subscripts, *(o.astype(np.float64) for o in operands))
+    result = po.einsum(subscripts, *map(cupy.asarray, operands)).get()
+    assert taken, "no wgmma launch"
+    assert _relative_error(result, expected) < 2e-3
+
+
+@needs_gpu
+@pytest.mark.parametrize("which", range(len(WGMMA_VARIANTS["tf32"])))
+@pytest.mark.parametrize("subscripts, shapes", [("ik,jk->ij", [(197, 72), (203, 72)]),
+                                                ("bqd,bkd->bqk", [(2, 130, 200), (2, 260, 200)]),
+                                                ("ik,jk->ij", [(256, 1000), (136, 1000)])])
+def test_tf32_wgmma_matches_float64(subscripts, shapes, which, monkeypatch):
+    import cupy
+
+    if not _hopper():
+        pytest.skip("wgmma needs compute capability 9.0")
+    taken = _force_wgmma(monkeypatch, which)
+    rng = np.random.default_rng(5)
+    operands = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    expected = np.einsum(subscripts, *(o.astype(np.float64) for o in operands))
+    result = po.einsum(subscripts, *map(cupy.asarray, operands), precision="tf32").get()
+    assert taken, "no wgmma launch"
+    assert _relative_error(result, expected) < 5e-3  # TF32 operands (wgmma truncates to 10 bits)
+
+
+@needs_gpu
+@pytest.mark.parametrize("which", range(len(WGMMA_VARIANTS["tf32"])))
+def test_wgmma_init_and_epilogues_match_float64(which, monkeypatch):
+    """beta * C before the sum, alpha * C + bias after it (PolyBench's gemm and a bias): the
+    accumulators start from the init statement and the stores run the epilogue statements, as in
+    the other kernels (TF32: f16 kernels with an init or epilogue come only from the DSL, where
+    the f16 product is an f16 operation and no contraction)."""
+    import cupy
+
+    if not _hopper():
+        pytest.skip("wgmma needs compute capability 9.0")
+    taken = _force_wgmma(monkeypatch, which)
+    rng = np.random.default_rng(11)
+    ni, nj, nk = 203, 261, 200
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((ni, nk), (nj, nk)))
+    bias, c = rng.standard_normal(nj).astype(np.float32), rng.standard_normal((ni, nj)).astype(np.float32)
+    expected = (c.astype(float) * 0.5 + a.astype(float) @ b.astype(float).T) * 1.5 + bias
+    device_c = cupy.asarray(c)
+    po.compile(tf32_gemm_alpha_beta, target="cuda", precision="tf32")(
+        np.float32(1.5), np.float32(0.5), cupy.asarray(a), cupy.asarray(b), cupy.asarray(bias), device_c)
+    assert taken
+    assert _relative_error(device_c.get(), expected) < 5e-3
+
+
+@needs_gpu
+def test_large_f16_einsum_takes_wgmma_on_hopper():
+    """Unforced: a 1024^3 f16 einsum on an H100 launches a wgmma kernel, and it is right."""
+    import cupy
+
+    if not _hopper():
+        pytest.skip("wgmma needs compute capability 9.0")
+    from polyopt.targets.cuda import module_has_wgmma
+    rng = np.random.default_rng(2)
+    a, b = (rng.standard_normal((1024, 1024)).astype(np.float16) for _ in range(2))
+    kernel = po.einsum_kernel("ij,jk->ik", a, b, target="cuda")
+    result = po.einsum("ij,jk->ik", cupy.asarray(a), cupy.asarray(b)).get()
+    assert module_has_wgmma(kernel.compiled.source), "the sm_90a build failed (see the RuntimeWarning)"
+    assert _relative_error(result, a.astype(float) @ b.astype(float)) < 2e-3
