@@ -44,6 +44,9 @@ WGMMA_K = {"hmma": 16, "tf32": 8}
 #: Rows of the output tile one warpgroup computes (``wgmma``'s M).
 WARPGROUP_ROWS = 64
 WARPGROUP_THREADS = 128
+#: The kernel telling whether a build of the source has the ``wgmma`` kernels (one thread
+#: writes 1 or 0): the launch checks a build before taking them.
+PROBE = "polyopt_sm90a_probe"
 
 
 def operand_plain(value: E.Expr) -> bool:
@@ -128,7 +131,16 @@ def wgmma_helpers(engines: set[str], half: str | None, shapes: set[tuple[str, in
                 f"               : {constraints}",
                 '               : "l"(a), "l"(b), "r"(1));',
                 "}"]
-    out.append("#endif")
+    out += ["#endif",
+            "/* 1 where this build has the wgmma kernels (-arch=sm_90a), 0 where their bodies are empty */",
+            f'extern "C" __global__ void {PROBE}(int *out)',
+            "{",
+            "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)",
+            "  *out = 1;",
+            "#else",
+            "  *out = 0;",
+            "#endif",
+            "}"]
     return "\n".join(out) + "\n"
 
 

@@ -255,14 +255,47 @@ def module_has_wgmma(source: str) -> bool:
     return hashlib.sha256(source.encode()).hexdigest() in _WGMMA_BUILDS
 
 
+def _probe(cupy, module) -> bool:
+    """Whether ``module`` really holds the ``wgmma`` kernels (its probe kernel says so)."""
+    import warnings
+    from polyopt.codegen.cuda_wgmma import PROBE
+    try:
+        flag = cupy.zeros(1, cupy.int32)
+        module.get_function(PROBE)((1,), (1,), (flag,))
+        if int(flag.get()[0]) == 1:
+            return True
+    except Exception as exc:
+        warnings.warn(f"the sm_90a build's probe failed ({exc})", RuntimeWarning)
+    return False
+
+
 def _sm90a_module(cupy, source: str):
     """``source`` built by NVRTC for ``sm_90a`` (``wgmma`` needs the arch-specific target,
-    which CuPy's own NVRTC call does not take: it adds its ``-arch`` and NVRTC refuses two),
-    loaded as a CuPy module; None with a warning where that fails (the caller builds the
-    source the usual way: its ``wgmma`` kernels are then never launched)."""
+    which CuPy's NVRTC call does not take: it adds its own ``-arch`` and NVRTC refuses two),
+    as a CuPy module; None with a warning where that fails (the caller builds the source the
+    usual way: its ``wgmma`` kernels are then never launched). First through CuPy's compiler
+    with its arch option replaced (its include paths and disk cache; the ``POLYOPT_SM90A``
+    define keeps the cached build apart from the plain one), else NVRTC directly."""
     import os
+    import re as _re
     import tempfile
     import warnings
+    errors = []
+    try:
+        from cupy.cuda import compiler
+        original = compiler._get_arch_for_options_for_nvrtc
+        compiler._get_arch_for_options_for_nvrtc = lambda arch=None: ("-arch=sm_90a", "cubin")
+        try:
+            module = cupy.RawModule(code=source, options=("--std=c++14", "-DPOLYOPT_SM90A=1"))
+            first = _re.search(r'__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(', source)
+            module.get_function(first.group(1))  # compile now, under the replaced arch
+        finally:
+            compiler._get_arch_for_options_for_nvrtc = original
+        if _probe(cupy, module):
+            return module
+        errors.append("through CuPy: the build has no wgmma kernels")
+    except Exception as exc:
+        errors.append(f"through CuPy: {type(exc).__name__}: {str(exc)[-1500:]}")
     try:
         from cupy_backends.cuda.libs import nvrtc
         includes = []
@@ -287,10 +320,14 @@ def _sm90a_module(cupy, source: str):
         handle, path = tempfile.mkstemp(suffix=".cubin", prefix="polyopt_")
         with os.fdopen(handle, "wb") as f:
             f.write(cubin)
-        return cupy.RawModule(path=path)
+        module = cupy.RawModule(path=path)
+        if _probe(cupy, module):
+            return module
+        errors.append("NVRTC directly: the build has no wgmma kernels")
     except Exception as exc:
-        warnings.warn(f"the sm_90a (wgmma) build failed, using the mma.sync kernels: {exc}", RuntimeWarning)
-        return None
+        errors.append(f"NVRTC directly: {type(exc).__name__}: {str(exc)[-1500:]}")
+    warnings.warn("the sm_90a (wgmma) build failed, using the mma.sync kernels: " + "; ".join(errors), RuntimeWarning)
+    return None
 
 
 def _sm_count() -> int:
