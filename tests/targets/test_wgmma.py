@@ -204,3 +204,30 @@ def test_large_f16_einsum_takes_wgmma_on_hopper():
     result = po.einsum("ij,jk->ik", cupy.asarray(a), cupy.asarray(b)).get()
     assert module_has_wgmma(kernel.compiled.source), "the sm_90a build failed (see the RuntimeWarning)"
     assert _relative_error(result, a.astype(float) @ b.astype(float)) < 2e-3
+
+
+@needs_gpu
+@pytest.mark.parametrize("which", range(len(WGMMA_VARIANTS["hmma"])))
+@pytest.mark.parametrize("subscripts, shapes", [WGMMA_PATTERNS[0], WGMMA_PATTERNS[2], WGMMA_PATTERNS[5]])
+def test_bf16_wgmma_matches_float64(subscripts, shapes, which, monkeypatch):
+    """bf16 operands (torch makes them; CuPy holds their bits as uint16) into f32 sums, as the
+    benchmark builds them: the einsum's Scop planned for CUDA (po.einsum has no bf16 on CuPy)."""
+    import cupy
+    torch = pytest.importorskip("torch")
+    from polyopt.targets.cuda import plan
+
+    if not _hopper():
+        pytest.skip("wgmma needs compute capability 9.0")
+    taken = _force_wgmma(monkeypatch, which)
+    made = plan(po.einsum_kernel(subscripts, *shapes, dtype="bfloat16").scop)
+    assert isinstance(made.source, ContractionSource) and "f32.bf16.bf16" in made.source.source
+    kernel = CudaKernel(made.scop, made.schedule, made.source)
+    generator = torch.Generator(device="cuda").manual_seed(3)
+    tensors = [torch.randn(s, device="cuda", generator=generator).to(torch.bfloat16) for s in shapes]
+    bits = [cupy.asarray(t.view(torch.int16)).view(cupy.uint16) for t in tensors]
+    expected = np.einsum(subscripts, *(t.to(torch.float64).cpu().numpy() for t in tensors))
+    out = cupy.zeros(expected.shape, np.float32)
+    bound, device, _ = kernel.bind((), {"op0": bits[0], "op1": bits[1], "out": out})
+    kernel.launch(bound.params, bound.scalars, device)
+    assert taken
+    assert _relative_error(out.get(), expected) < 2e-3
