@@ -34,6 +34,7 @@ import islpy as isl
 from polyopt.analysis import expr as E
 from polyopt.codegen.loop_nodes import Block, For, If, Node, Run, children
 from polyopt.codegen.ast_check_sizes import check_at_sizes, instance_text
+from polyopt.codegen.ast_rolled import rolled_runs
 from polyopt.analysis.deps import Dependences, dependences
 from polyopt.errors import CodegenError, LoopTranslationError, PolyoptWarning
 from polyopt.islutil import coalesced, isl_options, maps_of
@@ -55,13 +56,30 @@ class _Reader:
         self.deadline = deadline  # of the process's CPU time (:func:`_on_time`)
         self.deps = deps.all.intersect_params(scop.context)
         self.depth = depth
-        space = isl.Space.set_alloc(isl.DEFAULT_CONTEXT, len(scop.params), depth)
-        for k, name in enumerate(scop.params):
-            space = space.set_dim_name(isl.dim_type.param, k, name)
+        space = _time_space(scop.params, depth)
         self.space = space
         self.local = isl.LocalSpace.from_space(space)
         self.universe = isl.Set.universe(space).intersect_params(scop.context)
-        self.any_pair = isl.Map.universe(isl.Space.map_from_set(space))
+        #: by position: pairs of (whole) times equal before it
+        self.same = [isl.Map.universe(isl.Space.map_from_set(space))]
+        for d in range(depth):
+            self.same.append(self.same[-1].equate(isl.dim_type.in_, d, isl.dim_type.out, d))
+        # What the walk returns below a position carries the times' positions before it only
+        # (:meth:`walk`): the relations the checks compose have as few dimensions as they can.
+        prefixes = [_time_space(scop.params, d) for d in range(depth + 1)]
+        #: by position: the pairs of times up to it (one longer than the position) equal before
+        #: it and different at it; those of them where the first is later at it
+        self.apart = []
+        for d in range(depth):
+            same = isl.Map.universe(isl.Space.map_from_set(prefixes[d + 1]))
+            for e in range(d):
+                same = same.equate(isl.dim_type.in_, e, isl.dim_type.out, e)
+            self.apart.append((same.subtract(same.equate(isl.dim_type.in_, d, isl.dim_type.out, d)),
+                               same.order_gt(isl.dim_type.in_, d, isl.dim_type.out, d)))
+        #: by position: a time up to it (one longer) to its prefix before it; a whole time to
+        #: its prefix before it
+        self.projection = [isl.UnionMap.from_map(_prefix_map(prefixes[d + 1], prefixes[d])) for d in range(depth)]
+        self.truncation = [isl.UnionMap.from_map(_prefix_map(space, prefix)) for prefix in prefixes]
 
     # ----- expressions -------------------------------------------------------------------------
 
@@ -129,8 +147,9 @@ class _Reader:
 
     def walk(self, node: Node, where: isl.Set, position: int, positions: dict[str, int]) -> isl.UnionMap:
         """What ``node`` runs at the times ``where`` (constrained on the positions before
-        ``position``), as a relation from times to instances whose positions from ``position``
-        on are 0; checked on the way. ``positions``: each enclosing iterator's position."""
+        ``position``), as a relation to instances from the times' positions before
+        ``position`` (those after are 0); checked on the way. ``positions``: each enclosing
+        iterator's position."""
         if isinstance(node, If):
             if _size(node.cond) > MAX_BOUND_TERMS:
                 raise _OutOfTime
@@ -143,56 +162,47 @@ class _Reader:
             return self.run(node, where, position, positions)
         if isinstance(node, Block):
             ran = isl.UnionMap.empty(self.space.params())
-            for k, child in enumerate(node.body):
+            place = E.Var(f"<position {position}>", "iter")  # a name no program can use
+            inner = {**positions, place.name: position}
+            for start, stop, child in rolled_runs(node.body, place):
                 _on_time(self.deadline)
-                here = where.fix_val(isl.dim_type.set, position, isl.Val(k))
-                this = self.project(self.walk(child, here, position + 1, positions), position)
-                self.check_block(ran, this, position)
-                ran = coalesced(ran.union(this))
-            return ran
+                here = (where.fix_val(isl.dim_type.set, position, isl.Val(start)) if stop == start + 1 else
+                        where.lower_bound_val(isl.dim_type.set, position, isl.Val(start))
+                        .upper_bound_val(isl.dim_type.set, position, isl.Val(stop - 1)))
+                ran = ran.union(self.walk(child, here, position + 1, inner))
+            ran = coalesced(ran)
+            self.check_order(ran, position, None)
+            return self.project(ran, position)
         if isinstance(node, For):
             _on_time(self.deadline)
             inner = {**positions, node.var: position}
             times = where.intersect(self.iterations(node, position, inner))
             ran = self.walk(node.body, times, position + 1, inner)
-            self.check_loop(node, ran, position)
+            self.check_order(ran, position, node.var if node.parallel else None)
             return self.project(ran, position)
         raise CodegenError(f"loop AST check: unsupported node {node!r}")
 
     def project(self, ran: isl.UnionMap, position: int) -> isl.UnionMap:
-        """``ran`` with its times' positions from ``position`` on projected out (set to 0)."""
-        zero = isl.Map.universe(isl.Space.map_from_set(self.space))
-        for d in range(self.depth):
-            zero = (zero.equate(isl.dim_type.in_, d, isl.dim_type.out, d) if d < position
-                    else zero.fix_val(isl.dim_type.out, d, isl.Val(0)))
-        return coalesced(ran.apply_domain(isl.UnionMap.from_map(zero)))
+        """``ran`` (from times up to ``position``) with its times' last position projected out."""
+        return coalesced(ran.apply_domain(self.projection[position]))
 
-    def same_until(self, position: int) -> isl.Map:
-        """Pairs of times equal on the positions before ``position``."""
-        same = self.any_pair
-        for d in range(position):
-            same = same.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
-        return same
-
-    def check_loop(self, loop: For, ran: isl.UnionMap, position: int) -> None:
-        """Two iterations of ``loop`` (times equal before ``position``, different at it) run no
-        instance both, and no dependence backwards (nor at all, if ``loop`` is parallel)."""
-        same = self.same_until(position)
-        other = same.subtract(same.equate(isl.dim_type.in_, position, isl.dim_type.out, position))
-        _twice(ran, ran, other, self.deadline)
-        backwards = same.order_gt(isl.dim_type.in_, position, isl.dim_type.out, position)
-        _dependent(self.deps, ran, ran, backwards, "runs before {source}, on which it depends", self.deadline)
-        if loop.parallel:
-            _dependent(self.deps, ran, ran, other,
-                       f"runs in another iteration of the parallel loop {loop.var} than {{source}}, "
+    def check_order(self, ran: isl.UnionMap, position: int, parallel_loop: str | None) -> None:
+        """Two times of ``ran`` equal before ``position`` and different at it (two iterations of
+        a loop, or two children of a block) run no instance both, and no dependence backwards
+        (none at all if they are iterations of ``parallel_loop``, the name of a parallel loop:
+        those pairs include the backward ones, so one search finds both)."""
+        other, backwards = self.apart[position]
+        by_instance = ran.reverse()
+        elsewhen = by_instance.apply_range(isl.UnionMap.from_map(other))  # instance -> its other times
+        _twice(elsewhen, by_instance, self.deadline)
+        if parallel_loop is None:
+            earlier = by_instance.apply_range(isl.UnionMap.from_map(backwards))
+            _dependent(self.deps, earlier.apply_range(ran), "runs before {source}, on which it depends",
+                       self.deadline)
+        else:
+            _dependent(self.deps, elsewhen.apply_range(ran),
+                       f"runs in another iteration of the parallel loop {parallel_loop} than {{source}}, "
                        f"on which it depends", self.deadline)
-
-    def check_block(self, earlier: isl.UnionMap, later: isl.UnionMap, position: int) -> None:
-        """A block's later child (``later``, times projected from ``position`` on, as those of
-        the ``earlier`` children) runs no instance they run, and none they depend on."""
-        same = self.same_until(position)
-        _twice(earlier, later, same, self.deadline)
-        _dependent(self.deps, later, earlier, same, "runs before {source}, on which it depends", self.deadline)
 
     def iterations(self, loop: For, position: int, positions: dict[str, int]) -> isl.Set:
         """The values ``for (var = init; cond; var += step)`` takes, as a set of times."""
@@ -210,10 +220,7 @@ class _Reader:
             return started.intersect(holds)
         # a general condition: the loop stops at the first value that fails it
         failed = started.subtract(holds)
-        later = isl.Map.universe(isl.Space.map_from_set(self.space))
-        for d in range(position):
-            later = later.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
-        later = later.order_lt(isl.dim_type.in_, position, isl.dim_type.out, position)
+        later = self.same[position].order_lt(isl.dim_type.in_, position, isl.dim_type.out, position)
         return started.intersect(holds).subtract(failed.apply(later))
 
     def run(self, node: Run, where: isl.Set, position: int, positions: dict[str, int]) -> isl.UnionMap:
@@ -226,7 +233,23 @@ class _Reader:
         for arg in node.args:
             instance = instance.flat_range_product(isl.Map.from_pw_aff(self.value(arg, positions)))
         instance = instance.intersect_domain(where).set_tuple_name(isl.dim_type.out, node.statement)
-        return isl.UnionMap.from_map(instance)
+        return isl.UnionMap.from_map(instance).apply_domain(self.truncation[position])
+
+
+def _time_space(params: list[str] | tuple[str, ...], positions: int) -> isl.Space:
+    """The set space of times of ``positions`` positions, over the Scop's parameters."""
+    space = isl.Space.set_alloc(isl.DEFAULT_CONTEXT, len(params), positions)
+    for k, name in enumerate(params):
+        space = space.set_dim_name(isl.dim_type.param, k, name)
+    return space
+
+
+def _prefix_map(longer: isl.Space, shorter: isl.Space) -> isl.Map:
+    """The map from times of space ``longer`` to their prefixes of space ``shorter``."""
+    prefix = isl.Map.universe(isl.Space.map_from_domain_and_range(longer, shorter))
+    for d in range(shorter.dim(isl.dim_type.set)):
+        prefix = prefix.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
+    return prefix
 
 
 _MIRRORED = {">": "<", ">=": "<="}
@@ -350,6 +373,8 @@ def check_at_fixed_sizes(scop: Scop, loops: Node, deps: Dependences, why: str) -
 #: tiled or register-tiled, has 92 nodes; a bound of 4,162 nodes (a tiled, shifted random nest's
 #: atomic loops) took isl 9 s to read, in one call the time limit cannot stop.
 MAX_BOUND_TERMS = 1000
+MAX_UNCOALESCED = 64
+WHOLE_MEETING = 64
 
 
 def _size(e: E.Expr) -> int:
@@ -375,19 +400,49 @@ def _check(scop: Scop, loops: Node, deps: Dependences, deadline: float) -> None:
         wanted = stmt.domain.intersect_params(scop.context)
         ran = executed.extract_set(wanted.get_space())
         for problem, points in (("never runs", _left_over(wanted, ran, deadline)),
-                                ("is not in the domain but runs", ran.subtract(wanted))):
+                                ("is not in the domain but runs", _outside(ran, wanted))):
             if not points.is_empty():
                 params, coords = _sample(points)
                 raise LoopTranslationError(stmt.name, instance_text(stmt.name, coords), params, problem)
 
 
+def _outside(ran: isl.Set, wanted: isl.Set) -> isl.Set:
+    """Some points of ``ran`` outside ``wanted`` (empty if none). Where ``wanted`` is one basic
+    set without existential variables (a statement's domain, nearly always), the points of
+    ``ran`` that violate each of its constraints, one at a time, until some do: isl's
+    subtraction works out the whole difference, which took covariance's check four times as
+    long."""
+    pieces = wanted.get_basic_sets()
+    if len(pieces) != 1 or pieces[0].dim(isl.dim_type.div):
+        return ran.subtract(wanted)
+    for constraint in pieces[0].get_constraints():
+        aff = constraint.get_aff()
+        sides = [aff.neg_basic_set()] if not constraint.is_equality() else [aff.neg_basic_set(),
+                                                                           aff.neg().neg_basic_set()]
+        for side in sides:
+            violating = ran.intersect(isl.Set.from_basic_set(side))
+            if not violating.is_empty():
+                return violating
+    return ran.subtract(ran)
+
+
 def _left_over(wanted: isl.Set, ran: isl.Set, deadline: float) -> isl.Set:
     """The points of ``wanted`` outside ``ran``, taking away one basic set of ``ran`` at a time
-    (coalescing what is left) with the CPU-time limit looked at in between: isl's subtraction
-    of a union of many pieces at once took several times as long on a register-tiled nest."""
-    for piece in ran.get_basic_sets():
+    with the CPU-time limit looked at in between: isl's subtraction of a union of many pieces at
+    once took several times as long on a register-tiled nest. Pieces with existential variables
+    (the projected tile loops) go last, each first cut down to what is left of ``wanted`` and
+    its existentials made explicit divisions: subtracted as they were, two pieces of the
+    register-tiled triangular loops of covariance and correlation took most of the check."""
+    pieces = sorted(ran.get_basic_sets(), key=lambda piece: piece.dim(isl.dim_type.div))
+    for piece in pieces:
         _on_time(deadline)
-        wanted = coalesced(wanted.subtract(isl.Set.from_basic_set(piece)))
+        taken = isl.Set.from_basic_set(piece)
+        if piece.dim(isl.dim_type.div):
+            taken = taken.intersect(wanted).compute_divs()
+        for part in taken.get_basic_sets():
+            wanted = wanted.subtract(isl.Set.from_basic_set(part))
+            if wanted.n_basic_set() > MAX_UNCOALESCED:
+                wanted = coalesced(wanted)
         if wanted.is_empty():
             break
     return wanted
@@ -399,6 +454,14 @@ def _meetings(pieces: isl.UnionMap, other: isl.UnionMap, deadline: float) -> Ite
     as one isl call, the intersection of the two unions took most of a long compile."""
     for piece in maps_of(pieces):
         same_space = other.extract_map(piece.get_space())
+        if same_space.plain_is_empty():  # no dependence between these two statements, say
+            continue
+        _on_time(deadline)
+        if same_space.n_basic_map() * piece.n_basic_map() <= WHOLE_MEETING:
+            meeting = same_space.intersect(piece)
+            if not meeting.is_empty():
+                yield meeting
+            continue
         for basic in piece.get_basic_maps():
             _on_time(deadline)
             meeting = same_space.intersect(isl.Map.from_basic_map(basic))
@@ -406,22 +469,19 @@ def _meetings(pieces: isl.UnionMap, other: isl.UnionMap, deadline: float) -> Ite
                 yield meeting
 
 
-def _twice(first: isl.UnionMap, second: isl.UnionMap, times: isl.Map, deadline: float) -> None:
-    """Raise if an instance runs at a time of ``first`` and at a time of ``second`` that
-    ``times`` relates."""
-    later = first.reverse().apply_range(isl.UnionMap.from_map(times))  # instance -> its second time
-    for piece in _meetings(later, second.reverse(), deadline):
+def _twice(elsewhen: isl.UnionMap, when: isl.UnionMap, deadline: float) -> None:
+    """Raise if an instance runs at one of the times ``when`` relates it to and at one of
+    those ``elsewhen`` relates it to (other times than the first, as the check says)."""
+    for piece in _meetings(elsewhen, when, deadline):
         params, coords = _sample(piece)
         name = piece.get_tuple_name(isl.dim_type.in_)
         raise LoopTranslationError(name, instance_text(name, coords[:piece.dim(isl.dim_type.in_)]), params,
                                    "runs more than once")
 
 
-def _dependent(deps: isl.UnionMap, sources: isl.UnionMap, sinks: isl.UnionMap, times: isl.Map,
-               problem: str, deadline: float) -> None:
-    """Raise if a dependence goes from an instance of ``sources`` to one of ``sinks`` whose
-    times are related by ``times``."""
-    related = sources.reverse().apply_range(isl.UnionMap.from_map(times)).apply_range(sinks)
+def _dependent(deps: isl.UnionMap, related: isl.UnionMap, problem: str, deadline: float) -> None:
+    """Raise if a dependence goes from an instance to one that ``related`` relates it to (one
+    run at a time related to the first one's, as the check says)."""
     for piece in _meetings(related, deps, deadline):
         params, coords = _sample(piece)
         n_in = piece.dim(isl.dim_type.in_)
