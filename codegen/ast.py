@@ -16,7 +16,7 @@ from polyopt.analysis.deps import dependences
 from polyopt.codegen.ast_check import (CHECK_OPERATIONS, CHECK_SECONDS, check_at_fixed_sizes, check_for_all_sizes,
                                        check_loop_ast, gave_up_text)
 from polyopt.errors import CodegenError, LoopTranslationError, PolyoptWarning
-from polyopt.islutil import isl_options
+from polyopt.islutil import isl_options, out_of_operations
 from polyopt.analysis.scop import Argument, Scop, Statement
 from polyopt.transform.marks import PARALLEL_MARK
 from polyopt.codegen.loop_nodes import Block, For, If, Node, Run, nodes
@@ -237,9 +237,8 @@ def generate_loop_ast(scop: Scop, tree: isl.Schedule) -> LoopAst:
     band into pieces; tiled, shifted bands of random nests came out as 48 to 114 loops of 5,000
     to 13,000 nodes), the atomic loops are the first ones checked: LLVM took 3.2-3.7 s and the
     check its 1.5 s on such loops, where the atomic ones (6-7 loops) compiled and checked in
-    about a second. Each build gets
-    :data:`AST_OPERATIONS` isl operations (the atomic one a fifth), and one past them counts as
-    failed; the note says so."""
+    about a second. Each build gets :data:`AST_OPERATIONS` isl operations (the atomic one a
+    fifth), and one past them counts as failed; the note says so."""
     deps = dependences(scop)
     gave_up = gave_up_text(CHECK_OPERATIONS, CHECK_SECONDS)
     decided = True  # whether the check for all sizes decided on the loops before
@@ -294,7 +293,7 @@ def _tree_ast(scop: Scop, tree: isl.Schedule, max_operations: int | None = None)
         with isl_options(max_operations=max_operations):
             root = build.node_from_schedule(_for_ast_build(tree).intersect_domain(scop.domain))
     except isl.Error as exc:
-        if max_operations is not None and "operations exceeded" in str(exc):
+        if max_operations is not None and out_of_operations(exc):
             raise _TooLong from None
         raise
     return IslAstTranslator(set(scop.params), iterator_names).node(root)
@@ -310,7 +309,7 @@ def _node_count(loops: Node) -> int:
             expressions.append(node.cond)
         elif isinstance(node, Run):
             expressions += node.args
-    return sum(1 for e in expressions for _ in E.walk(e))
+    return sum(E.size(e) for e in expressions)
 
 
 def _atomic(node: isl.ScheduleNode) -> isl.ScheduleNode:

@@ -38,6 +38,12 @@ def isl_options(*, schedule_algorithm: int | None = None, max_operations: int | 
             ctx.reset_operations()
 
 
+def out_of_operations(error: isl.Error) -> bool:
+    """Whether isl raised ``error`` because the operation budget of an enclosing
+    :func:`isl_options` ran out (not for a fault of its own)."""
+    return "operations exceeded" in str(error)
+
+
 def coalesced(relation):
     """``relation`` (an isl set, map or union of them) coalesced into fewer, larger pieces; the
     same relation as it is where isl's coalescing fails on it. Redundant constraints go first:
@@ -47,9 +53,10 @@ def coalesced(relation):
     try:
         return relation.remove_redundancies().coalesce()
     except isl.Error as exc:
-        if "operations exceeded" in str(exc):
+        if out_of_operations(exc):
             raise
         return relation
+
 
 def fix_params(context: isl.Set, values: dict[str, int]) -> isl.Set:
     """``context`` with the named size parameters fixed at ``values`` (names it lacks ignored)."""
@@ -58,6 +65,7 @@ def fix_params(context: isl.Set, values: dict[str, int]) -> isl.Set:
         if position >= 0:
             context = context.fix_val(isl.dim_type.param, position, isl.Val(value))
     return context
+
 
 def maps_of(union: isl.UnionMap) -> list[isl.Map]:
     """The maps of a union map (one per pair of spaces), as a Python list."""

@@ -20,7 +20,7 @@ from functools import cached_property
 
 import islpy as isl
 
-from polyopt.islutil import coalesced, fix_params, isl_options, maps_of
+from polyopt.islutil import coalesced, fix_params, isl_options, maps_of, out_of_operations
 from polyopt.analysis.scop import Scop
 
 #: isl operations the exact analysis of one dependence kind on one array may take (about a
@@ -129,7 +129,7 @@ def _analysis(scop: Scop) -> tuple[isl.UnionMap, isl.UnionMap, isl.UnionMap, tup
                     if size is not None:
                         why = f"differs from isl's own analysis at the fixed size {size}"
             except isl.Error as exc:  # past the budget, or an internal error of isl's dataflow
-                why = (f"exceeded {FLOW_BUDGET} isl operations" if "operations exceeded" in str(exc)
+                why = (f"exceeded {FLOW_BUDGET} isl operations" if out_of_operations(exc)
                        else f"failed inside isl: {str(exc).splitlines()[0]}")
             if why is not None:
                 if not before:

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import islpy as isl
 
-from polyopt.islutil import isl_options
+from polyopt.islutil import isl_options, out_of_operations
 
 #: isl's own elimination gets this many elementary steps (about 0.2 s) before the double
 #: description takes over. isl's result is kept where it comes in time: its cone can be larger
@@ -111,7 +111,7 @@ def coefficients(points: isl.BasicSet) -> isl.BasicSet:
         with isl_options(max_operations=ISL_OPERATIONS):
             return points.coefficients()
     except isl.Error as exc:
-        if "operations exceeded" not in str(exc):
+        if not out_of_operations(exc):
             raise
     return by_double_description(points)
 

@@ -123,6 +123,11 @@ def walk(expr: Expr) -> Iterator[Expr]:
         yield from walk(child)
 
 
+def size(expr: Expr) -> int:
+    """The number of nodes of ``expr`` (itself and every node below it)."""
+    return sum(1 for _ in walk(expr))
+
+
 def substitute(expr: Expr, replace: Callable[[Expr], Expr | None]) -> Expr:
     """Rebuild ``expr`` bottom-up-free: ``replace(node)`` returns a replacement or None."""
     new = replace(expr)
