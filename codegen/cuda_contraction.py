@@ -77,6 +77,11 @@ class Variant:
     #: products before the next barrier; 1: for the previous tile's, the ring refilled two
     #: tiles behind, so the tensor cores run across the barrier).
     inflight: int = 0
+    #: Warp-specialized ``wgmma`` (384 threads): a producer warpgroup that only copies, two
+    #: consumer warpgroups, mbarriers per ring slot instead of block barriers.
+    specialized: bool = False
+    #: Blocks per SM the kernel is built for (``__launch_bounds__``' second argument; 0: none).
+    blocks_per_sm: int = 0
 
     @property
     def asynchronous(self) -> bool:
@@ -100,12 +105,22 @@ class ContractionSource(CudaSource):
 #: The ``wgmma`` kernels (sm_90a) per engine, listed after the others (the launch takes them
 #: only from a module built for sm_90a, :func:`polyopt.targets.contraction.choose_kernel`):
 #: 128 x 256 (4 stages of 48 KiB, one wgmma group in flight) and 128 x 128 (4 stages of 32 KiB,
-#: none), K tiles of 128 bytes. Not yet measured against each other.
+#: none), K tiles of 128 bytes; then the warp-specialized ones (384 threads, a producer
+#: warpgroup and mbarriers, :func:`polyopt.codegen.cuda_wgmma._specialized`): 128 x 256 in
+#: 4 stages, 128 x 128 in 6; last 128 x 128 in 3 stages of 32 KiB built for two blocks per SM
+#: (one block's epilogue under the other's products). On an H100 the first took 0.385 ms on f16
+#: 4096^3, the second 0.452; the others not yet measured (so not first).
 WGMMA_VARIANTS = {
     "hmma": (Variant("hmma", 128, 256, 64, 256, stages=4, wgmma=True, inflight=1),
-             Variant("hmma", 128, 128, 64, 256, stages=4, wgmma=True)),
+             Variant("hmma", 128, 128, 64, 256, stages=4, wgmma=True),
+             Variant("hmma", 128, 256, 64, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1),
+             Variant("hmma", 128, 128, 64, 384, stages=6, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1),
+             Variant("hmma", 128, 128, 64, 256, stages=3, wgmma=True, blocks_per_sm=2)),
     "tf32": (Variant("tf32", 128, 256, 32, 256, stages=4, wgmma=True, inflight=1),
-             Variant("tf32", 128, 128, 32, 256, stages=4, wgmma=True)),
+             Variant("tf32", 128, 128, 32, 256, stages=4, wgmma=True),
+             Variant("tf32", 128, 256, 32, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1),
+             Variant("tf32", 128, 128, 32, 384, stages=6, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1),
+             Variant("tf32", 128, 128, 32, 256, stages=3, wgmma=True, blocks_per_sm=2)),
 }
 #: Multiply-adds from which a launch on sm_90a takes the ``wgmma`` kernels (1024^3; below it the grid
 #: of 128-row tiles is too small to fill an H100 and the ``mma.sync`` kernels are kept; a guess,
@@ -403,7 +418,7 @@ def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str
             scop, c, variant, c_type_name(scop.arrays[c.output].dtype))
     slots = Slots.of(c)
     params = kernel_parameters(scop, {c.output}) + [f"long {a}" for a in extra_arguments(slots)]
-    lines = [f'extern "C" __global__ void __launch_bounds__({variant.threads}) {name}(',
+    lines = [f'extern "C" __global__ void __launch_bounds__({variant.threads}{f", {variant.blocks_per_sm}" if variant.blocks_per_sm else ""}) {name}(',
              "    " + ",\n    ".join(params) + ")", "{"]
     return lines + _prologue(c, slots, UnitStrides.of(c)) + body + ["}"]
 

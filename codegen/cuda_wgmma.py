@@ -12,9 +12,11 @@ operands, f32 accumulation) and ``tf32`` engines (``Variant.wgmma``):
   shared memory in the 128-byte swizzle's layout: rows of 128 bytes, 16-byte chunk ``c`` of row
   ``r`` stored at chunk ``c ^ (r % 8)`` (the XOR of address bits [4:6] with [7:9]), every
   8-row atom (1,024 bytes) 1,024-byte aligned. An operand whose K run is contiguous in memory is
-  stored *K-major* (a row per M/N index); one whose M/N run is contiguous (f16/bf16 only: TF32
-  ``wgmma`` takes K-major operands only) *MN-major*: blocks of 64 M/N indices, each a row per K
-  value, and ``wgmma`` reads it transposed (``imm-trans``);
+  stored *K-major* (a row per M/N index); one whose M/N run is contiguous *MN-major* for halves:
+  blocks of 64 M/N indices, each a row per K value, and ``wgmma`` reads it transposed
+  (``imm-trans``). TF32 ``wgmma`` takes K-major tiles only: such a TF32 operand is transposed on
+  its way in, one 4-byte ``cp.async`` per element into its K-major tile (a warp's 32 copies: 8
+  consecutive M/N indices by 4 K values, 32-byte pieces of global rows, 32 distinct banks);
 - ``cp.async`` copies 16-byte chunks into a ring of ``stages`` K tiles as the other
   asynchronous kernels do (a chunk past the array's run is zero-filled), then each thread
   fences the generic-proxy writes for the async proxy (``fence.proxy.async``) before the
@@ -23,6 +25,11 @@ operands, f32 accumulation) and ``tf32`` engines (``Variant.wgmma``):
   ``4g + t`` in warp ``q`` of the warpgroup holds row ``16q + g + 8(r / 2)``, column
   ``8j + 2t + r % 2``; they start as the existing kernels' do (the init statement applied to the
   output, or zero) and are stored through the same epilogue code (:func:`_store`).
+
+Warp-specialized variants (``Variant.specialized``, 384 threads, :func:`_specialized`): a
+producer warpgroup issues the copies, two consumer warpgroups only the ``wgmma`` and the epilogue;
+full/empty mbarriers per ring slot replace the block barriers, so the producer fills slots
+while the consumers compute and store.
 
 The kernels are compiled only where ``__CUDA_ARCH_FEAT_SM90_ALL`` is defined (``-arch=sm_90a``);
 built for any other target their body is empty, and the launch selection takes them only from a
@@ -69,11 +76,21 @@ def wgmma_layouts(c: Contraction, v) -> tuple[bool, bool] | None:
             return None
         if k_unit:
             layouts.append(True)
-        elif run_unit and v.engine == "hmma":
-            layouts.append(False)
+        elif run_unit:  # halves: MN-major tile read transposed; TF32: K-major tile, transposed on the copy
+            layouts.append(v.engine != "hmma")
         else:
             return None
     return layouts[0], layouts[1]
+
+
+def transposed_copies(c: Contraction, v) -> tuple[bool, bool]:
+    """Per operand (left, right), whether its K-major tile is copied from an operand whose M/N
+    run (not its K run) is contiguous: 4-byte ``cp.async`` per element (TF32 only; module
+    docstring)."""
+    from polyopt.codegen.cuda_contraction import UnitStrides
+    unit = UnitStrides.of(c)
+    layouts = wgmma_layouts(c, v)
+    return tuple(bool(layouts and layouts[i] and not k_unit) for i, k_unit in enumerate((unit.lk, unit.rk)))
 
 
 def tile_bytes(v, rows: int) -> int:
@@ -82,18 +99,28 @@ def tile_bytes(v, rows: int) -> int:
 
 
 def wgmma_shared_bytes(v) -> int:
-    """Dynamic shared memory of ``wgmma`` variant ``v``: the ring, plus the alignment slack."""
-    return v.stages * (tile_bytes(v, v.bm) + tile_bytes(v, v.bn)) + TILE_ALIGN
+    """Dynamic shared memory of ``wgmma`` variant ``v``: the ring, plus the alignment slack
+    (and, warp-specialized, the full and empty mbarrier of each stage)."""
+    barriers = 16 * v.stages if v.specialized else 0
+    return v.stages * (tile_bytes(v, v.bm) + tile_bytes(v, v.bn)) + TILE_ALIGN + barriers
+
+
+def copy_threads(v) -> int:
+    """The threads that copy the tiles: all, or warp-specialized the producer warpgroup."""
+    return WARPGROUP_THREADS if v.specialized else v.threads
+
 
 
 def check_variant(v, operand_bytes: int) -> None:
     """Refuse a ``wgmma`` tile this emitter does not make (ValueError)."""
     per_row = ROW_BYTES // operand_bytes
-    if (v.bm != 2 * WARPGROUP_ROWS or v.threads != 2 * WARPGROUP_THREADS or v.bk != per_row
+    threads = (3 if v.specialized else 2) * WARPGROUP_THREADS
+    if (v.bm != 2 * WARPGROUP_ROWS or v.threads != threads or v.bk != per_row
             or v.bn % 64 or not 64 <= v.bn <= 256 or v.stages < 2 + v.inflight or v.inflight not in (0, 1)
-            or any(rows * ROW_BYTES % (16 * v.threads) for rows in (v.bm, v.bn))):
-        raise ValueError(f"wgmma contraction tile {v}: needs BM = 128, 256 threads, BK = 128 bytes, "
-                         "BN a multiple of 64 up to 256")
+            or (v.specialized and v.inflight != 1)
+            or any(rows * ROW_BYTES % (16 * copy_threads(v)) for rows in (v.bm, v.bn))):
+        raise ValueError(f"wgmma contraction tile {v}: needs BM = 128, 256 threads (384 warp-specialized, "
+                         "one wgmma group in flight), BK = 128 bytes, BN a multiple of 64 up to 256")
 
 
 def wgmma_helpers(engines: set[str], half: str | None, shapes: set[tuple[str, int, int, int]]) -> str:
@@ -113,7 +140,27 @@ def wgmma_helpers(engines: set[str], half: str | None, shapes: set[tuple[str, in
            '{ asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }',
            "/* the accumulators as operands of an empty asm: no access to them moves across a wgmma wait */",
            '__device__ inline void pl_wg_keep(float &x) { asm volatile("" : "+f"(x) :: "memory"); }',
-           '__device__ inline void pl_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }']
+           '__device__ inline void pl_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }',
+           "/* one 4-byte element by cp.async (a TF32 operand transposed into its K-major tile); 0 bytes: zero-filled */",
+           "__device__ inline void pl_cp4(void *dst, const void *src, int bytes) {",
+           "  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);",
+           '  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(s), "l"(src), "r"(bytes) : "memory");',
+           "}",
+           "/* mbarriers (warp-specialized kernels): init, arrive, wait for the phase of a parity */",
+           "__device__ inline void pl_mb_init(uint64_t *b, unsigned count) {",
+           '  asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"((unsigned)__cvta_generic_to_shared(b)), "r"(count) : "memory");',
+           "}",
+           "__device__ inline void pl_mb_arrive(uint64_t *b) {",
+           '  asm volatile("{\\n.reg .b64 st;\\nmbarrier.arrive.shared.b64 st, [%0];\\n}\\n" :: "r"((unsigned)__cvta_generic_to_shared(b)) : "memory");',
+           "}",
+           "__device__ inline void pl_mb_wait(uint64_t *b, unsigned parity) {",
+           "  const unsigned a = (unsigned)__cvta_generic_to_shared(b);",
+           "  unsigned ok = 0;",
+           "  while (!ok)",
+           '    asm volatile("{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}\\n"',
+           '                 : "=r"(ok) : "r"(a), "r"(parity) : "memory");',
+           "}",
+           ]
     for engine, n, ta, tb in sorted(shapes):
         regs = n // 2
         d = ",".join(f"%{i}" for i in range(regs))
@@ -151,16 +198,42 @@ def wgmma_shape(c: Contraction, v) -> tuple[str, int, int, int]:
 
 
 def _copies(c: Contraction, v, operand_bytes: int, layouts: tuple[bool, bool]) -> list[str]:
-    """``cp.async`` of the K tile at ``_nk0`` into ring slot ``_ls``, 16-byte chunks written
-    at their swizzled place (module docstring); a chunk past the array's run is zero-filled."""
+    """``cp.async`` of the K tile at ``_nk0`` into ring slot ``_ls`` by the copying threads
+    (``_ct`` of :func:`copy_threads`), 16-byte chunks written at their swizzled place (module
+    docstring); a chunk past the array's run is zero-filled. A TF32 operand whose M/N run is
+    contiguous goes into its K-major tile one 4-byte element per ``cp.async``: a warp's 32
+    copies are 8 consecutive M/N indices (32 bytes of a row in memory) by 4 consecutive K
+    values, which land in 8 different 16-byte chunks of the swizzle (all 32 banks)."""
     per_vector = 16 // operand_bytes
+    threads = copy_threads(v)
+    transposed = transposed_copies(c, v)
     out = []
-    for rows, operand, s_row, s_k, off, koff, total, buf, k_major, row0 in (
-            (v.bm, c.left, "sLm", "sLk", "_offL", "_nkL", "_M", "_As", layouts[0], "_m0"),
-            (v.bn, c.right, "sRn", "sRk", "_offR", "_nkR", "_N", "_Bs", layouts[1], "_n0")):
-        count = rows * ROW_BYTES // 16 // v.threads
-        out.append(f"        #pragma unroll\n        for (int _q = 0; _q < {count}; _q++) {{")
-        out.append(f"          const int _c = threadIdx.x + _q * {v.threads};")
+    for rows, operand, s_row, s_k, off, koff, total, buf, k_major, row0, by_element in (
+            (v.bm, c.left, "sLm", "sLk", "_offL", "_nkL", "_M", "_As", layouts[0], "_m0", transposed[0]),
+            (v.bn, c.right, "sRn", "sRk", "_offR", "_nkR", "_N", "_Bs", layouts[1], "_n0", transposed[1])):
+        if by_element:  # warp w, lane l: K chunk (w % 8) * 4 + l / 8 of M/N rows (w / 8) * 8 + l % 8
+            warps, chunks = threads // 32, v.bk // 4
+            per = chunks // warps  # element copies of a thread in one K chunk column
+            out += [f"        {{ const int _l = _ct % 32, _r0 = _l % 8, _kh0 = _ct / 32, _k0 = _kh0 * 4 + _l / 8;",
+                    f"          const long _gr0 = {row0} + _r0, _gk0 = _nk0 + _k0;",
+                    f"          unsigned char *const _d0 = {buf} + _ls * {tile_bytes(v, rows)} + _r0 * {ROW_BYTES} + (_l / 8) * 4;",
+                    f"          const auto *const _s0 = {operand.array} + {off} + {koff} + _gr0 + _gk0 * {s_k};"]
+            # a rolled loop (4 at a time): unrolled, the compiler keeps every copy's bound and
+            # address across the K loop, past a warp-specialized kernel's 168 registers
+            out += ["          #pragma unroll 4",
+                    f"          for (int _q = 0; _q < {rows * v.bk // threads}; _q++) {{",
+                    f"            const int _r = (_q / {per}) * 8, _kh = {warps} * (_q % {per});  /* to _r0, _kh0 */",
+                    f"            const int _nb = (_gr0 + _r < {total} && _gk0 + 4 * _kh < _K) ? 4 : 0;",
+                    f"            pl_cp4(_d0 + _r * {ROW_BYTES} + (((_kh0 + _kh) ^ _r0) << 4), "
+                    f"_nb ? _s0 + _r + 4 * _kh * {s_k} : {operand.array}, _nb);",
+                    "          }"]
+            out.append("        }")
+            continue
+        count = rows * ROW_BYTES // 16 // threads
+        # register-limited kernels (384 threads, or two blocks per SM): a rolled loop, 4 at a time
+        unroll = " 4" if v.specialized or v.blocks_per_sm > 1 else ""
+        out.append(f"        #pragma unroll{unroll}\n        for (int _q = 0; _q < {count}; _q++) {{")
+        out.append(f"          const int _c = _ct + _q * {threads};")
         if k_major:  # row _r (M/N index), chunk _h of its 128 bytes of K
             out += ["          const int _r = _c / 8, _h = _c % 8, _k = _h * " + str(per_vector) + ";",
                     f"          const int _at = _r * {ROW_BYTES} + ((_h ^ (_r % 8)) * 16);"]
@@ -218,29 +291,38 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
            f"  enum {{ BM = {v.bm}, BN = {v.bn}, BK = {v.bk} }};",
            "  extern __shared__ __align__(1024) unsigned char _wsmem[];",
            "  const unsigned _pad = (1024u - ((unsigned)__cvta_generic_to_shared(_wsmem) % 1024u)) % 1024u;",
-           f"  unsigned char *const _As = _wsmem + _pad, *const _Bs = _As + {v.stages * tile_bytes(v, v.bm)};",
-           f"  const int _wg = threadIdx.x / {WARPGROUP_THREADS}, _wq = (threadIdx.x % {WARPGROUP_THREADS}) / 32;",
-           "  const int _lane = threadIdx.x % 32, _g = _lane / 4, _tg = _lane % 4;"]
-    out += _grid_loops(c, slots, t)
-    out += [f"      float _acc[{regs}];",
+           f"  unsigned char *const _As = _wsmem + _pad, *const _Bs = _As + {v.stages * tile_bytes(v, v.bm)};"]
+    init = [f"      float _acc[{regs}];",
             f"      #pragma unroll\n      for (int _j = 0; _j < {v.bn // 8}; _j++)",
             "        #pragma unroll\n        for (int _r = 0; _r < 4; _r++) {",
             f"          const long _m = _m0 + {row}, _n = _n0 + {col};",
             f"          _acc[_j * 4 + _r] = (_m < _M && _n < _N) ? "
             f"{_init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : 0.0f;",
             "        }"]
-    request = (["        {"] + _copies(c, v, operand_bytes, layouts) +
-               ["        }", "        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] +
-               (_outer_k_offsets(slots) if slots.outer_k else []) +
-               ["        }", f"        _ls = _ls + 1 == {v.stages} ? 0 : _ls + 1;"])
+    store = [f"      #pragma unroll\n      for (int _j = 0; _j < {v.bn // 8}; _j++)",
+             "        #pragma unroll\n        for (int _r = 0; _r < 4; _r++) {",
+             f"          const long _m = _m0 + {row}, _n = _n0 + {col};",
+             "          if (_m < _M && _n < _N) {",
+             *_store(scop, c, "_acc[_j * 4 + _r]", t), "          }",
+             "        }"]
+    advance = ["        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] + \
+              (_outer_k_offsets(slots) if slots.outer_k else []) + ["        }"]
+    copies = ["        {"] + _copies(c, v, operand_bytes, layouts) + ["        }"]
+    k_state = ["      const long _NT = (_K + BK - 1) / BK * _KO;",
+               "      long _nk0 = 0, _nko = 0;",
+               "      long _nkL = 0, _nkR = 0;" if slots.outer_k else "      const long _nkL = 0, _nkR = 0;"]
     keep = [f"        #pragma unroll\n        for (int _i = 0; _i < {regs}; _i++) pl_wg_keep(_acc[_i]);"]
+    if v.specialized:
+        return out + _specialized(c, v, layouts, init, store, advance, copies, k_state, keep, t)
+    out += [f"  const int _wg = threadIdx.x / {WARPGROUP_THREADS}, _wq = (threadIdx.x % {WARPGROUP_THREADS}) / 32;",
+            "  const int _lane = threadIdx.x % 32, _g = _lane / 4, _tg = _lane % 4, _ct = threadIdx.x;"]
+    out += _grid_loops(c, slots, t)
+    out += init
+    request = copies + advance + [f"        _ls = _ls + 1 == {v.stages} ? 0 : _ls + 1;"]
     ahead = v.stages - 1 - v.inflight  # tiles requested ahead of the one computed
-    out += ["      const long _NT = (_K + BK - 1) / BK * _KO;",
-            "      long _nk0 = 0, _nko = 0;",
-            "      long _nkL = 0, _nkR = 0;" if slots.outer_k else "      const long _nkL = 0, _nkR = 0;",
-            "      int _ls = 0, _cs = 0;",
-            f"      for (int _s = 0; _s < {ahead}; _s++) {{",
-            "        if (_s < _NT) {"] + request + ["        }", "        pl_cp_commit();", "      }"]
+    out += k_state + ["      int _ls = 0, _cs = 0;",
+                      f"      for (int _s = 0; _s < {ahead}; _s++) {{",
+                      "        if (_s < _NT) {"] + request + ["        }", "        pl_cp_commit();", "      }"]
     out += keep
     # per tile: wait for it, make it visible to the async proxy, barrier; wgmma on it; request
     # the tile `ahead` tiles on into the slot of tile - 1 - inflight (every warpgroup finished
@@ -259,12 +341,71 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
     out += [f"        _cs = _cs + 1 == {v.stages} ? 0 : _cs + 1;", "      }",
             "      pl_wg_wait<0>();"] + keep + [
             "      pl_cp_wait<0>();", "      __syncthreads();  /* the next tile of the grid loop reuses the ring */"]
-    out += [f"      #pragma unroll\n      for (int _j = 0; _j < {v.bn // 8}; _j++)",
-            "        #pragma unroll\n        for (int _r = 0; _r < 4; _r++) {",
-            f"          const long _m = _m0 + {row}, _n = _n0 + {col};",
-            "          if (_m < _M && _n < _N) {",
-            *_store(scop, c, "_acc[_j * 4 + _r]", t), "          }",
+    out += store + ["    }", "    }", "  }", "#endif"]
+    return out
+
+
+def _specialized(c: Contraction, v, layouts, init, store, advance, copies, k_state, keep, t: str) -> list[str]:
+    """The warp-specialized body: warpgroup 0 the producer (``cp.async`` only), warpgroups 1
+    and 2 the consumers (``wgmma`` on rows
+    ``64(w - 1)``.., then the epilogue). Each ring slot has a *full* mbarrier (128 producer
+    arrivals: the slot's copies are complete and fenced for the async proxy) and an *empty*
+    one (256 consumer arrivals: both warpgroups' ``wgmma`` on it are complete). Both roles walk
+    the same sequence of tiles (grid loop by K tiles) counting them in ``_it``: tile ``_it``
+    lies in slot ``_it % stages``, and its wait is for the phase of parity
+    ``(_it / stages) & 1`` (the producer's empty wait the parity before: its first round passes
+    at once). The producer marks a slot full one tile late, after ``cp.async.wait_group 1``
+    (its own copies of that slot done) and a proxy fence; at the end of a block tile it waits
+    for all. A consumer keeps one ``wgmma`` group in flight and frees the slot of the tile before
+    once that group is done; the producer goes on to the next block tile's copies while the
+    consumers store theirs. No ``setmaxnreg``: the consumers fit the 168 registers of 384
+    threads (128 accumulators at BN = 256), and with it ptxas must fit the producer's copies
+    into what the producer keeps (40 to 88 registers: it spilled)."""
+    from polyopt.codegen.cuda_contraction import Slots, _grid_loops
+    slots = Slots.of(c)
+    s = v.stages
+    out = [f"  uint64_t *const _full = (uint64_t *)(_Bs + {s * tile_bytes(v, v.bn)}), *const _empty = _full + {s};",
+           "  if (threadIdx.x == 0) {",
+           f"    for (int _s = 0; _s < {s}; _s++) {{ pl_mb_init(&_full[_s], {WARPGROUP_THREADS}); "
+           f"pl_mb_init(&_empty[_s], {2 * WARPGROUP_THREADS}); }}",
+           '    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");',
+           "  }",
+           "  __syncthreads();",
+           "  unsigned _it = 0;  /* tiles through the ring so far */",
+           f"  if (threadIdx.x < {WARPGROUP_THREADS}) {{  /* producer */",
+           "  const int _ct = threadIdx.x;"]
+    out += _grid_loops(c, slots, t)
+    out += k_state
+    out += ["      for (long _tile = 0; _tile < _NT; _tile++, _it++) {",
+            f"        const int _ls = _it % {s};",
+            f"        pl_mb_wait(&_empty[_ls], ((_it / {s}) & 1) ^ 1);"] + copies + advance + [
+            "        pl_cp_commit();",
+            "        if (_tile > 0) {",
+            "          pl_cp_wait<1>();",
+            "          pl_proxy_fence();",
+            f"          pl_mb_arrive(&_full[(_it - 1) % {s}]);",
             "        }",
-            "    }", "    }", "  }",
-            "#endif"]
+            "      }",
+            "      pl_cp_wait<0>();",
+            "      pl_proxy_fence();",
+            f"      if (_NT > 0) pl_mb_arrive(&_full[(_it - 1) % {s}]);",
+            "    }", "    }", "  }"]
+    out += ["  } else {  /* consumers */",
+            f"  const int _wg = threadIdx.x / {WARPGROUP_THREADS} - 1, _wq = (threadIdx.x % {WARPGROUP_THREADS}) / 32;",
+            "  const int _lane = threadIdx.x % 32, _g = _lane / 4, _tg = _lane % 4;"]
+    out += _grid_loops(c, slots, t)
+    out += init + k_state[:1] + keep
+    out += ["      for (long _tile = 0; _tile < _NT; _tile++, _it++) {",
+            f"        const int _cs = _it % {s};",
+            f"        pl_mb_wait(&_full[_cs], (_it / {s}) & 1);",
+            "        pl_proxy_fence();",
+            "        pl_wg_fence();"]
+    out += _mma_steps(c, v, layouts)
+    out += ["        pl_wg_commit();",
+            "        pl_wg_wait<1>();",
+            f"        if (_tile > 0) pl_mb_arrive(&_empty[(_it - 1) % {s}]);",
+            "      }",
+            "      pl_wg_wait<0>();"] + keep + [
+            f"      if (_NT > 0) pl_mb_arrive(&_empty[(_it - 1) % {s}]);"]
+    out += store + ["    }", "    }", "  }", "  }", "#endif"]
     return out

@@ -3,6 +3,7 @@ source of every f16 einsum and TF32 contraction whose operands allow them, compi
 sm_90a without a GPU, chosen only from an sm_90a build; on an H100/H200 each ``wgmma`` kernel
 (forced) is checked against float64 on ragged sizes, transposed operands, batches, and the
 init/epilogue statements (beta, alpha, bias)."""
+import re
 import shutil
 import subprocess
 
@@ -42,9 +43,13 @@ def test_the_source_has_wgmma_kernels_where_the_operands_allow():
     assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16" in f16_source.source
     assert "wgmma.mma_async" in po.cuda_source(scop_of(tf32_gemm_alpha_beta), precision="tf32")
     assert sum(v.wgmma for _, v in f16_source.variants) == len(WGMMA_VARIANTS["hmma"])
-    # TF32 wgmma takes K-major operands only: B by K rows has none
-    assert "m64n128k8.f32.tf32.tf32" in _source("ik,jk->ij", [(64, 64), (64, 64)], "float32", "tf32").source
-    assert not any(v.wgmma for _, v in _source("ij,jk->ik", [(64, 64), (64, 64)], "float32", "tf32").variants)
+    # TF32 wgmma takes K-major tiles only: B by K rows is transposed on its way in (4-byte cp.async)
+    nt = _source("ik,jk->ij", [(64, 64), (64, 64)], "float32", "tf32").source
+    assert "m64n128k8.f32.tf32.tf32" in nt and "pl_cp4(_" not in nt
+    nn = _source("ij,jk->ik", [(64, 64), (64, 64)], "float32", "tf32")
+    assert sum(v.wgmma for _, v in nn.variants) == len(WGMMA_VARIANTS["tf32"]) and "pl_cp4(_d0" in nn.source
+    assert "_s0 = op1 + _offR" in nn.source and "_s0 = op0" not in nn.source  # B only
+    assert "mbarrier.try_wait.parity" in nn.source  # warp-specialized
     assert "wgmma" not in _source("ij,jk->ik", [(64, 64), (64, 64)], "float32").source  # exact f32: SIMT
     assert "wgmma" not in _source("ij,jk->ik", [(64, 64), (64, 64)], "float64").source
 
@@ -60,6 +65,10 @@ def test_wgmma_kernels_are_chosen_only_from_an_sm90a_build():
     assert not chosen(aligned=False).wgmma and not chosen(k=4095).wgmma  # rows off 16-byte boundaries
     assert not chosen(n=128, k=128).wgmma  # below WGMMA_MIN_WORK
     assert not choose_kernel(source, extent, {"op0": (4096,) * 2, "op1": (4096,) * 2, "out": (4096,) * 2}, 132)[1].wgmma
+    assert chosen() == WGMMA_VARIANTS["hmma"][0]  # the warp-specialized ones only where forced (not yet measured)
+    tf32 = _source("ij,jk->ik", [(8, 8), (8, 8)], "float32", "tf32")  # B by K rows: transposed into its tiles
+    assert choose_kernel(tf32, extent, {"op0": (4096,) * 2, "op1": (4096,) * 2, "out": (4096,) * 2}, 132,
+                         wgmma=True)[1] == WGMMA_VARIANTS["tf32"][0]
 
 
 _NVCC_SOURCES = {
@@ -67,6 +76,8 @@ _NVCC_SOURCES = {
     "f16_tt": lambda: _source("ji,kj->ik", [(256, 256), (256, 256)]).source,  # A MN-major, B K-major
     "f16_batch": lambda: _source("bhqd,bhkd->bhqk", [(2, 2, 64, 64), (2, 2, 64, 64)]).source,
     "tf32_nt": lambda: _source("ik,jk->ij", [(64, 64), (64, 64)], "float32", "tf32").source,
+    "tf32_nn": lambda: _source("ij,jk->ik", [(64, 64), (64, 64)], "float32", "tf32").source,  # B transposed in
+    "tf32_tt": lambda: _source("ji,kj->ik", [(64, 64), (64, 64)], "float32", "tf32").source,  # A transposed in
     "tf32_epilogue": lambda: po.cuda_source(scop_of(tf32_gemm_alpha_beta), precision="tf32"),
 }
 
@@ -82,6 +93,17 @@ def test_nvcc_builds_the_wgmma_kernels_for_sm90a(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     assert "spill stores" in result.stderr and " 0 bytes spill stores" in result.stderr
     assert "serialized" not in result.stderr, result.stderr[-4000:]  # wgmma issued back to back
+    # per wgmma kernel: no spills, but for the register-limited ones (384 threads or two blocks
+    # per SM) of the source with an init and an epilogue reading another array (52 and 24 bytes;
+    # its first mma.sync kernel has 44 bytes)
+    spills = re.findall(r"Compiling entry function '(\w+)' for 'sm_90a'\n.*\n\s*\d+ bytes stack frame, (\d+) bytes spill",
+                        result.stderr)
+    assert len(spills) >= 7 * 12, result.stderr[-2000:]
+    limited = tuple(f"_k0_{k}" for k, v in enumerate(WGMMA_VARIANTS["tf32"], 7) if v.threads > 256 or v.blocks_per_sm > 1)
+    wgmma = tuple(f"_k0_{k}" for k in range(7, 7 + len(WGMMA_VARIANTS["tf32"])))
+    assert all(int(b) == 0 or name.startswith("polyopt_tf32_gemm_alpha_beta") and name.endswith(limited)
+               for name, b in spills if name.endswith(wgmma)), spills
+    assert all(int(b) <= 64 for _, b in spills), spills
 
 
 # ----- on an H100 / H200 ---------------------------------------------------------------------------
@@ -151,7 +173,11 @@ def test_f16_wgmma_matches_float64(subscripts, shapes, which, monkeypatch):
 @pytest.mark.parametrize("which", range(len(WGMMA_VARIANTS["tf32"])))
 @pytest.mark.parametrize("subscripts, shapes", [("ik,jk->ij", [(197, 72), (203, 72)]),
                                                 ("bqd,bkd->bqk", [(2, 130, 200), (2, 260, 200)]),
-                                                ("ik,jk->ij", [(256, 1000), (136, 1000)])])
+                                                ("ik,jk->ij", [(256, 1000), (136, 1000)]),
+                                                # M/N-major operands, transposed into K-major tiles
+                                                ("ij,jk->ik", [(197, 72), (72, 204)]),
+                                                ("ji,kj->ik", [(72, 196), (260, 72)]),
+                                                ("bqd,bdk->bqk", [(2, 130, 200), (2, 200, 260)])])
 def test_tf32_wgmma_matches_float64(subscripts, shapes, which, monkeypatch):
     import cupy
 
