@@ -102,26 +102,8 @@ class _Reader:
             chosen = self.condition(e.cond, positions)
             then, otherwise = self.value(e.then, positions), self.value(e.otherwise, positions)
             return then.intersect_domain(chosen).union_max(otherwise.subtract_domain(chosen))
-        if isinstance(e, E.Binary):
-            a, b = self.value(e.lhs, positions), self.value(e.rhs, positions)
-            if e.op == "+":
-                return a.add(b)
-            if e.op == "-":
-                return a.sub(b)
-            if e.op == "*":
-                return a.mul(b)
-            if e.op == "min":
-                return a.min(b)
-            if e.op == "max":
-                return a.max(b)
-            if e.op == "tdiv":
-                return a.tdiv_q(b)
-            if e.op == "tmod":
-                return a.tdiv_r(b)
-            if e.op == "//":
-                return a.div(b).floor()
-            if e.op == "%":
-                return a.sub(b.mul(a.div(b).floor()))
+        if isinstance(e, E.Binary) and e.op in _PW_AFF_OPERATIONS:
+            return _PW_AFF_OPERATIONS[e.op](self.value(e.lhs, positions), self.value(e.rhs, positions))
         raise CodegenError(f"loop AST check: unsupported expression {E.to_source(e)}")
 
     def condition(self, e: E.Expr, positions: dict[str, int]) -> isl.Set:
@@ -250,6 +232,15 @@ def _prefix_map(longer: isl.Space, shorter: isl.Space) -> isl.Map:
     for d in range(shorter.dim(isl.dim_type.set)):
         prefix = prefix.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
     return prefix
+
+
+#: The loop AST's integer operations on piecewise affine values (``//`` and ``%`` round down).
+_PW_AFF_OPERATIONS = {
+    "+": isl.PwAff.add, "-": isl.PwAff.sub, "*": isl.PwAff.mul, "min": isl.PwAff.min, "max": isl.PwAff.max,
+    "tdiv": isl.PwAff.tdiv_q, "tmod": isl.PwAff.tdiv_r,
+    "//": lambda a, b: a.div(b).floor(),
+    "%": lambda a, b: a.sub(b.mul(a.div(b).floor())),
+}
 
 
 _MIRRORED = {">": "<", ">=": "<="}

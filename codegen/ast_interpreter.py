@@ -22,6 +22,15 @@ def run_loop_ast(scop: Scop, loops: Node, params: dict[str, int], scalars: dict,
     """Execute ``loops`` (the loop AST of a schedule of ``scop``) in place on ``arrays``, parallel
     loops last iteration first."""
     env, storage = prepare(scop, params, scalars, arrays)
+    with np.errstate(all="ignore"):
+        run_loops(scop, loops, env, storage)
+
+
+def run_loops(scop: Scop, loops: Node, env: dict, storage: dict) -> None:
+    """Execute ``loops`` with the values ``env`` (parameters, scalars, enclosing iterators) on
+    ``storage`` (from :func:`~polyopt.targets.interpreter.prepare`), parallel loops last
+    iteration first: the walk below :func:`run_loop_ast`, for callers that run loops inside
+    their own (a GPU program's kernels)."""
     statements = {s.name: s for s in scop.statements}
 
     def walk(node: Node, env: dict) -> None:
@@ -46,8 +55,7 @@ def run_loop_ast(scop: Scop, loops: Node, params: dict[str, int], scalars: dict,
             point = [evaluate(arg, env, storage) for arg in node.args]
             execute(stmt, {**env, **dict(zip(stmt.iterators, point))}, storage)
 
-    with np.errstate(all="ignore"):
-        walk(loops, env)
+    walk(loops, env)
 
 
-__all__ = ["run_loop_ast"]
+__all__ = ["run_loop_ast", "run_loops"]

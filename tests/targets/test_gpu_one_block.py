@@ -16,12 +16,12 @@ import polyopt as po
 from polyopt.codegen.gpu_host import host_storage, run_host_statement
 from polyopt.codegen.gpu_mapping import (GPU_ONE_BLOCK_MARK, GPU_PHASE_MARK, BlockKernel, HostLoop,
                                          HostStatement, Kernel)
-from polyopt.codegen.loop_nodes import Block, For, If, Node, Run
+from polyopt.codegen.ast_interpreter import run_loops
 from polyopt.analysis.evaluate import evaluate
 from polyopt.errors import RacyParallelLoopError
 from polyopt.targets.arguments import bind_arguments
 from polyopt.targets.cuda import plan
-from polyopt.targets.interpreter import execute, prepare
+from polyopt.targets.interpreter import prepare
 from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_THREAD_MARK
 
 from conftest import needs_gpu
@@ -79,26 +79,6 @@ def _run_program(program, params: dict, scalars: dict, arrays: dict) -> None:
     scop = program.scop
     env, storage = prepare(scop, params, scalars, arrays)
     storage.update(host_storage(scop, program.host_scalars))
-    statements = {s.name: s for s in scop.statements}
-
-    def body(node: Node, env: dict) -> None:
-        if isinstance(node, Block):
-            for child in node.body:
-                body(child, env)
-        elif isinstance(node, If):
-            if evaluate(node.cond, env, storage):
-                body(node.then, env)
-            elif node.otherwise is not None:
-                body(node.otherwise, env)
-        elif isinstance(node, For):
-            value = evaluate(node.init, env, storage)
-            while evaluate(node.cond, {**env, node.var: value}, storage):
-                body(node.body, {**env, node.var: value})
-                value += node.step
-        elif isinstance(node, Run):
-            stmt = statements[node.statement]
-            point = [evaluate(arg, env, storage) for arg in node.args]
-            execute(stmt, {**env, **dict(zip(stmt.iterators, point))}, storage)
 
     def steps(items, env: dict) -> None:
         for step in items:
@@ -110,14 +90,14 @@ def _run_program(program, params: dict, scalars: dict, arrays: dict) -> None:
             elif isinstance(step, BlockKernel):
                 steps(step.steps, env)
             elif not step.coords:
-                body(step.body, env)
+                run_loops(scop, step.body, env, storage)
             else:
                 boxes = [range(evaluate(lo, env, {}), evaluate(hi, env, {}) + 1)
                          for lo, hi in zip(step.lower, step.upper)]
                 for point in reversed(list(np.ndindex(*map(len, boxes)))):
                     at = {**env, **{c: box[k] for c, box, k in zip(step.coords, boxes, point)}}
                     if evaluate(step.guard, at, storage):
-                        body(step.body, at)
+                        run_loops(scop, step.body, at, storage)
 
     with np.errstate(all="ignore"):
         steps(program.host, env)
