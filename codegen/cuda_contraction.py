@@ -122,10 +122,12 @@ WGMMA_VARIANTS = {
              Variant("tf32", 128, 128, 32, 384, stages=6, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1),
              Variant("tf32", 128, 128, 32, 256, stages=3, wgmma=True, blocks_per_sm=2)),
 }
-#: Multiply-adds from which a launch on sm_90a takes the ``wgmma`` kernels (1024^3; below it the grid
-#: of 128-row tiles is too small to fill an H100 and the ``mma.sync`` kernels are kept; a guess,
-#: not yet measured).
-WGMMA_MIN_WORK = 2**30
+#: Multiply-adds from which a launch on sm_90a takes the ``wgmma`` kernels (2^35; 4096^3 is 2^36).
+#: Measured on an H100 (docs/performance.md, "Contractions"): at 4096^3 they beat the ``mma.sync``
+#: kernels (f16 0.44 against 0.79 ms, TF32 0.97 against 1.20), while on issue 17's five smaller
+#: contractions (2^31 to 2^33 multiply-adds: attention, batched matmul, 1x1 convolution) they were
+#: 1.3-3x slower than the ``mma.sync`` kernels chosen there before.
+WGMMA_MIN_WORK = 2**35
 
 #: Tile shapes by engine and element type: the large one first, then smaller ones (fewer rows,
 #: fewer columns, both): a launch takes the one that wastes least of its tiles and keeps

@@ -63,7 +63,7 @@ def test_wgmma_kernels_are_chosen_only_from_an_sm90a_build():
         return choose_kernel(source, {"i_i": n, "i_j": n, "i_k": k}, shapes, 132, aligned, wgmma=wgmma)[1]
     assert chosen().wgmma and not chosen(wgmma=False).wgmma
     assert not chosen(aligned=False).wgmma and not chosen(k=4095).wgmma  # rows off 16-byte boundaries
-    assert not chosen(n=128, k=128).wgmma  # below WGMMA_MIN_WORK
+    assert not chosen(n=128, k=128).wgmma and not chosen(n=2048).wgmma  # below WGMMA_MIN_WORK (2^34)
     assert not choose_kernel(source, extent, {"op0": (4096,) * 2, "op1": (4096,) * 2, "out": (4096,) * 2}, 132)[1].wgmma
     assert chosen() == WGMMA_VARIANTS["hmma"][0]  # the warp-specialized ones only where forced (not yet measured)
     tf32 = _source("ij,jk->ik", [(8, 8), (8, 8)], "float32", "tf32")  # B by K rows: transposed into its tiles
@@ -218,14 +218,15 @@ def test_wgmma_init_and_epilogues_match_float64(which, monkeypatch):
 
 @needs_gpu
 def test_large_f16_einsum_takes_wgmma_on_hopper():
-    """Unforced: a 1024^3 f16 einsum on an H100 launches a wgmma kernel, and it is right."""
+    """Unforced: an f16 einsum of WGMMA_MIN_WORK multiply-adds (4096 x 2048 x 4096) on an H100
+    runs from a build with the wgmma kernels, and it is right."""
     import cupy
 
     if not _hopper():
         pytest.skip("wgmma needs compute capability 9.0")
     from polyopt.targets.cuda import module_has_wgmma
     rng = np.random.default_rng(2)
-    a, b = (rng.standard_normal((1024, 1024)).astype(np.float16) for _ in range(2))
+    a, b = (rng.standard_normal(shape).astype(np.float16) for shape in ((4096, 2048), (2048, 4096)))
     kernel = po.einsum_kernel("ij,jk->ik", a, b, target="cuda")
     result = po.einsum("ij,jk->ik", cupy.asarray(a), cupy.asarray(b)).get()
     assert module_has_wgmma(kernel.compiled.source), "the sm_90a build failed (see the RuntimeWarning)"
