@@ -233,10 +233,19 @@ def launch(source: ContractionSource, module, abi_values: list, params: dict[str
     extent = {i: int(evaluate(e, params, {})) for i, e in c.extent.items()}
     shapes = {name: tuple(arrays[name].shape) for name in (c.left.array, c.right.array, c.output)}
     aligned = all(arrays[name].data.ptr % COPY_BYTES == 0 for name in (c.left.array, c.right.array))
-    if wgmma:
-        name, variant, layout = choose_kernel(source, extent, shapes, sm_count, aligned, wgmma=True)
-    else:  # (the call tests replace choose_kernel with, where no kernel of theirs is wgmma)
-        name, variant, layout = choose_kernel(source, extent, shapes, sm_count, aligned)
+    key = (id(source), tuple(extent.values()), tuple(shapes.values()), sm_count, aligned, wgmma)
+    known = _CHOSEN.get(key)
+    if known is not None and known[0] is source and known[1] is choose_kernel:
+        name, variant, layout = known[2]
+    else:
+        if wgmma:
+            chosen = choose_kernel(source, extent, shapes, sm_count, aligned, wgmma=True)
+        else:  # (the call tests replace choose_kernel with, where no kernel of theirs is wgmma)
+            chosen = choose_kernel(source, extent, shapes, sm_count, aligned)
+        if len(_CHOSEN) >= MAX_CHOSEN:
+            _CHOSEN.clear()
+        _CHOSEN[key] = (source, choose_kernel, chosen)
+        name, variant, layout = chosen
     if layout.grid is None:
         return
     shared = shared_bytes(c, variant)
@@ -249,6 +258,14 @@ def launch(source: ContractionSource, module, abi_values: list, params: dict[str
     module.get_function(name)(layout.grid, (variant.threads, 1, 1), args, shared_mem=shared)
 
 
+#: The kernel and layout :func:`launch` chose, by source (its identity: the source is held, so
+#: the identity stays its own), extents, shapes, SM count, alignment and build: a launch chose
+#: among up to 12 tile shapes again each time (a layout each), Python work that set the time of
+#: issue 17's smaller contractions launched back to back (docs/performance.md, "Contractions").
+#: Holding the chooser too, a test that replaces it is never answered from an earlier choice.
+_CHOSEN: dict[tuple, tuple] = {}
+#: Choices :data:`_CHOSEN` keeps before it starts again.
+MAX_CHOSEN = 256
 #: Dynamic shared memory a kernel may take without opting in (bytes).
 STATIC_SHARED_LIMIT = 48 * 1024
 #: Per CuPy kernel (by identity; the kernel is kept), the dynamic shared memory it may take.
