@@ -124,9 +124,9 @@ WGMMA_VARIANTS = {
 }
 #: Multiply-adds from which a launch on sm_90a takes the ``wgmma`` kernels (2^35; 4096^3 is 2^36).
 #: Measured on an H100 (docs/performance.md, "Contractions"): at 4096^3 they beat the ``mma.sync``
-#: kernels (f16 0.44 against 0.79 ms, TF32 0.97 against 1.20), while on issue 17's five smaller
-#: contractions (2^31 to 2^33 multiply-adds: attention, batched matmul, 1x1 convolution) they were
-#: 1.3-3x slower than the ``mma.sync`` kernels chosen there before.
+#: kernels (f16 0.44 against 0.79 ms, TF32 0.97 against 1.20); on issue 17's five smaller
+#: contractions (2^31 to 2^33 multiply-adds) they measured 1.3-3x slower, but in runs whose
+#: launches were bound by the host's choice of kernel (fixed since): to be measured again.
 WGMMA_MIN_WORK = 2**35
 
 #: Tile shapes by engine and element type: the large one first, then smaller ones (fewer rows,
