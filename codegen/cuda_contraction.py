@@ -39,14 +39,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polyopt.analysis import expr as E
 from polyopt.analysis.affine import extent_expr
-from polyopt.analysis.contraction import ELEMENT, Contraction, epilogue_indices
+from polyopt.analysis.contraction import Contraction, epilogue_indices
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
-from polyopt.codegen.cuda import CudaExpr, CudaSource, cuda_prelude, kernel_parameters
-from polyopt.codegen.cuda_wgmma import wgmma_body, wgmma_helpers, wgmma_layouts, wgmma_shape, wgmma_shared_bytes
+from polyopt.codegen.cuda import CudaSource, cuda_prelude, kernel_parameters
+from polyopt.codegen.contraction_text import (Slots, UnitStrides, element_store, grid_loops, init_text,
+                                              outer_k_offsets, scalar_text)
+from polyopt.codegen.cuda_wgmma import wgmma_body, wgmma_helpers, wgmma_shape, wgmma_shared_bytes
 
 #: The K-loop engines and what they need (element type of the operands and result).
 ENGINES = ("simt", "tf32", "dmma", "hmma")
@@ -195,43 +196,6 @@ def engine_for(dtype_name: str, precision: str, operand_name: str | None = None)
     if dtype_name == "f32":
         return "tf32" if precision == "tf32" else "simt"
     return None
-
-
-@dataclass(frozen=True)
-class Slots:
-    """How many batch slots (grid z) and outer-K slots the kernel decodes: every output index
-    but the innermost M and N ones may land in a batch slot, every K index but one in an outer-K
-    slot (:func:`polyopt.targets.contraction.launch_layout` fills the unused ones with extent 1)."""
-
-    batch: int
-    outer_k: int
-    epilogue: int = 0
-
-    @staticmethod
-    def of(c: Contraction) -> "Slots":
-        """Also, per output index an epilogue reads by (:func:`epilogue_indices`), where its
-        value comes from: the coordinate (0: M run, 1: N run, 2: batch), divisor, modulus."""
-        return Slots(len(c.batch) + len(c.m) + len(c.n) - 2, len(c.k) - 1, len(epilogue_indices(c)))
-
-
-@dataclass(frozen=True)
-class UnitStrides:
-    """Which run strides are 1 whatever the sizes: the innermost M index (last in output order)
-    is the left operand's last subscript (``lm``), and so on; those strides are literal in the
-    code and the tile loads walk them."""
-
-    lm: bool
-    lk: bool
-    rk: bool
-    rn: bool
-    cm: bool
-    cn: bool
-
-    @staticmethod
-    def of(c: Contraction) -> "UnitStrides":
-        m, n, k = c.m[-1], c.n[-1], c.k[-1]
-        return UnitStrides(c.left.index[-1] == m, c.left.index[-1] == k, c.right.index[-1] == k,
-                           c.right.index[-1] == n, c.output_index[-1] == m, c.output_index[-1] == n)
 
 
 #: The launch arguments after the kernel's own (size parameters, scalars, arrays), in order.
@@ -433,32 +397,6 @@ def _prologue(c: Contraction, slots: Slots, unit: UnitStrides) -> list[str]:
     return out
 
 
-def _scalar_text(scop: Scop, value: E.Expr, element: str) -> str:
-    """C of a staged value with its element as the C expression ``element``."""
-    return CExpr(scop)(E.substitute(value, lambda x: E.Var(element, "scalar", x.dtype)
-                                    if isinstance(x, E.Var) and x.name == ELEMENT else None))
-
-
-def _batch_offsets(slots: Slots) -> list[str]:
-    """Decode batch index ``_z`` into the offsets of L, R and C (innermost slot first)."""
-    if not slots.batch:
-        return ["    const long _offL = 0, _offR = 0, _offC = 0;"]
-    out = ["    long _offL = 0, _offR = 0, _offC = 0, _zr = _z;"]
-    for j in reversed(range(slots.batch)):
-        out.append(f"    {{ const long _i = _zr % _zE{j}; _zr /= _zE{j}; "
-                   f"_offL += _i * _zL{j}; _offR += _i * _zR{j}; _offC += _i * _zC{j}; }}")
-    return out
-
-
-def _outer_k_offsets(slots: Slots) -> list[str]:
-    """Decode outer-K number ``_nko`` into the offsets ``_nkL``/``_nkR`` of its indices."""
-    out = ["        _nkL = 0; _nkR = 0;", "        { long _kr = _nko;"]
-    for j in reversed(range(slots.outer_k)):
-        out.append(f"          {{ const long _i = _kr % _kE{j}; _kr /= _kE{j}; "
-                   f"_nkL += _i * _kL{j}; _nkR += _i * _kR{j}; }}")
-    return out + ["        }"]
-
-
 def _tile_loads(c: Contraction, scop: Scop, v: Variant, t: str, unit: UnitStrides,
                 k_major_store: bool) -> tuple[list[str], list[str], list[str]]:
     """Global -> registers (``_ga``/``_gb``) for the K tile at ``_nk0`` and registers -> shared
@@ -485,7 +423,7 @@ def _tile_loads(c: Contraction, scop: Scop, v: Variant, t: str, unit: UnitStride
                      f"{row0} * {s_row} + _nk0 * {s_k};")
         loads.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++) {{")
         element = f"{pointer}[(long){r} * {s_row} + (long){kk} * {s_k}]"
-        value = element if v.engine == "hmma" else _scalar_text(scop, operand.value, element)  # halves as they are
+        value = element if v.engine == "hmma" else scalar_text(scop, operand.value, element)  # halves as they are
         loads.append(f"        _g{name}[_q] = ({row0} + {r} < {total} && _nk0 + {kk} < _K) ? {value} : ({t})0;")
         loads.append("      } }")
         stores.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++)")
@@ -493,37 +431,6 @@ def _tile_loads(c: Contraction, scop: Scop, v: Variant, t: str, unit: UnitStride
         value = f"_g{name}[_q]" if v.engine != "tf32" else f"pl_tf32(_g{name}[_q])"
         stores.append(f"        {target} = {value};")
     return decl, loads, stores
-
-
-def _grid_loops(c: Contraction, slots: Slots, t: str) -> list[str]:
-    """The grid-stride loops over batch, M tiles and N tiles, and the init of the block."""
-    out = ["  for (long _z = blockIdx.z; _z < _Z; _z += gridDim.z) {"]
-    out += _batch_offsets(slots)
-    out += ["    for (long _m0 = (long)blockIdx.y * BM; _m0 < _M; _m0 += (long)gridDim.y * BM) {",
-            "    for (long _n0 = (long)blockIdx.x * BN; _n0 < _N; _n0 += (long)gridDim.x * BN) {"]
-    return out
-
-
-def _store(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
-    """The store of a finished element ``acc`` (at ``_m``, ``_n`` of batch ``_z``): through
-    the epilogue statements in order, each reading the value so far as its element and other
-    arrays at the output indices (decoded from the coordinates with the launch's divisors)."""
-    out = [f"              {t} _v = ({t}){acc};"]
-    names = {}
-    for d, index in enumerate(epilogue_indices(c)):
-        names[index] = f"_x{d}"
-        out.append(f"              const long _x{d} = ((_xs{d} == 0 ? _m : _xs{d} == 1 ? _n : _z) / _xd{d}) % _xm{d};")
-    emit = CudaExpr(scop)
-    for value in c.epilogue:
-        value = E.substitute(value, lambda x: E.Var(names[x.name], "iter", x.dtype)
-                             if isinstance(x, E.Var) and x.kind == "iter" else None)
-        out.append(f"              _v = {emit(E.substitute(value, lambda x: E.Var('_v', 'scalar', x.dtype) if isinstance(x, E.Var) and x.name == ELEMENT else None))};")
-    out.append(f"              {c.output}[_offC + _m * sCm + _n * sCn] = _v;")
-    return out
-
-
-def _init_text(scop: Scop, c: Contraction, element: str) -> str:
-    return element if c.init is None else _scalar_text(scop, c.init, element)
 
 
 def _pipeline(loads: list[str], stores: list[str], compute, slots: Slots) -> list[str]:
@@ -543,7 +450,7 @@ def _pipeline(loads: list[str], stores: list[str], compute, slots: Slots) -> lis
             "        _nk0 += BK;",
             "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"]
     if slots.outer_k:
-        out += _outer_k_offsets(slots)
+        out += outer_k_offsets(slots)
     out += ["        }", "        if (_tile + 1 < _NT) {"] + loads + ["        }",
             "        if (_kn == BK) {"] + compute(False) + ["        } else {"] + compute(True) + ["        }",
             "        if (_tile + 1 < _NT) {", "          _st ^= 1;"]
@@ -560,7 +467,7 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
            "  __shared__ __align__(16) " + t + " _As[2][BK][BM + PAD];",
            "  __shared__ __align__(16) " + t + " _Bs[2][BK][BN + PAD];",
            f"  const int _tx = threadIdx.x % {tx}, _ty = threadIdx.x / {tx};"]
-    out += _grid_loops(c, slots, t)
+    out += grid_loops(c, slots, t)
     out += decl
     # a thread's rows: two runs of TM/2 adjacent ones, half a tile apart (vector reads, no conflicts)
     out += [f"      {t} _acc[TM][TN];",
@@ -569,7 +476,7 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             f"          const long _m = _m0 + (_i % {v.tm // 2}) + _ty * {v.tm // 2} + (_i / {v.tm // 2}) * (BM / 2);",
             f"          const long _n = _n0 + (_j % {v.tn // 2}) + _tx * {v.tn // 2} + (_j / {v.tn // 2}) * (BN / 2);",
             f"          _acc[_i][_j] = (_m < _M && _n < _N) ? "
-            f"{_init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : ({t})0;",
+            f"{init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : ({t})0;",
             "        }", "      }"]
     def compute(guarded: bool) -> list[str]:
         return ["          #pragma unroll", "          for (int _kk = 0; _kk < BK; _kk++) {",
@@ -589,7 +496,7 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             f"          const long _m = _m0 + (_i % {v.tm // 2}) + _ty * {v.tm // 2} + (_i / {v.tm // 2}) * (BM / 2);",
             f"          const long _n = _n0 + (_j % {v.tn // 2}) + _tx * {v.tn // 2} + (_j / {v.tn // 2}) * (BN / 2);",
             "          if (_m < _M && _n < _N) {",
-            *_store(scop, c, "_acc[_i][_j]", t), "          }",
+            *element_store(scop, c, "_acc[_i][_j]", t), "          }",
             "        }", "      }",
             "    }", "    }", "  }"]
     return out
@@ -670,7 +577,7 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     out += ["  const int _lane = threadIdx.x % 32, _warp = threadIdx.x / 32;",
             "  const int _g = _lane / 4, _tg = _lane % 4;",
             f"  const int _wm = (_warp / {v.warps_n}) * {wtm}, _wn = (_warp % {v.warps_n}) * {wtn};"]
-    out += _grid_loops(c, slots, t)
+    out += grid_loops(c, slots, t)
     # accumulator element (i, j, r): row/column of the output tile
     row = f"_wm + _i * {fm} + _g + (_r / 2) * 8"
     col = f"_wn + _j * {fn} + _tg * 2 + (_r % 2)"
@@ -681,7 +588,7 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             f"          #pragma unroll\n          for (int _r = 0; _r < {per_c}; _r++) {{",
             f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
             f"            _acc[_i][_j][_r] = (_m < _M && _n < _N) ? "
-            f"{_init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : ({acc_t})0;",
+            f"{init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : ({acc_t})0;",
             "          }"]
     frag = _fragments(scop, c, v, tiles if v.asynchronous else None, op_t, im, jn, per_a, per_b)
 
@@ -699,7 +606,7 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             f"          #pragma unroll\n          for (int _r = 0; _r < {per_c}; _r++) {{",
             f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
             "            if (_m < _M && _n < _N) {",
-            *_store(scop, c, "_acc[_i][_j][_r]", t), "            }",
+            *element_store(scop, c, "_acc[_i][_j][_r]", t), "            }",
             "          }",
             "    }", "    }", "  }"]
     return out
@@ -717,7 +624,7 @@ def _fragments(scop: Scop, c: Contraction, v: Variant, tiles: tuple[StagedTile, 
                 index = f"({r}) * {tile.stride} + ({k})" if tile.k_major else f"({k}) * {tile.stride} + ({r})"
                 if v.engine == "hmma":  # the halves themselves (products and sums are the MMA's, in f32)
                     return f"{buffer}[{index}]"
-                return _scalar_text(scop, operand.value, f"{buffer}[{index}]")
+                return scalar_text(scop, operand.value, f"{buffer}[{index}]")
             return element
         a_at, b_at = at("_as", tiles[0], c.left), at("_bs", tiles[1], c.right)
         a_k_major, b_k_major = tiles[0].k_major, tiles[1].k_major
@@ -814,7 +721,7 @@ def _async_pipeline(c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedT
     done with it), and compute (stage ``_cs``). ``_nk0``/``_nko`` follow the tile requested."""
     request = (["        {"] + _async_copies(c, v, tiles) +
                ["        }", "        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] +
-               (_outer_k_offsets(slots) if slots.outer_k else []) +
+               (outer_k_offsets(slots) if slots.outer_k else []) +
                ["        }", f"        _ls = _ls + 1 == {v.stages} ? 0 : _ls + 1;"])
     out = ["      const long _NT = (_K + BK - 1) / BK * _KO;",
            "      long _nk0 = 0, _nko = 0;",

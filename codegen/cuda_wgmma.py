@@ -24,7 +24,7 @@ operands, f32 accumulation) and ``tf32`` engines (``Variant.wgmma``):
 - the accumulators are registers in ``wgmma``'s D fragment: register ``4j + r`` of lane
   ``4g + t`` in warp ``q`` of the warpgroup holds row ``16q + g + 8(r / 2)``, column
   ``8j + 2t + r % 2``; they start as the existing kernels' do (the init statement applied to the
-  output, or zero) and are stored through the same epilogue code (:func:`_store`).
+  output, or zero) and are stored through the same epilogue code (:func:`element_store`).
 
 Warp-specialized variants (``Variant.specialized``, 384 threads, :func:`_specialized`): a
 producer warpgroup issues the copies, two consumer warpgroups only the ``wgmma`` and the epilogue;
@@ -40,6 +40,7 @@ from __future__ import annotations
 from polyopt.analysis import expr as E
 from polyopt.analysis.contraction import ELEMENT, Contraction
 from polyopt.analysis.scop import Scop
+from polyopt.codegen.contraction_text import Slots, UnitStrides, element_store, grid_loops, init_text, outer_k_offsets
 
 #: Bytes of one row of a swizzled tile (the 128-byte swizzle's width) and of one 8-row atom.
 ROW_BYTES = 128
@@ -68,7 +69,6 @@ def wgmma_layouts(c: Contraction, v) -> tuple[bool, bool] | None:
     """Per operand (left, right), whether its tile is K-major in shared memory; None where the
     ``wgmma`` variant ``v`` cannot compute ``c`` (an operand with neither run contiguous, a
     TF32 operand whose K run is not contiguous, an operand computed on)."""
-    from polyopt.codegen.cuda_contraction import UnitStrides
     unit = UnitStrides.of(c)
     layouts = []
     for k_unit, run_unit, operand in ((unit.lk, unit.lm, c.left), (unit.rk, unit.rn, c.right)):
@@ -87,7 +87,6 @@ def transposed_copies(c: Contraction, v) -> tuple[bool, bool]:
     """Per operand (left, right), whether its K-major tile is copied from an operand whose M/N
     run (not its K run) is contiguous: 4-byte ``cp.async`` per element (TF32 only; module
     docstring)."""
-    from polyopt.codegen.cuda_contraction import UnitStrides
     unit = UnitStrides.of(c)
     layouts = wgmma_layouts(c, v)
     return tuple(bool(layouts and layouts[i] and not k_unit) for i, k_unit in enumerate((unit.lk, unit.rk)))
@@ -214,7 +213,7 @@ def _copies(c: Contraction, v, operand_bytes: int, layouts: tuple[bool, bool]) -
         if by_element:  # warp w, lane l: K chunk (w % 8) * 4 + l / 8 of M/N rows (w / 8) * 8 + l % 8
             warps, chunks = threads // 32, v.bk // 4
             per = chunks // warps  # element copies of a thread in one K chunk column
-            out += [f"        {{ const int _l = _ct % 32, _r0 = _l % 8, _kh0 = _ct / 32, _k0 = _kh0 * 4 + _l / 8;",
+            out += ["        { const int _l = _ct % 32, _r0 = _l % 8, _kh0 = _ct / 32, _k0 = _kh0 * 4 + _l / 8;",
                     f"          const long _gr0 = {row0} + _r0, _gk0 = _nk0 + _k0;",
                     f"          unsigned char *const _d0 = {buf} + _ls * {tile_bytes(v, rows)} + _r0 * {ROW_BYTES} + (_l / 8) * 4;",
                     f"          const auto *const _s0 = {operand.array} + {off} + {koff} + _gr0 + _gk0 * {s_k};"]
@@ -278,7 +277,6 @@ def _mma_steps(c: Contraction, v, layouts: tuple[bool, bool]) -> list[str]:
 
 def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> list[str]:
     """The kernel body of ``wgmma`` variant ``v`` (module docstring), inside the sm_90a guard."""
-    from polyopt.codegen.cuda_contraction import Slots, _grid_loops, _init_text, _outer_k_offsets, _store
     check_variant(v, operand_bytes)
     layouts = wgmma_layouts(c, v)
     if layouts is None:
@@ -297,16 +295,16 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
             "        #pragma unroll\n        for (int _r = 0; _r < 4; _r++) {",
             f"          const long _m = _m0 + {row}, _n = _n0 + {col};",
             f"          _acc[_j * 4 + _r] = (_m < _M && _n < _N) ? "
-            f"{_init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : 0.0f;",
+            f"{init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : 0.0f;",
             "        }"]
     store = [f"      #pragma unroll\n      for (int _j = 0; _j < {v.bn // 8}; _j++)",
              "        #pragma unroll\n        for (int _r = 0; _r < 4; _r++) {",
              f"          const long _m = _m0 + {row}, _n = _n0 + {col};",
              "          if (_m < _M && _n < _N) {",
-             *_store(scop, c, "_acc[_j * 4 + _r]", t), "          }",
+             *element_store(scop, c, "_acc[_j * 4 + _r]", t), "          }",
              "        }"]
     advance = ["        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] + \
-              (_outer_k_offsets(slots) if slots.outer_k else []) + ["        }"]
+              (outer_k_offsets(slots) if slots.outer_k else []) + ["        }"]
     copies = ["        {"] + _copies(c, v, operand_bytes, layouts) + ["        }"]
     k_state = ["      const long _NT = (_K + BK - 1) / BK * _KO;",
                "      long _nk0 = 0, _nko = 0;",
@@ -316,7 +314,7 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
         return out + _specialized(c, v, layouts, init, store, advance, copies, k_state, keep, t)
     out += [f"  const int _wg = threadIdx.x / {WARPGROUP_THREADS}, _wq = (threadIdx.x % {WARPGROUP_THREADS}) / 32;",
             "  const int _lane = threadIdx.x % 32, _g = _lane / 4, _tg = _lane % 4, _ct = threadIdx.x;"]
-    out += _grid_loops(c, slots, t)
+    out += grid_loops(c, slots, t)
     out += init
     request = copies + advance + [f"        _ls = _ls + 1 == {v.stages} ? 0 : _ls + 1;"]
     ahead = v.stages - 1 - v.inflight  # tiles requested ahead of the one computed
@@ -361,7 +359,6 @@ def _specialized(c: Contraction, v, layouts, init, store, advance, copies, k_sta
     consumers store theirs. No ``setmaxnreg``: the consumers fit the 168 registers of 384
     threads (128 accumulators at BN = 256), and with it ptxas must fit the producer's copies
     into what the producer keeps (40 to 88 registers: it spilled)."""
-    from polyopt.codegen.cuda_contraction import Slots, _grid_loops
     slots = Slots.of(c)
     s = v.stages
     out = [f"  uint64_t *const _full = (uint64_t *)(_Bs + {s * tile_bytes(v, v.bn)}), *const _empty = _full + {s};",
@@ -374,7 +371,7 @@ def _specialized(c: Contraction, v, layouts, init, store, advance, copies, k_sta
            "  unsigned _it = 0;  /* tiles through the ring so far */",
            f"  if (threadIdx.x < {WARPGROUP_THREADS}) {{  /* producer */",
            "  const int _ct = threadIdx.x;"]
-    out += _grid_loops(c, slots, t)
+    out += grid_loops(c, slots, t)
     out += k_state
     out += ["      for (long _tile = 0; _tile < _NT; _tile++, _it++) {",
             f"        const int _ls = _it % {s};",
@@ -393,7 +390,7 @@ def _specialized(c: Contraction, v, layouts, init, store, advance, copies, k_sta
     out += ["  } else {  /* consumers */",
             f"  const int _wg = threadIdx.x / {WARPGROUP_THREADS} - 1, _wq = (threadIdx.x % {WARPGROUP_THREADS}) / 32;",
             "  const int _lane = threadIdx.x % 32, _g = _lane / 4, _tg = _lane % 4;"]
-    out += _grid_loops(c, slots, t)
+    out += grid_loops(c, slots, t)
     out += init + k_state[:1] + keep
     out += ["      for (long _tile = 0; _tile < _NT; _tile++, _it++) {",
             f"        const int _cs = _it % {s};",

@@ -23,8 +23,9 @@ from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
 from polyopt.codegen.cuda_contraction import (ASYNC_MIN_WORK, COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED,
-                                              VARIANTS, ContractionSource, Slots, Variant, contraction_source, engine_for,
+                                              VARIANTS, ContractionSource, Variant, contraction_source, engine_for,
                                               WGMMA_MIN_WORK, operand_stride_positions, shared_bytes, staged_tiles)
+from polyopt.codegen.contraction_text import Slots
 from polyopt.codegen.cuda_wgmma import wgmma_layouts
 from polyopt.codegen.gpu_mapping import map_to_gpu
 from polyopt.errors import ScheduleError

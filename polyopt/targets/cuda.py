@@ -38,6 +38,7 @@ from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 from polyopt.targets.arguments import bind_arguments, check_params
 from polyopt.targets.cache import COMPILED, cache_key, check_given_schedule, scop_of
 from polyopt.targets.contraction import check_precision, contraction_plan, launch as launch_contraction
+from polyopt.targets.sm90a import sm90a_module
 from polyopt.types import bf16
 from polyopt.schedulers.registry import schedule as run_scheduler
 from polyopt.schedulers import gpu as gpu_choice
@@ -231,13 +232,14 @@ def _raw_module(source: str):
     """The NVRTC build of ``source`` (cached by the text itself: a launch looks it up by the
     same string object, whose hash Python keeps, where a SHA-256 of the text took 55 us a
     launch): for sm_90a where the source has ``wgmma`` kernels and the GPU is compute
-    capability 9.0 (:func:`_sm90a_module`), else for the GPU as CuPy compiles."""
+    capability 9.0 (:func:`~polyopt.targets.sm90a.sm90a_module`), else for the GPU as CuPy
+    compiles."""
     key = source
     if key not in _MODULES:
         cupy = cupy_module()
         module = None
         if WGMMA_MARK in source and str(cupy.cuda.Device().compute_capability) == "90":
-            module = _sm90a_module(cupy, source)
+            module = sm90a_module(cupy, source)
             if module is not None:
                 _WGMMA_BUILDS.add(key)
         _MODULES[key] = module or cupy.RawModule(code=source, options=("--std=c++14",))
@@ -253,81 +255,6 @@ _WGMMA_BUILDS: set[str] = set()
 def module_has_wgmma(source: str) -> bool:
     """Whether the module of ``source`` (:func:`_raw_module`) was built for sm_90a."""
     return source in _WGMMA_BUILDS
-
-
-def _probe(cupy, module) -> bool:
-    """Whether ``module`` really holds the ``wgmma`` kernels (its probe kernel says so)."""
-    import warnings
-    from polyopt.codegen.cuda_wgmma import PROBE
-    try:
-        flag = cupy.zeros(1, cupy.int32)
-        module.get_function(PROBE)((1,), (1,), (flag,))
-        if int(flag.get()[0]) == 1:
-            return True
-    except Exception as exc:
-        warnings.warn(f"the sm_90a build's probe failed ({exc})", RuntimeWarning)
-    return False
-
-
-def _sm90a_module(cupy, source: str):
-    """``source`` built by NVRTC for ``sm_90a`` (``wgmma`` needs the arch-specific target,
-    which CuPy's NVRTC call does not take: it adds its own ``-arch`` and NVRTC refuses two),
-    as a CuPy module; None with a warning where that fails (the caller builds the source the
-    usual way: its ``wgmma`` kernels are then never launched). First through CuPy's compiler
-    with its arch option replaced (its include paths and disk cache; the ``POLYOPT_SM90A``
-    define keeps the cached build apart from the plain one), else NVRTC directly."""
-    import os
-    import re as _re
-    import tempfile
-    import warnings
-    errors = []
-    try:
-        from cupy.cuda import compiler
-        original = compiler._get_arch_for_options_for_nvrtc
-        compiler._get_arch_for_options_for_nvrtc = lambda arch=None: ("-arch=sm_90a", "cubin")
-        try:
-            module = cupy.RawModule(code=source, options=("--std=c++14", "-DPOLYOPT_SM90A=1"))
-            first = _re.search(r'__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(', source)
-            module.get_function(first.group(1))  # compile now, under the replaced arch
-        finally:
-            compiler._get_arch_for_options_for_nvrtc = original
-        if _probe(cupy, module):
-            return module
-        errors.append("through CuPy: the build has no wgmma kernels")
-    except Exception as exc:
-        errors.append(f"through CuPy: {type(exc).__name__}: {str(exc)[-1500:]}")
-    try:
-        from cupy_backends.cuda.libs import nvrtc
-        includes = []
-        for folder in (os.path.join(cupy.cuda.get_cuda_path() or "", "include"),
-                       os.path.join(os.path.dirname(cupy.__file__), "_core", "include")):
-            if os.path.isdir(folder):
-                includes.append(f"-I{folder}")
-        try:  # CUDA headers from pip (the nvidia-* wheels)
-            import nvidia.cuda_runtime
-            includes += [f"-I{os.path.join(p, 'include')}" for p in nvidia.cuda_runtime.__path__]
-        except ImportError:
-            pass
-        program = nvrtc.createProgram(source, "polyopt_sm90a.cu", (), ())
-        try:
-            try:
-                nvrtc.compileProgram(program, ["--std=c++14", "-arch=sm_90a", *includes])
-            except Exception as exc:
-                raise RuntimeError(f"{exc}: {nvrtc.getProgramLog(program)[-2000:]}") from None
-            cubin = nvrtc.getCUBIN(program)
-        finally:
-            nvrtc.destroyProgram(program)
-        handle, path = tempfile.mkstemp(suffix=".cubin", prefix="polyopt_")
-        with os.fdopen(handle, "wb") as f:
-            f.write(cubin)
-        module = cupy.RawModule(path=path)
-        if _probe(cupy, module):
-            return module
-        errors.append("NVRTC directly: the build has no wgmma kernels")
-    except Exception as exc:
-        errors.append(f"NVRTC directly: {type(exc).__name__}: {str(exc)[-1500:]}")
-    warnings.warn("the sm_90a (wgmma) build failed, using the mma.sync kernels: " + "; ".join(errors), RuntimeWarning)
-    return None
 
 
 def _sm_count() -> int:

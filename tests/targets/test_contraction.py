@@ -10,7 +10,8 @@ import pytest
 
 import polyopt as po
 from polyopt.analysis.contraction import find_contraction
-from polyopt.codegen.cuda_contraction import VARIANTS, ContractionSource, Slots, UnitStrides
+from polyopt.codegen.contraction_text import Slots, UnitStrides
+from polyopt.codegen.cuda_contraction import VARIANTS, ContractionSource
 from polyopt.targets.cache import scop_of
 from polyopt.targets import contraction
 from polyopt.targets.contraction import async_aligned, choose_kernel, contraction_plan, launch_layout
