@@ -61,9 +61,7 @@ class _Reader:
         self.local = isl.LocalSpace.from_space(space)
         self.universe = isl.Set.universe(space).intersect_params(scop.context)
         #: by position: pairs of (whole) times equal before it
-        self.same = [isl.Map.universe(isl.Space.map_from_set(space))]
-        for d in range(depth):
-            self.same.append(self.same[-1].equate(isl.dim_type.in_, d, isl.dim_type.out, d))
+        self.same = [_equal_before(space, d) for d in range(depth + 1)]
         # What the walk returns below a position carries the times' positions before it only
         # (:meth:`walk`): the relations the checks compose have as few dimensions as they can.
         prefixes = [_time_space(scop.params, d) for d in range(depth + 1)]
@@ -71,9 +69,7 @@ class _Reader:
         #: it and different at it; those of them where the first is later at it
         self.apart = []
         for d in range(depth):
-            same = isl.Map.universe(isl.Space.map_from_set(prefixes[d + 1]))
-            for e in range(d):
-                same = same.equate(isl.dim_type.in_, e, isl.dim_type.out, e)
+            same = _equal_before(prefixes[d + 1], d)
             self.apart.append((same.subtract(same.equate(isl.dim_type.in_, d, isl.dim_type.out, d)),
                                same.order_gt(isl.dim_type.in_, d, isl.dim_type.out, d)))
         #: by position: a time up to it (one longer) to its prefix before it; a whole time to
@@ -129,9 +125,9 @@ class _Reader:
 
     def walk(self, node: Node, where: isl.Set, position: int, positions: dict[str, int]) -> isl.UnionMap:
         """What ``node`` runs at the times ``where`` (constrained on the positions before
-        ``position``), as a relation to instances from the times' positions before
-        ``position`` (those after are 0); checked on the way. ``positions``: each enclosing
-        iterator's position."""
+        ``position``), as a relation to instances from those positions of the times alone (the
+        rest are left out); checked on the way. ``positions``: each enclosing iterator's
+        position."""
         if isinstance(node, If):
             if E.size(node.cond) > MAX_BOUND_TERMS:
                 raise _OutOfTime
@@ -224,6 +220,14 @@ def _time_space(params: list[str] | tuple[str, ...], positions: int) -> isl.Spac
     for k, name in enumerate(params):
         space = space.set_dim_name(isl.dim_type.param, k, name)
     return space
+
+
+def _equal_before(space: isl.Space, position: int) -> isl.Map:
+    """The pairs of times of set space ``space`` equal on the positions before ``position``."""
+    same = isl.Map.universe(isl.Space.map_from_set(space))
+    for d in range(position):
+        same = same.equate(isl.dim_type.in_, d, isl.dim_type.out, d)
+    return same
 
 
 def _prefix_map(longer: isl.Space, shorter: isl.Space) -> isl.Map:
@@ -412,7 +416,7 @@ def _outside(ran: isl.Set, wanted: isl.Set) -> isl.Set:
             violating = ran.intersect(isl.Set.from_basic_set(side))
             if not violating.is_empty():
                 return violating
-    return ran.subtract(ran)
+    return isl.Set.empty(ran.get_space())
 
 
 def _left_over(wanted: isl.Set, ran: isl.Set, deadline: float) -> isl.Set:

@@ -109,8 +109,9 @@ class ContractionSource(CudaSource):
 #: none), K tiles of 128 bytes; then the warp-specialized ones (384 threads, a producer
 #: warpgroup and mbarriers, :func:`polyopt.codegen.cuda_wgmma._specialized`): 128 x 256 in
 #: 4 stages, 128 x 128 in 6; last 128 x 128 in 3 stages of 32 KiB built for two blocks per SM
-#: (one block's epilogue under the other's products). On an H100 the first took 0.385 ms on f16
-#: 4096^3, the second 0.452; the others not yet measured (so not first).
+#: (one block's epilogue under the other's products). On an H100, f16 4096^3 with every variant
+#: forced: 0.38, 0.45, 0.49, 0.66 and 0.43 ms in this order (TF32 alike): the last three are
+#: taken only where forced (docs/performance.md, "Contractions").
 WGMMA_VARIANTS = {
     "hmma": (Variant("hmma", 128, 256, 64, 256, stages=4, wgmma=True, inflight=1),
              Variant("hmma", 128, 128, 64, 256, stages=4, wgmma=True),
@@ -369,19 +370,19 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
 
 
 def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str]:
+    t = c_type_name(scop.arrays[c.output].dtype)
     if variant.wgmma:
-        body = wgmma_body(scop, c, variant, c_type_name(scop.arrays[c.output].dtype), OPERAND_BYTES[variant.engine])
-    elif variant.asynchronous:
-        per_vector = COPY_BYTES // OPERAND_BYTES[variant.engine]
-        if staged_tiles(c, variant) is None or any(rows * variant.bk % (per_vector * variant.threads)
-                                                   for rows in (variant.bm, variant.bn)):
-            raise ValueError(f"contraction tile {variant}: needs operands with a contiguous run and "
-                             "whole vectors of each tile per thread")
-    elif variant.threads % variant.bk or variant.threads % variant.bm or variant.threads % variant.bn:
-        raise ValueError(f"contraction tile {variant}: the threads must be a multiple of BM, BN and BK")
-    if not variant.wgmma:
-        body = (_simt_body if variant.engine == "simt" else _mma_body)(
-            scop, c, variant, c_type_name(scop.arrays[c.output].dtype))
+        body = wgmma_body(scop, c, variant, t, OPERAND_BYTES[variant.engine])
+    else:
+        if variant.asynchronous:
+            per_vector = COPY_BYTES // OPERAND_BYTES[variant.engine]
+            if staged_tiles(c, variant) is None or any(rows * variant.bk % (per_vector * variant.threads)
+                                                       for rows in (variant.bm, variant.bn)):
+                raise ValueError(f"contraction tile {variant}: needs operands with a contiguous run and "
+                                 "whole vectors of each tile per thread")
+        elif variant.threads % variant.bk or variant.threads % variant.bm or variant.threads % variant.bn:
+            raise ValueError(f"contraction tile {variant}: the threads must be a multiple of BM, BN and BK")
+        body = (_simt_body if variant.engine == "simt" else _mma_body)(scop, c, variant, t)
     slots = Slots.of(c)
     params = kernel_parameters(scop, {c.output}) + [f"long {a}" for a in extra_arguments(slots)]
     lines = [f'extern "C" __global__ void __launch_bounds__({variant.threads}{f", {variant.blocks_per_sm}" if variant.blocks_per_sm else ""}) {name}(',

@@ -239,10 +239,7 @@ def launch(source: ContractionSource, module, abi_values: list, params: dict[str
     if known is not None and known[0] is source and known[1] is choose_kernel:
         name, variant, layout = known[2]
     else:
-        if wgmma:
-            chosen = choose_kernel(source, extent, shapes, sm_count, aligned, wgmma=True)
-        else:  # (the call tests replace choose_kernel with, where no kernel of theirs is wgmma)
-            chosen = choose_kernel(source, extent, shapes, sm_count, aligned)
+        chosen = choose_kernel(source, extent, shapes, sm_count, aligned, wgmma=wgmma)
         if len(_CHOSEN) >= MAX_CHOSEN:
             _CHOSEN.clear()
         _CHOSEN[key] = (source, choose_kernel, chosen)

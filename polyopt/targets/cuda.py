@@ -234,16 +234,15 @@ def _raw_module(source: str):
     launch): for sm_90a where the source has ``wgmma`` kernels and the GPU is compute
     capability 9.0 (:func:`~polyopt.targets.sm90a.sm90a_module`), else for the GPU as CuPy
     compiles."""
-    key = source
-    if key not in _MODULES:
+    if source not in _MODULES:
         cupy = cupy_module()
         module = None
         if WGMMA_MARK in source and str(cupy.cuda.Device().compute_capability) == "90":
             module = sm90a_module(cupy, source)
             if module is not None:
-                _WGMMA_BUILDS.add(key)
-        _MODULES[key] = module or cupy.RawModule(code=source, options=("--std=c++14",))
-    return _MODULES[key]
+                _WGMMA_BUILDS.add(source)
+        _MODULES[source] = module or cupy.RawModule(code=source, options=("--std=c++14",))
+    return _MODULES[source]
 
 
 #: What marks a source with ``wgmma`` kernels (:mod:`polyopt.codegen.cuda_wgmma`).
