@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_contractions.py                      # f32 exact, f32 tf32, f64, f16
     python benchmarks/gpu_contractions.py --mode f32-exact --json rows.json
+    python benchmarks/gpu_contractions.py --mode f64 --case ij,jk-\>ik:1000x1200,1200x1100 --all-variants
 
 Each contraction is compiled as ``po.einsum`` compiles it (the default path: the contraction
 kernel, its tile chosen at launch), bound once to CuPy arrays, and launched 20 times back to
@@ -9,7 +10,9 @@ back between two CUDA events (median of 5 such runs per launch; 3 warm-up runs),
 is the kernel's time, not Python's: the host cost of a ``po.einsum`` call is measured by
 ``polyopt bench --einsum --target cuda``. torch.einsum runs the same way on the same data
 (TF32 as the mode says). Each result is checked against a float64 einsum (normwise relative
-error). Needs CuPy, torch and a GPU.
+error). ``--case`` replaces the issue's shapes; ``--all-variants`` also times every tile shape
+the kernel's source holds, each forced in turn (what the launch-time choice chooses among).
+Needs CuPy, torch and a GPU.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import numpy as np
 
 import polyopt as po
 from polyopt.bench.machine import gpu_info, now_utc
+from polyopt.targets import contraction
 from polyopt.targets.cuda import CudaKernel, cupy_module, plan
 
 #: The contractions of issue 17 (attention, batched matmul, plain GEMM, tensor contraction,
@@ -52,7 +56,14 @@ def per_launch_ms(cp, run, launches: int = 20, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
-def measure(cp, torch, subscripts: str, shapes, dtype: str, precision: str) -> dict:
+def forced(name: str, variant):
+    """A replacement for :func:`contraction.choose_kernel` that always takes kernel ``name``."""
+    def choose(source, extent, shapes, *args, **kwargs):
+        return name, variant, contraction.launch_layout(source.contraction, variant, extent, shapes)
+    return choose
+
+
+def measure(cp, torch, subscripts: str, shapes, dtype: str, precision: str, all_variants: bool = False) -> dict:
     rng = np.random.default_rng(0)
     operands = [cp.asarray(rng.standard_normal(s).astype(dtype)) for s in shapes]
     scop = po.einsum_kernel(subscripts, *shapes, dtype=dtype, target="cuda", contraction=False).scop
@@ -62,11 +73,24 @@ def measure(cp, torch, subscripts: str, shapes, dtype: str, precision: str) -> d
     result = cp.zeros(np.einsum(subscripts, *(np.empty(s, np.int8) for s in shapes)).shape, out_dtype)
     bound, device, _ = kernel.bind((), {"op0": operands[0], "op1": operands[1], "out": result})
     ours = per_launch_ms(cp, lambda: kernel.launch(bound.params, bound.scalars, device))
+    variants = {}
+    if all_variants:
+        chooser = contraction.choose_kernel
+        try:
+            for name, variant in made.source.variants:
+                contraction.choose_kernel = forced(name, variant)
+                label = f"{variant.bm}x{variant.bn}x{variant.bk}/{variant.threads}" + \
+                    "".join(f" {k}" for k in ("asynchronous", "wgmma", "specialized") if getattr(variant, k, False))
+                variants[f"{name} {label}"] = per_launch_ms(cp, lambda: kernel.launch(bound.params, bound.scalars, device))
+        finally:
+            contraction.choose_kernel = chooser
     kernel.launch(bound.params, bound.scalars, device)
     expected = cp.einsum(subscripts, *(o.astype(cp.float64) for o in operands))
     row = {"case": subscripts, "dtype": dtype, "precision": precision, "polyopt_ms": ours,
            "rel_error": float(cp.linalg.norm(result - expected) / cp.linalg.norm(expected)),
            "engine": made.schedule.notes[-1].split("(")[1].split(",")[0]}
+    if variants:
+        row["variants_ms"] = variants
     if torch is not None:
         tensors = [torch.as_tensor(o, device="cuda") for o in operands]
         torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
@@ -76,10 +100,19 @@ def measure(cp, torch, subscripts: str, shapes, dtype: str, precision: str) -> d
     return row
 
 
+def parse_case(text: str) -> tuple[str, list[tuple[int, ...]]]:
+    """``"ij,jk->ik:1000x1200,1200x1100"`` as ``("ij,jk->ik", [(1000, 1200), (1200, 1100)])``."""
+    subscripts, shapes = text.rsplit(":", 1)
+    return subscripts, [tuple(int(n) for n in shape.split("x")) for shape in shapes.split(",")]
+
+
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", action="append", choices=sorted(MODES), help="default: all")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--case", action="append", metavar="SUBSCRIPTS:SHAPE,SHAPE",
+                        help="a contraction to time instead of the issue's, e.g. ij,jk->ik:1000x1200,1200x1100")
+    parser.add_argument("--all-variants", action="store_true", help="also time each tile shape, forced")
     args = parser.parse_args(argv)
     cp = cupy_module()
     try:
@@ -89,8 +122,8 @@ def main(argv=None) -> list[dict]:
     rows = []
     for mode in args.mode or list(MODES):
         dtype, precision = MODES[mode]
-        for subscripts, shapes in CASES:
-            row = measure(cp, torch, subscripts, shapes, dtype, precision)
+        for subscripts, shapes in [parse_case(c) for c in args.case] if args.case else CASES:
+            row = measure(cp, torch, subscripts, shapes, dtype, precision, args.all_variants)
             rows.append(row)
             print(json.dumps({k: (round(v, 4) if isinstance(v, float) and k != "rel_error" else v)
                               for k, v in row.items()}), flush=True)

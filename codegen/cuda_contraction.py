@@ -124,12 +124,14 @@ WGMMA_VARIANTS = {
              Variant("tf32", 128, 128, 32, 384, stages=6, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1),
              Variant("tf32", 128, 128, 32, 256, stages=3, wgmma=True, blocks_per_sm=2)),
 }
-#: Multiply-adds from which a launch on sm_90a takes the ``wgmma`` kernels (2^35; 4096^3 is 2^36).
-#: Measured on an H100 (docs/performance.md, "Contractions"): at 4096^3 they beat the ``mma.sync``
-#: kernels (f16 0.44 against 0.79 ms, TF32 0.97 against 1.20); on issue 17's five smaller
-#: contractions (2^31 to 2^33 multiply-adds) they measured 1.3-3x slower, but in runs whose
-#: launches were bound by the host's choice of kernel (fixed since): to be measured again.
-WGMMA_MIN_WORK = 2**35
+#: A launch on sm_90a takes the ``wgmma`` kernels where the contraction sums over at least
+#: ``WGMMA_MIN_K`` terms (a shorter K leaves their 4-stage ring nothing to overlap) and its
+#: 128 x 128 tiles fill every SM at least once (:func:`polyopt.targets.contraction.choose_kernel`).
+#: Measured on an H100 with every kernel forced (docs/performance.md, "Contractions"): f16 and
+#: TF32 ``wgmma`` were faster on every case meeting both (2048^3 f16 0.060 against 0.105 ms,
+#: 1x1 convolution TF32 0.038 against 0.051 ms) and slower on the three that miss one (K = 64;
+#: 1024^3 and 2048 x 1024 x 256, 64 and 128 tiles).
+WGMMA_MIN_K = 256
 
 #: Tile shapes by engine and element type: the large one first, then smaller ones (fewer rows,
 #: fewer columns, both): a launch takes the one that wastes least of its tiles and keeps
@@ -169,13 +171,6 @@ VARIANTS = {
                       Variant("dmma", 32, 64, 16, 64, warps_m=1, warps_n=2),
                       Variant("dmma", 64, 32, 16, 64, warps_m=2, warps_n=1)),
 }
-#: Per engine, the multiply-adds (batch x M x N x K) from which a launch takes the ``cp.async``
-#: kernels: for TF32 and DMMA, below it the register-staged ones were faster on all four
-#: contractions of issue 17 that lie there (up to 2x: a short K or N leaves the deeper pipeline
-#: little to overlap), above it the ``cp.async`` ones on both (1.6-1.9x at 4096^3); H100,
-#: docs/performance.md. Half operands take them always (their register-staged kernels pack
-#: each pair of halves from two shared-memory reads; not measured against each other).
-ASYNC_MIN_WORK = {"tf32": 2**32, "dmma": 2**32, "hmma": 0}
 #: The share of a large tile's speed the other shapes are assumed to reach (fewer coordinates
 #: per block: more staging per product).
 OTHER_TILE_SPEED = 0.9
@@ -343,7 +338,6 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
         per_vector = COPY_BYTES // OPERAND_BYTES[engine]
         tests = [f"(uintptr_t){c.left.array} % {COPY_BYTES} == 0", f"(uintptr_t){c.right.array} % {COPY_BYTES} == 0"]
         tests += [f"_a[{p}] % {per_vector} == 0" for p in operand_stride_positions(c)]
-        tests.append(f"(double)M * N * K * _a[9] * _a[10] >= {float(ASYNC_MIN_WORK[engine])}")
         out.append(f"  const int aligned = {' && '.join(tests)};  /* take the cp.async kernels */")
     else:
         out.append("  const int aligned = 0;")

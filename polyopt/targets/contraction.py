@@ -22,9 +22,9 @@ from polyopt.analysis.contraction import ELEMENT, PRECISIONS, Contraction, epilo
 from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
-from polyopt.codegen.cuda_contraction import (ASYNC_MIN_WORK, COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED,
+from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED,
                                               VARIANTS, ContractionSource, Variant, contraction_source, engine_for,
-                                              WGMMA_MIN_WORK, operand_stride_positions, shared_bytes, staged_tiles)
+                                              WGMMA_MIN_K, operand_stride_positions, shared_bytes, staged_tiles)
 from polyopt.codegen.contraction_text import Slots
 from polyopt.codegen.cuda_wgmma import wgmma_layouts
 from polyopt.codegen.gpu_mapping import map_to_gpu
@@ -173,32 +173,29 @@ def async_aligned(c: Contraction, variant: Variant, layout: Launch, aligned_oper
 def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dict[str, tuple[int, ...]],
                   sm_count: int, aligned_operands: bool = True, wgmma: bool = False) -> tuple[str, Variant, Launch]:
     """The kernel of ``source`` to launch (name, tile shape, layout). The candidates are the
-    asynchronous kernels where the launch lets them run (:func:`async_aligned`) and has
-    :data:`~polyopt.codegen.cuda_contraction.ASYNC_MIN_WORK` multiply-adds or more, else the
-    register-staged ones; among them, the one with the best share of useful tile coordinates
-    (M x N over the tiles' area) times grid fill (blocks over
-    :data:`~polyopt.codegen.cuda_contraction.MIN_BLOCKS_PER_SM` per SM, at most 1), the first
-    candidate counted at full speed and the others at
+    asynchronous kernels where the launch lets them run (:func:`async_aligned`), else the
+    register-staged ones (measured on an H100, the ``cp.async`` kernels were as fast or faster on
+    every contraction where both may run: docs/performance.md, "Contractions"); among them, the
+    one with the best share of useful tile coordinates (M x N over the tiles' area) times grid
+    fill (blocks over :data:`~polyopt.codegen.cuda_contraction.MIN_BLOCKS_PER_SM` per SM, at
+    most 1), the first candidate counted at full speed and the others at
     :data:`~polyopt.codegen.cuda_contraction.OTHER_TILE_SPEED`; the first of equals.
 
     ``wgmma``: the module was built for sm_90a (an H100/H200); its ``wgmma`` kernels are then
-    the candidates where the operands allow ``cp.async`` as above and there are
-    :data:`~polyopt.codegen.cuda_contraction.WGMMA_MIN_WORK` multiply-adds or more; otherwise
-    they never are."""
+    the candidates where the operands allow ``cp.async`` as above, the sum has
+    :data:`~polyopt.codegen.cuda_contraction.WGMMA_MIN_K` terms or more and 128 x 128 tiles
+    make at least one block per SM; otherwise they never are."""
     c = source.contraction
     hopper = [v for _, v in source.variants if v.wgmma] if wgmma else []
     if hopper:
         layout = launch_layout(c, hopper[0], extent, shapes)
         m, n, k, z, ko = (layout.arguments[i] for i in (0, 1, 2, 9, 10))
-        if m * n * k * z * ko >= WGMMA_MIN_WORK and async_aligned(c, hopper[0], layout, aligned_operands):
+        if (k * ko >= WGMMA_MIN_K and -(-m // 128) * -(-n // 128) * z >= sm_count
+                and async_aligned(c, hopper[0], layout, aligned_operands)):
             return _best(source, extent, shapes, sm_count, lambda v: v.wgmma)
     asynchronous = [v for _, v in source.variants if v.asynchronous and not v.wgmma]
-    use_async = False
-    if asynchronous:
-        layout = launch_layout(c, asynchronous[0], extent, shapes)
-        m, n, k, z, ko = (layout.arguments[i] for i in (0, 1, 2, 9, 10))
-        use_async = (m * n * k * z * ko >= ASYNC_MIN_WORK[asynchronous[0].engine]
-                     and async_aligned(c, asynchronous[0], layout, aligned_operands))
+    use_async = bool(asynchronous) and async_aligned(
+        c, asynchronous[0], launch_layout(c, asynchronous[0], extent, shapes), aligned_operands)
     return _best(source, extent, shapes, sm_count, lambda v: v.asynchronous == use_async and not v.wgmma)
 
 

@@ -63,7 +63,13 @@ def test_wgmma_kernels_are_chosen_only_from_an_sm90a_build():
         return choose_kernel(source, {"i_i": n, "i_j": n, "i_k": k}, shapes, 132, aligned, wgmma=wgmma)[1]
     assert chosen().wgmma and not chosen(wgmma=False).wgmma
     assert not chosen(aligned=False).wgmma and not chosen(k=4095).wgmma  # rows off 16-byte boundaries
-    assert not chosen(n=128, k=128).wgmma and not chosen(n=2048).wgmma  # below WGMMA_MIN_WORK (2^34)
+
+    def by_size(m, n, k):  # "ij,jk->ik": i is M, j is K, k is N
+        shapes = {"op0": (m, k), "op1": (k, n), "out": (m, n)}
+        return choose_kernel(source, {"i_i": m, "i_j": k, "i_k": n}, shapes, 132, True, wgmma=True)[1]
+    assert by_size(2048, 2048, 2048).wgmma and by_size(2048, 2048, 256).wgmma
+    assert not by_size(4096, 4096, 128).wgmma  # a sum of fewer than WGMMA_MIN_K terms
+    assert not by_size(1024, 1024, 4096).wgmma  # 64 tiles of 128 x 128 leave SMs idle
     assert not choose_kernel(source, extent, {"op0": (4096,) * 2, "op1": (4096,) * 2, "out": (4096,) * 2}, 132)[1].wgmma
     assert chosen() == WGMMA_VARIANTS["hmma"][0]  # the warp-specialized ones only where forced (not yet measured)
     tf32 = _source("ij,jk->ik", [(8, 8), (8, 8)], "float32", "tf32")  # B by K rows: transposed into its tiles
@@ -218,8 +224,8 @@ def test_wgmma_init_and_epilogues_match_float64(which, monkeypatch):
 
 @needs_gpu
 def test_large_f16_einsum_takes_wgmma_on_hopper():
-    """Unforced: an f16 einsum of WGMMA_MIN_WORK multiply-adds (4096 x 2048 x 4096) on an H100
-    runs from a build with the wgmma kernels, and it is right."""
+    """Unforced: an f16 einsum that takes the wgmma kernels (4096 x 2048 x 4096) on an H100
+    runs from a build with them, and it is right."""
     import cupy
 
     if not _hopper():
