@@ -34,7 +34,10 @@ dtype. CuPy operands give a CuPy result and never leave the GPU; PyTorch CUDA te
 tensor (other ``__cuda_array_interface__`` or CUDA DLPack objects a CuPy array), computed on
 zero-copy CuPy views of their memory; numpy operands with ``target="cuda"`` are copied to the
 GPU and the result back (a numpy array, as on the CPU). A repeat of a call on CuPy arrays
-replays its recorded launches (:mod:`polyopt.einsum_calls`).
+replays its recorded launches (:mod:`polyopt.einsum_calls`). PyTorch bfloat16 tensors run as
+float16 does (CuPy has no bfloat16: the kernel reads their bits through uint16 views, and the
+float32 result is rounded to bfloat16 on the GPU; needs ml_dtypes); bfloat16 numpy arrays
+compute on the CPU only.
 
 numpy (CuPy on the GPU) is used only to allocate, copy, cast and view arrays; every sum of
 products is polyopt's. On the CPU, sums longer than ``SUM_BLOCK`` terms run in blocks whose
@@ -62,7 +65,7 @@ from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 from polyopt.targets.arguments import default_num_threads
 from polyopt.targets.cpu import CompiledKernel, compile, compiled_before
 from polyopt.analysis.scop import Scop, Statement
-from polyopt.types import ELEMENT_TYPES, DType, as_dtype, bf16, f16, f80
+from polyopt.types import ELEMENT_TYPES, DType, as_dtype, bf16, bf16_bits, f16, f80
 
 _ORDERS = ("C", "F", "A", "K")
 #: Below this many statement instances a call runs on one thread, whatever num_threads says:
@@ -243,10 +246,6 @@ def _plan(spec: EinsumSpec, broadcast: tuple, path: tuple, storage: np.dtype, al
     ``blocked_sums``: long sums in blocks (``einsum_scop``; see :func:`_long_sums`).
     ``operands``: the operands' dtype where it is not ``storage`` (:func:`_operand_storage`)."""
     scop, temporaries = _pattern_scop(spec, broadcast, path, storage, blocked_sums, operands)
-    if target == "cuda" and operands is not None and operands.kind == "V":
-        raise TargetUnavailableError(
-            "einsum: bfloat16 data has no CUDA einsum in polyopt (CuPy has no bfloat16 dtype); "
-            "pass numpy arrays and target=None for the CPU, or write the loops as a bf16 DSL kernel")
     if target == "cuda" and storage in _CPU_ONLY:
         raise TargetUnavailableError(
             f"einsum: {storage} data (x87 extended precision) has no CUDA code; the GPU compiles "
@@ -556,12 +555,73 @@ def _on_cupy_views(operands: tuple, out, **options):
     memory (no copies); returns ``out`` itself when given, else the result as the kind of the
     first such operand (:func:`_same_kind`)."""
     like = next(v for v in (*operands, out) if is_device_array(v) and not is_cupy(v))
-    if any(str(getattr(v, "dtype", "")) == "torch.bfloat16" for v in (*operands, out)):
-        raise TargetUnavailableError("einsum: bfloat16 tensors have no CUDA einsum in polyopt (CuPy has "
-                                     "no bfloat16 dtype); a bf16 DSL kernel takes them")
+    if any(_is_bf16_tensor(v) for v in (*operands, out)):
+        return _on_bf16_tensors(operands, out, like, **options)
     views = tuple(as_cupy(v) if is_device_array(v) else v for v in operands)
     result = einsum(*views, out=None if out is None else as_cupy(out), **options)
     return out if out is not None else _same_kind(result, like)
+
+
+def _is_bf16_tensor(value) -> bool:
+    return str(getattr(value, "dtype", "")) == "torch.bfloat16"
+
+
+def _on_bf16_tensors(operands: tuple, out, like, dtype=None, **options):
+    """:func:`einsum` where an operand or ``out`` is a PyTorch bfloat16 CUDA tensor. Every
+    operand bfloat16 (``out`` too, or None) and no other ``dtype``: computed as for float16 --
+    the kernel reads the operands' bits (CuPy uint16 views of the tensors' memory: CuPy has no
+    bfloat16) as bf16, converts each element to float32, multiplies and sums in float32, and
+    the float32 result is rounded to bfloat16 once (:func:`polyopt.types.bf16_bits`); returns
+    a bfloat16 tensor or ``out``. Otherwise the bfloat16 operands are widened to float32 first
+    (numpy's promotion with ml_dtypes' bfloat16 gives float32 or wider there too)."""
+    import torch
+
+    ops = [v for v in operands if not isinstance(v, (str, list, tuple))]
+    if dtype not in (None, torch.bfloat16, bf16.numpy, "bfloat16") or not all(map(_is_bf16_tensor, ops)) \
+            or (out is not None and not _is_bf16_tensor(out)):
+        if out is not None and _is_bf16_tensor(out):
+            raise TypeError("einsum: a bfloat16 out needs bfloat16 operands (and no other dtype)")
+        widened = tuple(v.float() if _is_bf16_tensor(v) else v for v in operands)
+        return _on_cupy_views(widened, out, dtype=dtype, **options)
+    if bf16.numpy.kind != "V":
+        raise TargetUnavailableError("einsum: bfloat16 tensors need ml_dtypes (pip install polyopt[bf16])")
+    bits = tuple(as_cupy(v) if _is_bf16_tensor(v) else v for v in operands)
+    result = _bf16_einsum(bits, None if out is None else as_cupy(out), **options)
+    if out is not None:
+        return out
+    return torch.as_tensor(result.view(cupy_module().int16), device=like.device).view(torch.bfloat16)
+
+
+def _bf16_einsum(operands: tuple, out_bits, order: str = "K", casting: str = "safe", optimize="greedy",
+                 target: str | None = None, num_threads: int | None = None, precision: str = "exact"):
+    """The bfloat16 einsum of :func:`_on_bf16_tensors` on CuPy uint16 arrays holding bf16 bits
+    (and the interleaved form's sublists): the result's bits, a new C-contiguous CuPy array, or
+    written into ``out_bits``."""
+    check_precision(precision)
+    if num_threads is not None:
+        raise ValueError("einsum: num_threads is an option of the CPU (thread teams)")
+    if target == "cpu":
+        raise ValueError("einsum: GPU arrays are on the GPU: pass target='cuda' (or None) for them")
+    cupy = cupy_module()
+    subscripts, ops = (operands[0], list(operands[1:])) if isinstance(operands[0], str) \
+        else sublists_to_subscripts(operands)
+    stand_ins = [np.broadcast_to(np.empty((), bf16.numpy), op.shape) for op in ops]
+    out_stand_in = None if out_bits is None else np.broadcast_to(np.empty((), bf16.numpy), out_bits.shape)
+    _, spec, sizes, broadcast, path, result = _prepare(subscripts, stand_ins, None, casting, out_stand_in, optimize)
+    storage = _storage_dtype(result)
+    pattern = (spec, broadcast, path, storage, _long_sums(spec, sizes, "cuda"), _operand_storage(result))
+    options, _ = _plan_options("cuda", precision, pattern, sizes)
+    plan = _plan(*pattern[:4], DEFAULT_ALGORITHM, "cuda", options, *pattern[4:])
+    buffers = {f"op{k}": cupy.ascontiguousarray(op) for k, op in enumerate(ops)}
+    for name, labels in plan.temporaries:
+        buffers[name] = cupy.empty(tuple(sizes[label] for label in labels), dtype=storage)
+    buffers[OUTPUT] = cupy.empty(tuple(sizes[label] for label in spec.output), dtype=storage)
+    plan.kernel(**buffers)
+    rounded = bf16_bits(buffers[OUTPUT], cupy)
+    if out_bits is None:
+        return cupy.asfortranarray(rounded) if _order(order) == "F" else rounded
+    out_bits[...] = rounded
+    return out_bits
 
 
 def _same_kind(result, like):
@@ -629,6 +689,10 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
             einsum_calls.record(key, view)
             return view((single,))
     arrays, spec, sizes, broadcast, path, result = _prepare(subscripts, ops, dtype, casting, out, optimize)
+    if where == "cuda" and result == bf16.numpy and result.kind == "V":
+        raise TargetUnavailableError(
+            "einsum: bfloat16 numpy arrays have no CUDA einsum in polyopt (CuPy has no bfloat16 dtype); "
+            "pass PyTorch bfloat16 CUDA tensors, or target=None for the CPU")
     if where == "cpu":  # summed labels adjacent in memory as one long sum, as numpy's iterator does
         spec, sizes, broadcast, arrays = merge_summed_runs(spec, sizes, broadcast, arrays)
     storage = _storage_dtype(result)

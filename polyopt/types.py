@@ -55,13 +55,14 @@ def _bfloat16_numpy() -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16)
 
 
-def bf16_bits(values) -> np.ndarray:
+def bf16_bits(values, xp=np) -> np.ndarray:
     """The bfloat16 bit patterns (uint16) nearest to ``values`` (rounded to nearest, ties to
-    even, from float32 as CUDA's ``__float2bfloat16`` does; NaN stays a quiet NaN)."""
-    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    even, from float32 as CUDA's ``__float2bfloat16`` does; NaN stays a quiet NaN); ``xp``:
+    the array module (numpy, or CuPy for GPU arrays, which has no bfloat16 dtype)."""
+    values = xp.asarray(values, dtype=np.float32)
+    bits = values.view(np.uint32).astype(np.uint64)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    nan = np.isnan(np.asarray(values, dtype=np.float32))
-    return np.where(nan, (bits >> 16) | 0x40, rounded).astype(np.uint16)
+    return xp.where(xp.isnan(values), (bits >> 16) | 0x40, rounded).astype(np.uint16)
 
 
 def bf16_values(bits) -> np.ndarray:

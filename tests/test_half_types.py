@@ -347,12 +347,55 @@ def test_gpu_takes_torch_bfloat16_tensors_and_float16_einsums():
     expected = ((X.float() * torch.tensor(0.1, dtype=torch.bfloat16).float()).bfloat16().float() + 1).bfloat16()
     po.compile(axpy_bf16, target="cuda")(X, Y)
     assert torch.equal(Y, expected)
-    with pytest.raises(po.TargetUnavailableError, match="bfloat16"):
-        po.einsum("i,i->", X, Y)
+    assert po.einsum("i,i->", X, Y).dtype == torch.bfloat16  # more in test_bf16_einsum_on_torch_tensors
     A, B = _halves((30, 200), 17), _halves((200, 20), 18)
     C = po.einsum("ik,kj->ij", cupy.asarray(A), cupy.asarray(B))
     assert C.dtype == np.float16
     np.testing.assert_allclose(cupy.asnumpy(C), po.einsum("ik,kj->ij", A, B), rtol=2 ** -10)
+
+
+@needs_gpu
+@needs_ml_dtypes
+@pytest.mark.parametrize("subscripts, shapes", [("ik,kj->ij", [(30, 200), (200, 20)]),  # mma.sync / small
+                                                ("ik,kj->ij", [(512, 512), (512, 512)]),  # tensor-core tiles
+                                                ("bhqd,bhkd->bhqk", [(2, 3, 64, 32), (2, 3, 48, 32)]),
+                                                ("i,i->", [(300,), (300,)]),
+                                                ("ij,jk,kl->il", [(7, 9), (9, 5), (5, 3)])])  # a float32 temporary
+def test_bf16_einsum_on_torch_tensors(subscripts, shapes):
+    """bf16 tensors: each element widened to float32, products summed in float32, the result
+    rounded to bf16 once -- within one bf16 rounding of torch's float32 einsum of the same
+    values (TF32 off); a bf16 tensor back, or ``out`` written."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    generator = torch.Generator(device="cuda").manual_seed(3)
+    ops = [torch.randn(shape, device="cuda", generator=generator).to(torch.bfloat16) for shape in shapes]
+    exact = torch.einsum(subscripts, *(op.double() for op in ops))
+    result = po.einsum(subscripts, *ops)
+    assert isinstance(result, torch.Tensor) and result.dtype == torch.bfloat16 and result.device == ops[0].device
+    scale = exact.abs().max().item() or 1.0
+    assert (result.double() - exact).abs().max().item() <= scale * 2 ** -7
+    out = torch.empty_like(result)
+    assert po.einsum(subscripts, *ops, out=out) is out and torch.equal(out, result)
+    again = po.einsum(subscripts, *ops)
+    assert torch.equal(again, result)
+
+
+@needs_gpu
+@needs_ml_dtypes
+def test_bf16_einsum_with_other_types_and_refusals():
+    """A bf16 tensor with a float32 one computes in float32 (numpy's promotion with ml_dtypes);
+    a bf16 out for float32 operands, and bf16 numpy arrays on the GPU, are refused by name."""
+    torch = pytest.importorskip("torch")
+    a = torch.randn(8, 6, device="cuda").to(torch.bfloat16)
+    b = torch.randn(6, 5, device="cuda")
+    mixed = po.einsum("ij,jk->ik", a, b)
+    assert mixed.dtype == torch.float32
+    torch.testing.assert_close(mixed, a.float() @ b, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="bfloat16 out"):
+        po.einsum("ij,jk->ik", b.T.contiguous(), b, out=torch.empty(5, 5, device="cuda", dtype=torch.bfloat16))
+    host = np.ones((4, 4), ml_dtypes.bfloat16)
+    with pytest.raises(po.TargetUnavailableError, match="bfloat16 numpy arrays"):
+        po.einsum("ij,jk->ik", host, host, target="cuda")
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is not installed")
