@@ -31,7 +31,7 @@ import numpy as np
 
 import polyopt as po
 from polyopt.bench.einsum_cuda import torch_module
-from polyopt.codegen.cuda_contraction import ContractionSource
+from polyopt.codegen.cuda_contraction import contraction_steps
 from polyopt.targets.cuda import cupy_module
 
 
@@ -91,7 +91,7 @@ def torch_rows(cp, torch, A, B, C, C0, alpha: float, beta: float, expected, dtyp
 def launched(compiled, ni: int, nj: int) -> dict:
     """Which kernel variant the update launches at this size, its block and unroll; a contraction
     kernel (polyopt.targets.contraction) picks its tile per launch, and says so."""
-    if isinstance(compiled.compiled, ContractionSource):
+    if contraction_steps(compiled.compiled):
         return {"kernel": "contraction (tile chosen per launch)", "block": None, "unroll": None}
     update = compiled.program.kernels[-1]
     variant, shape, _ = compiled.compiled.choose(update.name, [0, 0], [ni - 1, nj - 1])

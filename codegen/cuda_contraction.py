@@ -97,10 +97,33 @@ class ContractionSource(CudaSource):
     """A :class:`~polyopt.codegen.cuda.CudaSource` holding a contraction's kernels: one per
     tile shape in ``variants`` ((kernel name, shape), the large tile first); ``program`` has
     the mapped tree (the kernel under the first name) and no host steps: the target launches
-    one of them with :func:`polyopt.targets.contraction.launch`."""
+    one of them with :func:`polyopt.targets.contraction.launch`. A step of a
+    :class:`ContractionProgramSource` shares the program's translation unit and mapping."""
 
     contraction: Contraction | None = None
     variants: tuple[tuple[str, Variant], ...] = ()
+
+
+@dataclass(frozen=True)
+class ContractionProgramSource(CudaSource):
+    """A :class:`~polyopt.codegen.cuda.CudaSource` of a program of contractions
+    (:func:`~polyopt.analysis.contraction.find_contractions`, e.g. PolyBench's 2mm): one
+    translation unit with every contraction's kernels and a host function launching them in
+    order; ``program`` is the verified mapping of the whole program (one kernel per
+    contraction). ``steps``: the contractions in program order, each a
+    :class:`ContractionSource` of this unit, launched whole one after the other with
+    :func:`polyopt.targets.contraction.launch` (each its own tile for its own sizes)."""
+
+    steps: tuple[ContractionSource, ...] = ()
+
+
+def contraction_steps(source: CudaSource) -> tuple[ContractionSource, ...]:
+    """The contractions ``source`` runs, in launch order: itself for a
+    :class:`ContractionSource`, its steps for a :class:`ContractionProgramSource`, none for a
+    source of the general mapping (whose host program launches its kernels)."""
+    if isinstance(source, ContractionSource):
+        return (source,)
+    return source.steps if isinstance(source, ContractionProgramSource) else ()
 
 
 #: The ``wgmma`` kernels (sm_90a) per engine, listed after the others (the launch takes them
@@ -223,10 +246,14 @@ def operand_stride_positions(c: Contraction) -> list[int]:
     return positions
 
 
-def contraction_source(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant], ...],
+def contraction_source(scop: Scop, contractions: tuple[tuple[Contraction, tuple[tuple[str, Variant], ...]], ...],
                        host_function: str) -> str:
-    """The CUDA translation unit of a contraction's kernels, one per (name, tile shape) (module
-    docstring), and for nvcc builds the host function ``host_function`` launching them."""
+    """The CUDA translation unit of contractions' kernels -- per contraction of ``scop``, in
+    program order, one kernel per (name, tile shape) (module docstring) -- and for nvcc builds
+    the host function ``host_function`` launching them in that order. The helpers come once
+    (the contractions of one unit have one operand element type)."""
+    c = contractions[0][0]
+    kernels = [kernel for _, own in contractions for kernel in own]
     lines = [cuda_prelude(array.dtype for array in scop.arrays.values())]
     if any(v.engine != "simt" for _, v in kernels):
         lines.append(_MMA_HELPERS)
@@ -234,10 +261,11 @@ def contraction_source(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Var
         lines.append(_half_helpers(scop.arrays[c.left.array].dtype.name))
     if any(v.wgmma for _, v in kernels):
         lines.append(wgmma_helpers({v.engine for _, v in kernels if v.wgmma}, scop.arrays[c.left.array].dtype.name,
-                                   {wgmma_shape(c, v) for _, v in kernels if v.wgmma}))
-    for name, variant in kernels:
-        lines += _kernel(scop, c, name, variant)
-    lines += _host_wrapper(scop, c, kernels, host_function)
+                                   {wgmma_shape(x, v) for x, own in contractions for _, v in own if v.wgmma}))
+    for x, own in contractions:
+        for name, variant in own:
+            lines += _kernel(scop, x, name, variant)
+    lines += _host_wrapper(scop, contractions, host_function)
     return "\n".join(lines) + "\n"
 
 
@@ -245,11 +273,51 @@ def contraction_source(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Var
 K_CLASS = "'k'"
 
 
-def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant], ...], name: str) -> list[str]:
-    """``extern "C" void name(<the kernel's arguments>)`` for C and C++ callers (device
-    pointers): the launch layout of :func:`polyopt.targets.contraction.launch_layout` written
-    in C for the sizes of the call -- the runs, the batch and outer-K slots, the tile -- and the
-    launch. Strides come from the arrays' declared shapes (C-contiguous)."""
+#: The host functions' helpers (C): the innermost run of indices, whether an index is a batch slot's.
+_HOST_HELPERS = [
+    "static long pl_run(const int *ix, int n, const long *ext, const long *s1, const long *s2, char *in_run)",
+    "{ /* the innermost run of ix (outermost first): indices adjacent in memory in both arrays */",
+    "  int q = ix[n - 1]; long size = ext[q]; in_run[q] = 1;",
+    "  for (int j = n - 2; j >= 0; j--) {",
+    "    const int p = ix[j];",
+    "    if (s1[p] != ext[q] * s1[q] || s2[p] != ext[q] * s2[q]) break;",
+    "    in_run[p] = 1; size *= ext[p]; q = p;",
+    "  }",
+    "  return size;",
+    "}",
+    "static int pl_in_batch(char cls, char in_m, char in_n)",
+    "{ /* a batch slot's index: a batch index, or an M or N index outside its run */",
+    "  return cls == 'b' || (cls == 'm' && !in_m) || (cls == 'n' && !in_n);",
+    "}"]
+
+
+def _host_wrapper(scop: Scop, contractions: tuple[tuple[Contraction, tuple[tuple[str, Variant], ...]], ...],
+                  name: str) -> list[str]:
+    """``extern "C" void name(<the kernels' arguments>)`` for C and C++ callers (device
+    pointers), outside NVRTC builds: for one contraction its launch (:func:`_host_launch`);
+    for a program of them, one ``static`` launch function per contraction, called in order."""
+    out = ["#ifndef __CUDACC_RTC__", *_HOST_HELPERS]
+    if len(contractions) == 1:
+        (c, kernels), = contractions
+        return out + _host_launch(scop, c, kernels, f'extern "C" void {name}') + ["#endif"]
+    arguments = ", ".join(a.name for a in abi_arguments(scop))
+    for k, (c, kernels) in enumerate(contractions):
+        out += _host_launch(scop, c, kernels, f"static void {name}_c{k}")
+    out += [f'extern "C" void {name}({", ".join(_host_parameters(scop))})', "{"]
+    out += [f"  {name}_c{k}({arguments});" for k in range(len(contractions))]
+    return out + ["}", "#endif"]
+
+
+def _host_parameters(scop: Scop) -> list[str]:
+    """The host functions' C parameters: the kernels' own, arrays as plain device pointers."""
+    return [p.replace("const ", "").replace("*__restrict__ ", "*") for p in kernel_parameters(scop, set())]
+
+
+def _host_launch(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant], ...], head: str) -> list[str]:
+    """The C function ``head(<the kernels' arguments>)`` launching contraction ``c``: the launch
+    layout of :func:`polyopt.targets.contraction.launch_layout` written in C for the sizes of
+    the call -- the runs, the batch and outer-K slots, the tile -- and the launch. Strides come
+    from the arrays' declared shapes (C-contiguous)."""
     emit = CExpr(scop)
     update = scop.statement(c.update_statement)
     index = list(update.iterators)
@@ -265,25 +333,9 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
 
     classes = {**{i: "'b'" for i in c.batch}, **{i: "'m'" for i in c.m}, **{i: "'n'" for i in c.n}}
     slots = Slots.of(c)
-    params = [p.replace("const ", "").replace("*__restrict__ ", "*") for p in kernel_parameters(scop, {c.output})]
     args = [a.name for a in abi_arguments(scop)] + [f"_a[{k}]" for k in range(len(extra_arguments(slots)))]
     n = len(index)
-    out = ["#ifndef __CUDACC_RTC__",
-           "static long pl_run(const int *ix, int n, const long *ext, const long *s1, const long *s2, char *in_run)",
-           "{ /* the innermost run of ix (outermost first): indices adjacent in memory in both arrays */",
-           "  int q = ix[n - 1]; long size = ext[q]; in_run[q] = 1;",
-           "  for (int j = n - 2; j >= 0; j--) {",
-           "    const int p = ix[j];",
-           "    if (s1[p] != ext[q] * s1[q] || s2[p] != ext[q] * s2[q]) break;",
-           "    in_run[p] = 1; size *= ext[p]; q = p;",
-           "  }",
-           "  return size;",
-           "}",
-           "static int pl_in_batch(char cls, char in_m, char in_n)",
-           "{ /* a batch slot's index: a batch index, or an M or N index outside its run */",
-           "  return cls == 'b' || (cls == 'm' && !in_m) || (cls == 'n' && !in_n);",
-           "}",
-           f'extern "C" void {name}({", ".join(params)})', "{",
+    out = [f"{head}({', '.join(_host_parameters(scop))})", "{",
            f"  const long ext[{n}] = {{{', '.join(emit(c.extent[i]) for i in index)}}};",
            f"  const long sL[{n}] = {{{strides(c.left.index, c.left.array)}}};",
            f"  const long sR[{n}] = {{{strides(c.right.index, c.right.array)}}};",
@@ -360,7 +412,7 @@ def _host_wrapper(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant]
                   if shared else "")
         out.append(f"  case {k}: {opt_in}{kernel}<<<{grid}, dim3({v.threads}), {shared}>>>({', '.join(args)}); break;")
     out.append("  }")
-    return out + ["}", "#endif"]
+    return out + ["}"]
 
 
 def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str]:

@@ -22,10 +22,14 @@ contraction needs at least one M, N and K index (a matrix-vector product is no G
 
 Recognition is structural; that the order the mapping runs (per output element: init, then the
 K indices in order) is legal is left to the verifier, which checks the mapped schedule tree.
+
+A Scop that is no contraction may be a *program* of them (:func:`find_contractions`): PolyBench's
+2mm and 3mm are products one after another, each nest of the top level a contraction of its own,
+reading what an earlier nest wrote as an operand.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
@@ -120,6 +124,36 @@ def find_contraction(scop: Scop) -> Contraction | None:
         return None
     return Contraction(output, output_index, left, right, init_value, extent, batch, m, n, k,
                        tuple(s.name for s in scop.statements), update.name, tuple(epilogue))
+
+
+def find_contractions(scop: Scop) -> tuple[tuple[Scop, Contraction], ...] | None:
+    """The contractions a program of them computes, in program order: per child of the original
+    schedule's top-level sequence, the Scop of that nest's statements (:func:`nest_scop`) and the
+    contraction it is; None where the schedule has no top-level sequence or a nest is no
+    contraction. In a nest's Scop an array an earlier nest wrote is read-only (2mm's ``tmp`` is
+    an operand of the second product); that running each nest whole, in order, is the program's
+    order is left to the verifier, like the order inside one contraction."""
+    top = scop.schedule.get_root().child(0)
+    if top.get_type() != isl.schedule_node_type.sequence:
+        return None
+    found = []
+    for k in range(top.n_children()):
+        nest = nest_scop(scop, top.child(k).filter_get_filter())
+        c = find_contraction(nest)
+        if c is None:
+            return None
+        found.append((nest, c))
+    return tuple(found)
+
+
+def nest_scop(scop: Scop, instances: isl.UnionSet) -> Scop:
+    """The Scop of the statements with instances in ``instances`` (in ``scop``'s order), its
+    original schedule restricted to them; the arrays and arguments stay the whole Scop's."""
+    statements = tuple(s for s in scop.statements if not instances.intersect(isl.UnionSet.from_set(s.domain)).is_empty())
+    domain = isl.UnionSet.empty(scop.context.get_space())
+    for s in statements:
+        domain = domain.union(isl.UnionSet.from_set(s.domain))
+    return replace(scop, statements=statements, schedule=scop.schedule.intersect_domain(domain))
 
 
 def _plain_index(access: E.Access) -> tuple[str, ...] | None:

@@ -9,6 +9,11 @@ output indices form the M and N runs of the tiles and which go to the grid's bat
 from the sizes and the arrays' strides: indices adjacent in memory in every array holding them
 collapse into one run (``bik,kj->bij`` is one GEMM of ``b*i`` rows), the others are decoded
 per block.
+
+:func:`contraction_program_plan` does the same for a program of contractions (2mm, 3mm: each
+top-level nest one, :func:`~polyopt.analysis.contraction.find_contractions`): one kernel per
+nest, the nests' trees in one sequence verified on the whole Scop, the kernels launched in
+program order (each nest runs whole before the next, as in the program).
 """
 from __future__ import annotations
 
@@ -18,18 +23,21 @@ from math import prod
 import numpy as np
 
 from polyopt.analysis import expr as E
-from polyopt.analysis.contraction import ELEMENT, PRECISIONS, Contraction, epilogue_indices, find_contraction
+from polyopt.analysis.contraction import (ELEMENT, PRECISIONS, Contraction, epilogue_indices, find_contraction,
+                                          find_contractions)
 from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
 from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED,
-                                              VARIANTS, ContractionSource, Variant, contraction_source, engine_for,
+                                              VARIANTS, ContractionProgramSource, ContractionSource, Variant,
+                                              contraction_source, engine_for,
                                               WGMMA_MIN_K, operand_stride_positions, shared_bytes, staged_tiles)
 from polyopt.codegen.contraction_text import Slots
 from polyopt.codegen.cuda_wgmma import wgmma_layouts
 from polyopt.codegen.gpu_mapping import map_to_gpu
-from polyopt.errors import ScheduleError
+from polyopt.errors import IllegalScheduleError, ScheduleError
 from polyopt.schedulers.registry import schedule as run_scheduler
+from polyopt.transform.contraction_tree import program_tree
 from polyopt.transform.schedule import Schedule
 
 #: Most blocks per grid dimension (x, y, z).
@@ -39,11 +47,12 @@ _GRID_LIMIT = (2**31 - 1, 65535, 65535)
 @dataclass(frozen=True)
 class ContractionPlan:
     """What the contraction path makes of a kernel: the schedule value (the original order,
-    with the mapping as its last note) and the source (its program is the verified mapping:
-    one kernel whose coordinates are the output indices)."""
+    with the mapping as its last note, or one note per kernel for a program of contractions)
+    and the source (its program is the verified mapping: per contraction one kernel whose
+    coordinates are the output indices)."""
 
     schedule: Schedule
-    source: ContractionSource
+    source: ContractionSource | ContractionProgramSource
 
 
 def check_precision(precision: str) -> str:
@@ -61,11 +70,9 @@ def contraction_plan(scop: Scop, name: str, precision: str = "exact",
     found = find_contraction(scop)
     if found is None:
         return None
-    dtype = scop.arrays[found.output].dtype
-    left, right = (scop.arrays[a].dtype for a in (found.left.array, found.right.array))
-    engine = engine_for(dtype.name, check_precision(precision), left.name) if left == right else None
-    if engine is None or (engine == "hmma" and not all(_plain(o) for o in (found.left, found.right))):
-        return None  # half operands go to the tensor cores as they are, not computed on
+    engine = _engine(scop, found, check_precision(precision))
+    if engine is None:
+        return None
     if schedule is None:
         try:
             schedule = run_scheduler(scop, "original").gpu_contract(precision=precision)
@@ -73,18 +80,74 @@ def contraction_plan(scop: Scop, name: str, precision: str = "exact",
             return None  # e.g. the init statement runs after some update in the original order
     program = map_to_gpu(scop, schedule.tree, name)
     verify(scop, program.tree)
-    kernel = program.kernels[0].name
-    variants = [v for v in VARIANTS[(engine, left.name)]
-                if ((wgmma_layouts(found, v) is not None) if v.wgmma else (not v.asynchronous or staged_tiles(found, v)))]
-    kernels = tuple((kernel if k == 0 else f"{kernel}_{k}", v) for k, v in enumerate(variants))
-    tiles = " or ".join(f"{v.bm}x{v.bn}x{v.bk} ({v.threads} threads)" for v in variants)
+    kernels = _kernels(scop, found, engine, program.kernels[0].name)
     note = (f"GPU contraction mapping ({engine}, precision={precision!r}): {found.describe()}; "
-            f"one kernel, block tile {tiles}; the tile, the M/N runs and the batch are chosen per launch "
+            f"one kernel, block tile {_tiles(kernels)}; the tile, the M/N runs and the batch are chosen per launch "
             "from the sizes and strides")
     schedule = replace(schedule, notes=tuple(schedule.notes) + (note,))
-    text = contraction_source(scop, found, kernels, name)
+    text = contraction_source(scop, ((found, kernels),), name)
     source = ContractionSource(program, text, {}, name, contraction=found, variants=kernels)
     return ContractionPlan(schedule, source)
+
+
+def contraction_program_plan(scop: Scop, name: str, precision: str = "exact") -> ContractionPlan | None:
+    """The contraction kernels of a program of contractions ``scop`` (each top-level nest one,
+    :func:`~polyopt.analysis.contraction.find_contractions`: 2mm, 3mm), launched in program
+    order; None where ``scop`` is no such program, a contraction has no kernel (as in
+    :func:`contraction_plan`), the contractions' operands differ in element type (one
+    translation unit's helpers serve one), or the verifier refuses the mapped tree (the caller
+    maps the program the general way). The tree is a sequence of the nests' coordinate trees
+    (:func:`~polyopt.transform.contraction_tree.program_tree`), mapped and verified on the
+    whole Scop; the schedule value is the original order (each nest whole, in turn) with one
+    note per kernel naming the statements it computes."""
+    nests = find_contractions(scop)
+    if nests is None:
+        return None
+    engines = [_engine(scop, c, check_precision(precision)) for _, c in nests]
+    if None in engines or len({scop.arrays[c.left.array].dtype for _, c in nests}) > 1:
+        return None
+    program = map_to_gpu(scop, program_tree(nests), name)
+    try:
+        verify(scop, program.tree)
+    except IllegalScheduleError:
+        return None
+    parts, notes = [], []
+    for k, ((_, c), engine, kernel) in enumerate(zip(nests, engines, program.kernels)):
+        kernels = _kernels(scop, c, engine, kernel.name)
+        parts.append((c, kernels))
+        notes.append(f"GPU contraction mapping ({engine}, precision={precision!r}), kernel {k + 1} of {len(nests)} "
+                     f"({kernel.name}): statements {', '.join(c.statements)} compute {c.output} as {c.describe()}; "
+                     f"block tile {_tiles(kernels)}; the tile, the M/N runs and the batch are chosen per launch "
+                     "from the sizes and strides; the kernels run in program order")
+    text = contraction_source(scop, tuple(parts), name)
+    steps = tuple(ContractionSource(program, text, {}, name, contraction=c, variants=kernels) for c, kernels in parts)
+    schedule = run_scheduler(scop, "original")
+    return ContractionPlan(replace(schedule, notes=tuple(schedule.notes) + tuple(notes)),
+                           ContractionProgramSource(program, text, {}, name, steps=steps))
+
+
+def _engine(scop: Scop, c: Contraction, precision: str) -> str | None:
+    """The engine computing ``c`` in ``precision``
+    (:func:`~polyopt.codegen.cuda_contraction.engine_for`), None where none does: operands of
+    two element types, or half operands computed on (they go to the tensor cores as they are)."""
+    left, right = (scop.arrays[a].dtype for a in (c.left.array, c.right.array))
+    engine = engine_for(scop.arrays[c.output].dtype.name, precision, left.name) if left == right else None
+    if engine is None or (engine == "hmma" and not all(_plain(o) for o in (c.left, c.right))):
+        return None
+    return engine
+
+
+def _kernels(scop: Scop, c: Contraction, engine: str, kernel: str) -> tuple[tuple[str, Variant], ...]:
+    """The kernels of ``c`` by ``engine``: (name, tile shape) per tile shape that can compute
+    it, named ``kernel``, ``kernel_1``, ..."""
+    variants = [v for v in VARIANTS[(engine, scop.arrays[c.left.array].dtype.name)]
+                if ((wgmma_layouts(c, v) is not None) if v.wgmma else (not v.asynchronous or staged_tiles(c, v)))]
+    return tuple((kernel if k == 0 else f"{kernel}_{k}", v) for k, v in enumerate(variants))
+
+
+def _tiles(kernels: tuple[tuple[str, Variant], ...]) -> str:
+    """The kernels' tile shapes, as the schedule's notes name them."""
+    return " or ".join(f"{v.bm}x{v.bn}x{v.bk} ({v.threads} threads)" for _, v in kernels)
 
 
 def _plain(operand) -> bool:
@@ -277,4 +340,4 @@ def _allow_dynamic_shared(function, nbytes: int) -> None:
 
 
 __all__ = ["ContractionPlan", "Launch", "array_strides", "async_aligned", "check_precision", "choose_kernel",
-           "contraction_plan", "launch", "launch_layout"]
+           "contraction_plan", "contraction_program_plan", "launch", "launch_layout"]

@@ -29,7 +29,7 @@ import numpy as np
 
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.cuda import CudaSource, cuda_source as emit_cuda
-from polyopt.codegen.cuda_contraction import ContractionSource
+from polyopt.codegen.cuda_contraction import contraction_steps
 from polyopt.codegen.gpu_host import HostStatement, host_storage, host_values, run_host_statement
 from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel, coordinates_below, map_to_gpu
 from polyopt.errors import ArgumentError, ScheduleError, TargetUnavailableError
@@ -37,7 +37,8 @@ from polyopt.analysis.evaluate import evaluate
 from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 from polyopt.targets.arguments import bind_arguments, check_params
 from polyopt.targets.cache import COMPILED, cache_key, check_given_schedule, scop_of
-from polyopt.targets.contraction import check_precision, contraction_plan, launch as launch_contraction
+from polyopt.targets.contraction import (check_precision, contraction_plan, contraction_program_plan,
+                                         launch as launch_contraction)
 from polyopt.targets.sm90a import sm90a_module
 from polyopt.types import bf16
 from polyopt.schedulers.registry import schedule as run_scheduler
@@ -96,7 +97,9 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     A contraction (:mod:`polyopt.targets.contraction`: einsum, batched matmul, 1x1 convolution...)
     compiled with the default algorithm and no mapping options runs as one batched-GEMM kernel
     (its schedule: the original order and :meth:`~polyopt.Schedule.gpu_contract`, as a given
-    schedule ending in that step does); ``contraction=False`` maps it the general way. ``precision="tf32"`` lets f32 contractions
+    schedule ending in that step does); so does a program of contractions (2mm, 3mm: each
+    top-level nest one, :func:`~polyopt.targets.contraction.contraction_program_plan`), as one
+    such kernel per nest launched in program order. ``contraction=False`` maps it the general way. ``precision="tf32"`` lets f32 contractions
     use the TF32 tensor cores (results change: never the default, "exact")."""
     scop = scop_of(kernel)
     gpu = {k: options.pop(k) for k in GPU_OPTIONS if k in options}
@@ -105,7 +108,7 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     name = "polyopt_" + re.sub(r"\W", "_", scop.name)
     if as_contraction and schedule is None and not gpu and not set(options) - {"expand_scalars"} \
             and algorithm == DEFAULT_ALGORITHM:  # (a contraction has no local scalar to expand)
-        found = contraction_plan(scop, name, precision)
+        found = contraction_plan(scop, name, precision) or contraction_program_plan(scop, name, precision)
         if found is not None:
             return CudaPlan(scop, found.schedule, found.source)
     if schedule is not None:
@@ -479,13 +482,23 @@ class CudaKernel:
                 values.append(arrays[arg.name])
         module = _raw_module(self.compiled.source)
         recorder = _Recorder(module, len(values)) if record and not graph else None
-        if isinstance(self.compiled, ContractionSource):  # one launch: nothing to capture
-            launch_contraction(self.compiled, recorder or module, values, params, arrays, _sm_count(),
-                               wgmma=module_has_wgmma(self.compiled.source))
+        steps = contraction_steps(self.compiled)
+        if steps:  # contraction kernels, in order, each choosing its tile for its sizes
+            sm_count, wgmma = _sm_count(), module_has_wgmma(self.compiled.source)
+
+            def contractions(target) -> None:
+                for step in steps:
+                    launch_contraction(step, target, values, params, arrays, sm_count, wgmma=wgmma)
+            if graph and len(steps) > 1:  # (the module loads whole with any of its functions)
+                self._replay_graph(values, partial(_load, module, [steps[0].variants[0][0]]),
+                                   partial(contractions, module))
+            else:  # (one launch: nothing to capture)
+                contractions(recorder or module)
         elif not graph:
             self._run_host(env, values, recorder or module)
         else:
-            self._replay_graph(module, env, values)
+            self._replay_graph(values, partial(_load, module, self.compiled.shapes),
+                               lambda: self._run_host(dict(env), values, module))
         return None if recorder is None else recorder.record(self.scop, params)
 
     def _run_host(self, env: dict, values: list, module) -> None:
@@ -493,17 +506,17 @@ class CudaKernel:
         storage = host_storage(self.scop, self.program.host_scalars)
         _run_steps(self.program.host, env, values, module, self.compiled, storage)
 
-    def _replay_graph(self, module, env: dict, values: list) -> None:
-        """The host program as a CUDA graph captured once per argument set (see :meth:`launch`);
-        ``env``: the parameters and scalar arguments by name."""
+    def _replay_graph(self, values: list, prepare: Callable[[], object], run: Callable[[], object]) -> None:
+        """The launches ``run`` makes (the host program, or the contraction kernels) as a CUDA
+        graph captured once per argument set ``values`` (see :meth:`launch`), after ``prepare``
+        has built and loaded the kernels outside the capture."""
         cupy = cupy_module()
         key = tuple(v.data.ptr if is_cupy(v) else v.item() for v in values)
         if key not in self._graphs:
             if len(self._graphs) >= _MAX_GRAPHS:
                 self._graphs.clear()
-            for name in self.compiled.shapes:  # build and load outside the capture
-                module.get_function(name)
-            self._graphs[key] = _captured(lambda: self._run_host(dict(env), values, module))
+            prepare()
+            self._graphs[key] = _captured(run)
         stream, captured = self._graphs[key]
         current = cupy.cuda.get_current_stream()
         stream.wait_event(current.record())
@@ -656,6 +669,12 @@ class _Recorder:
                           for a in abi_arguments(scop))
         written = frozenset(w.array for s in scop.statements for w in s.writes)
         return LaunchRecord(scop.name, arguments, written, tuple(self.launches))
+
+
+def _load(module, names) -> None:
+    """Build ``module`` and load its functions ``names`` (before a graph capture)."""
+    for name in names:
+        module.get_function(name)
 
 
 def _run_steps(steps, env: dict, values: list, module, compiled: CudaSource, storage: dict) -> None:

@@ -1,8 +1,13 @@
 """The schedule tree a contraction's GPU kernel runs (:meth:`polyopt.Schedule.gpu_contract`):
 one block/thread coordinate per output index, and in each thread the init statement, the
 update's K loops in loop order and the epilogue statements. The CUDA target emits such a tree
-as one batched-GEMM kernel (:mod:`polyopt.codegen.cuda_contraction`)."""
+as one batched-GEMM kernel (:mod:`polyopt.codegen.cuda_contraction`); a program of contractions
+(:func:`~polyopt.analysis.contraction.find_contractions`) runs :func:`program_tree`, one such
+kernel per nest in program order."""
 from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import reduce
 
 import islpy as isl
 
@@ -35,6 +40,14 @@ def coordinate_tree(scop: Scop, c: Contraction) -> isl.Schedule:
         node = node.band_member_set_coincident(0, 1)
         node = node.insert_mark(isl.Id(GPU_THREAD_MARK)).insert_mark(isl.Id(GPU_BLOCK_MARK))
     return node.get_schedule()
+
+
+def program_tree(nests: Sequence[tuple[Scop, Contraction]]) -> isl.Schedule:
+    """The schedule tree of a program of contractions: a sequence whose children are each
+    nest's :func:`coordinate_tree` (``(nest Scop, contraction)`` pairs, in program order), so
+    each kernel runs whole before the next, as each nest does in the original program."""
+    trees = [coordinate_tree(nest, c) for nest, c in nests]
+    return reduce(isl.Schedule.sequence, trees)
 
 
 def _member(pieces) -> isl.UnionPwAff:
