@@ -37,6 +37,7 @@ from polyopt.analysis import expr as E
 from polyopt.analysis.reductions import sum_term
 from polyopt.analysis.scop import Scop, Statement
 from polyopt.codegen.ast import IslAstTranslator
+from polyopt.islutil import tuple_names
 
 
 @dataclass(frozen=True)
@@ -131,8 +132,8 @@ def find_contractions(scop: Scop) -> tuple[tuple[Scop, Contraction], ...] | None
     schedule's top-level sequence, the Scop of that nest's statements (:func:`nest_scop`) and the
     contraction it is; None where the schedule has no top-level sequence or a nest is no
     contraction. In a nest's Scop an array an earlier nest wrote is read-only (2mm's ``tmp`` is
-    an operand of the second product); that running each nest whole, in order, is the program's
-    order is left to the verifier, like the order inside one contraction."""
+    an operand of the second product): each nest runs whole before the next, as in the program.
+    That the order inside each nest is legal is left to the verifier, as for one contraction."""
     top = scop.schedule.get_root().child(0)
     if top.get_type() != isl.schedule_node_type.sequence:
         return None
@@ -149,11 +150,9 @@ def find_contractions(scop: Scop) -> tuple[tuple[Scop, Contraction], ...] | None
 def nest_scop(scop: Scop, instances: isl.UnionSet) -> Scop:
     """The Scop of the statements with instances in ``instances`` (in ``scop``'s order), its
     original schedule restricted to them; the arrays and arguments stay the whole Scop's."""
-    statements = tuple(s for s in scop.statements if not instances.intersect(isl.UnionSet.from_set(s.domain)).is_empty())
-    domain = isl.UnionSet.empty(scop.context.get_space())
-    for s in statements:
-        domain = domain.union(isl.UnionSet.from_set(s.domain))
-    return replace(scop, statements=statements, schedule=scop.schedule.intersect_domain(domain))
+    names = set(tuple_names(instances))
+    return replace(scop, statements=tuple(s for s in scop.statements if s.name in names),
+                   schedule=scop.schedule.intersect_domain(instances))
 
 
 def _plain_index(access: E.Access) -> tuple[str, ...] | None:
