@@ -186,21 +186,24 @@ SIZES = {"2mm": [(1, 1, 1, 1), (37, 45, 13, 70), (130, 68, 140, 36), (65, 1, 33,
 PARAMS = {"2mm": ("NI", "NJ", "NK", "NL"), "3mm": ("NI", "NJ", "NK", "NL", "NM")}
 
 
-def _case(name: str, sizes: tuple[int, ...], dtype):
-    """(compiled kernel, inputs, expected outputs) of suite kernel ``name`` in ``dtype``; the
-    reference runs in float64 on float64 copies of the inputs."""
+def _case(name: str, sizes: tuple[int, ...], dtype, **options):
+    """(compiled kernel, inputs, expected outputs) of suite kernel ``name`` in ``dtype``
+    (``options`` to ``po.compile``); the reference runs in float64 on float64 copies of the
+    inputs."""
     entry = po.suite.get(name)
     kernel = entry.kernel if dtype == np.float64 else entry.kernel.with_dtype("f32")
     inputs = entry.inputs(dict(zip(PARAMS[name], sizes)), dtype)
     expected = {k: (v.astype(np.float64) if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
     entry.reference(**expected)
-    compiled = po.compile(kernel, target="cuda")
+    compiled = po.compile(kernel, target="cuda", **options)
     assert isinstance(compiled.compiled, ContractionProgramSource)
     return compiled, inputs, expected
 
 
-def _assert_close(result: dict, expected: dict, dtype) -> None:
-    bound = 1e-12 if dtype == np.float64 else 1e-5
+def _assert_close(result: dict, expected: dict, dtype, bound: float | None = None) -> None:
+    """Each array of ``expected`` matches ``result``'s (numpy or CuPy) in normwise relative
+    error (default bound: by ``dtype``)."""
+    bound = bound or (1e-12 if dtype == np.float64 else 1e-5)
     for key, value in expected.items():
         if isinstance(value, np.ndarray):
             got = np.asarray(result[key].get() if hasattr(result[key], "get") else result[key], np.float64)
@@ -222,6 +225,19 @@ def test_programs_match_numpy(name, sizes, dtype):
     device = {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
     compiled(**device)
     _assert_close(device, expected, dtype)
+
+
+@needs_gpu
+@pytest.mark.parametrize("name, sizes", [(n, s) for n in SIZES for s in SIZES[n][1:3]])
+def test_tf32_programs_match_numpy(name, sizes):
+    """precision="tf32": every contraction of the program on the TF32 tensor cores."""
+    import cupy
+
+    compiled, inputs, expected = _case(name, sizes, np.float32, precision="tf32")
+    assert all(v.engine == "tf32" for step in contraction_steps(compiled.compiled) for _, v in step.variants)
+    device = {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
+    compiled(**device)
+    _assert_close(device, expected, np.float32, bound=5e-3)
 
 
 @needs_gpu
