@@ -138,43 +138,93 @@ def test_nvcc_builds_the_programs(tmp_path, arch):
 
 
 class _Module:
-    """A stand-in for a built module: notes each launch (kernel, grid, its layout arguments)."""
+    """A stand-in for a built module: notes each function loaded outside a capture, and each
+    launch (kernel, grid, its layout arguments) into ``launched``, or into ``capture`` while a
+    graph is captured."""
 
     def __init__(self, leading: int):
-        self.leading, self.launched = leading, []
+        self.leading, self.launched, self.loaded, self.capture = leading, [], [], None
 
     def get_function(self, name: str):
+        if self.capture is None:
+            self.loaded.append(name)
+
         def launch(grid, block, args, shared_mem=0):
-            self.launched.append((name, tuple(grid), tuple(int(a) for a in args[self.leading:])))
+            into = self.launched if self.capture is None else self.capture
+            into.append((name, tuple(grid), tuple(int(a) for a in args[self.leading:])))
         return launch
+
+
+class _DeviceArray:
+    """A stand-in for a CuPy array (its module name says cupy): a shape and an address."""
+
+    __module__ = "cupy.stand_in"
+
+    def __init__(self, shape: tuple[int, ...], ptr: int):
+        self.shape, self.data = shape, SimpleNamespace(ptr=ptr)
+
+
+#: 2mm's sizes for the stand-in launches: the first product 4096 x 64 (K 512), the second
+#: 4096 x 4096 (K 64), and the arrays' shapes.
+STAND_IN_SIZES = {"NI": 4096, "NJ": 64, "NK": 512, "NL": 4096}
+STAND_IN_SHAPES = {"tmp": (4096, 64), "A": (4096, 512), "B": (512, 64), "C": (64, 4096), "D": (4096, 4096)}
+
+
+def _stand_in(monkeypatch):
+    """2mm compiled for CUDA and launched on a :class:`_Module` (no GPU): (compiled kernel,
+    module, arrays, the launches each contraction's own choice of kernel makes, in order)."""
+    compiled = po.compile(po.suite.get("2mm").kernel, target="cuda")
+    arrays = {name: _DeviceArray(shape, 256 * (k + 1)) for k, (name, shape) in enumerate(STAND_IN_SHAPES.items())}
+    module = _Module(leading=len(STAND_IN_SIZES) + 2 + len(arrays))
+    monkeypatch.setattr(cuda, "_raw_module", lambda source: module)
+    monkeypatch.setattr(cuda, "_sm_count", lambda: 132)
+    expected = []
+    for step in contraction_steps(compiled.compiled):
+        c = step.contraction
+        first = c.output == "tmp"
+        extent = {i: {"i": 4096, "j": 64 if first else 4096, "k": 512 if first else 64}[i] for i in c.extent}
+        shapes = {a: STAND_IN_SHAPES[a] for a in (c.left.array, c.right.array, c.output)}
+        name, _, layout = choose_kernel(step, extent, shapes, 132, True)
+        expected.append((name, layout.grid, layout.arguments))
+    return compiled, module, arrays, expected
 
 
 def test_the_kernel_launches_each_contraction_with_its_own_choice(monkeypatch):
     """``CudaKernel.launch`` (here on a stand-in module, no GPU) launches the contractions in
-    program order, each the kernel and layout its own sizes choose (2mm's first product is
-    4096 x 64, the second 4096 x 4096); with ``record``, the record holds both launches."""
-    compiled = po.compile(po.suite.get("2mm").kernel, target="cuda")
-    steps = contraction_steps(compiled.compiled)
-    sizes = {"NI": 4096, "NJ": 64, "NK": 512, "NL": 4096}
-    shapes = {"tmp": (4096, 64), "A": (4096, 512), "B": (512, 64), "C": (64, 4096), "D": (4096, 4096)}
-    arrays = {name: SimpleNamespace(shape=shape, data=SimpleNamespace(ptr=256 * (k + 1)))
-              for k, (name, shape) in enumerate(shapes.items())}
-    module = _Module(leading=len(sizes) + 2 + len(arrays))
-    monkeypatch.setattr(cuda, "_raw_module", lambda source: module)
-    monkeypatch.setattr(cuda, "_sm_count", lambda: 132)
-    record = compiled.launch(sizes, {"alpha": 1.5, "beta": 1.2}, arrays, record=True)
-    expected = []
-    for step in steps:
-        c = step.contraction
-        extent = {i: {"i": 4096, "j": 64 if c.output == "tmp" else 4096, "k": 512 if c.output == "tmp" else 64}[i]
-                  for i in c.extent}
-        name, _, layout = choose_kernel(step, extent, {a: shapes[a] for a in (c.left.array, c.right.array, c.output)},
-                                        132, True)
-        expected.append((name, layout.grid, layout.arguments))
+    program order, each the kernel and layout its own sizes choose; with ``record``, the
+    record holds both launches."""
+    compiled, module, arrays, expected = _stand_in(monkeypatch)
+    record = compiled.launch(STAND_IN_SIZES, {"alpha": 1.5, "beta": 1.2}, arrays, record=True)
     assert module.launched == expected
     assert [name.rsplit("_k", 1)[1][0] for name, _, _ in module.launched] == ["0", "1"]  # program order
     assert expected[0][0] != expected[1][0].replace("_k1", "_k0")  # the narrow product takes its own tile
     assert len(record.launches) == 2
+
+
+def test_graph_launches_capture_the_contractions_once(monkeypatch):
+    """``launch(graph=True)`` (stand-in module, stream and capture): the module is loaded
+    before the capture, both contractions' launches are captured once per argument set and
+    the graph replayed at each launch."""
+    compiled, module, arrays, expected = _stand_in(monkeypatch)
+    stream = SimpleNamespace(record=lambda: None, wait_event=lambda event: None)
+    fake_cupy = SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: stream))
+    monkeypatch.setattr(cuda, "cupy_module", lambda: fake_cupy)
+    captures = []
+
+    def captured(run):
+        module.capture = []
+        run()
+        launches, module.capture = module.capture, None
+        captures.append(launches)
+        return stream, SimpleNamespace(launch=lambda on: module.launched.extend(launches))
+    monkeypatch.setattr(cuda, "_captured", captured)
+    monkeypatch.setattr(compiled, "_graphs", {})  # (the compiled kernel is cached: none of these graphs stay)
+    for _ in range(2):
+        compiled.launch(STAND_IN_SIZES, {"alpha": 1.5, "beta": 1.2}, arrays, graph=True)
+    assert captures == [expected] and module.launched == expected * 2
+    assert module.loaded[:1] == [contraction_steps(compiled.compiled)[0].variants[0][0]]  # loaded outside the capture
+    compiled.launch(STAND_IN_SIZES, {"alpha": 1.5, "beta": 2.0}, arrays, graph=True)
+    assert len(captures) == 2 and len(compiled._graphs) == 2  # other arguments: a capture of their own
 
 
 # ----- on the GPU ----------------------------------------------------------------------------------
@@ -306,8 +356,9 @@ def test_the_nvcc_host_function_runs_the_program(tmp_path):
     library = ctypes.CDLL(str(tmp_path / "k.so"))
     device = {k: cupy.asarray(v) for k, v in inputs.items() if isinstance(v, np.ndarray)}
     sizes = dict(zip(PARAMS["2mm"], SIZES["2mm"][1]))
-    arguments = [ctypes.c_long(sizes[a.name]) if a.kind == "param" else ctypes.c_double(inputs[a.name])
-                 if a.kind == "scalar" else ctypes.c_void_p(device[a.name].data.ptr) for a in abi_arguments(compiled.scop)]
+    arguments = [ctypes.c_long(sizes[a.name]) if a.kind == "param"
+                 else ctypes.c_double(inputs[a.name]) if a.kind == "scalar"
+                 else ctypes.c_void_p(device[a.name].data.ptr) for a in abi_arguments(compiled.scop)]
     getattr(library, compiled.compiled.host_function)(*arguments)
     cupy.cuda.Device().synchronize()
     _assert_close(device, expected, np.float64)
