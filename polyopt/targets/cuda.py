@@ -493,7 +493,7 @@ class CudaKernel:
             if graph and len(steps) > 1:  # (the module loads whole with any of its functions)
                 self._replay_graph(values, partial(_load, module, [steps[0].variants[0][0]]),
                                    partial(contractions, module))
-            else:  # (one launch: nothing to capture)
+            else:  # (no graph asked, or one launch: nothing to capture)
                 contractions(recorder or module)
         elif not graph:
             self._run_host(env, values, recorder or module)
