@@ -252,9 +252,20 @@ def contraction_source(scop: Scop, contractions: tuple[tuple[Contraction, tuple[
     program order, one kernel per (name, tile shape) (module docstring) -- and for nvcc builds
     the host function ``host_function`` launching them in that order. The helpers come once
     (the contractions of one unit have one operand element type)."""
+    lines = [cuda_prelude(array.dtype for array in scop.arrays.values()), contraction_kernel_text(scop, contractions)]
+    lines += _host_wrapper(scop, contractions, host_function)
+    return "\n".join(lines) + "\n"
+
+
+def contraction_kernel_text(scop: Scop, contractions: tuple[tuple[Contraction, tuple[tuple[str, Variant], ...]], ...]
+                        ) -> str:
+    """The device part of :func:`contraction_source`: the helpers the kernels use (once; the
+    contractions have one operand element type) and the kernels, per contraction in order one
+    per (name, tile shape); no prelude (:func:`~polyopt.codegen.cuda.cuda_prelude`, which has to
+    come first) and no host function, so that it can follow another unit's kernels."""
     c = contractions[0][0]
     kernels = [kernel for _, own in contractions for kernel in own]
-    lines = [cuda_prelude(array.dtype for array in scop.arrays.values())]
+    lines = []
     if any(v.engine != "simt" for _, v in kernels):
         lines.append(_MMA_HELPERS)
     if any(v.engine == "hmma" for _, v in kernels):
@@ -265,8 +276,7 @@ def contraction_source(scop: Scop, contractions: tuple[tuple[Contraction, tuple[
     for x, own in contractions:
         for name, variant in own:
             lines += _kernel(scop, x, name, variant)
-    lines += _host_wrapper(scop, contractions, host_function)
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
 #: The class of a K index in the host wrapper's table (C character literal).

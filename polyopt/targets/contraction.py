@@ -70,7 +70,7 @@ def contraction_plan(scop: Scop, name: str, precision: str = "exact",
     found = find_contraction(scop)
     if found is None:
         return None
-    engine = _engine(scop, found, check_precision(precision))
+    engine = contraction_engine(scop, found, check_precision(precision))
     if engine is None:
         return None
     if schedule is None:
@@ -80,10 +80,10 @@ def contraction_plan(scop: Scop, name: str, precision: str = "exact",
             return None  # e.g. the init statement runs after some update in the original order
     program = map_to_gpu(scop, schedule.tree, name)
     verify(scop, program.tree)
-    kernels = _kernels(scop, found, engine, program.kernels[0].name)
+    kernels = tile_kernels(scop, found, engine, program.kernels[0].name)
     note = (f"GPU contraction mapping ({engine}, precision={precision!r}): {found.describe()}; "
-            f"one kernel, block tile {_tiles(kernels)}; the tile, the M/N runs and the batch are chosen per launch "
-            "from the sizes and strides")
+            f"one kernel, block tile {describe_tiles(kernels)}; the tile, the M/N runs and the batch are chosen "
+            "per launch from the sizes and strides")
     schedule = replace(schedule, notes=tuple(schedule.notes) + (note,))
     text = contraction_source(scop, ((found, kernels),), name)
     source = ContractionSource(program, text, {}, name, contraction=found, variants=kernels)
@@ -103,7 +103,7 @@ def contraction_program_plan(scop: Scop, name: str, precision: str = "exact") ->
     nests = find_contractions(scop)
     if nests is None:
         return None
-    engines = [_engine(scop, c, check_precision(precision)) for _, c in nests]
+    engines = [contraction_engine(scop, c, check_precision(precision)) for _, c in nests]
     if None in engines or len({scop.arrays[c.left.array].dtype for _, c in nests}) > 1:
         return None
     program = map_to_gpu(scop, program_tree(nests), name)
@@ -113,12 +113,12 @@ def contraction_program_plan(scop: Scop, name: str, precision: str = "exact") ->
         return None
     parts, notes = [], []
     for k, ((_, c), engine, kernel) in enumerate(zip(nests, engines, program.kernels)):
-        kernels = _kernels(scop, c, engine, kernel.name)
+        kernels = tile_kernels(scop, c, engine, kernel.name)
         parts.append((c, kernels))
         notes.append(f"GPU contraction mapping ({engine}, precision={precision!r}), kernel {k + 1} of {len(nests)} "
                      f"({kernel.name}): statements {', '.join(c.statements)} compute {c.output} as {c.describe()}; "
-                     f"block tile {_tiles(kernels)}; the tile, the M/N runs and the batch are chosen per launch "
-                     "from the sizes and strides; the kernels run in program order")
+                     f"block tile {describe_tiles(kernels)}; the tile, the M/N runs and the batch are chosen per "
+                     "launch from the sizes and strides; the kernels run in program order")
     text = contraction_source(scop, tuple(parts), name)
     steps = tuple(ContractionSource(program, text, {}, name, contraction=c, variants=kernels) for c, kernels in parts)
     schedule = run_scheduler(scop, "original")
@@ -126,7 +126,7 @@ def contraction_program_plan(scop: Scop, name: str, precision: str = "exact") ->
                            ContractionProgramSource(program, text, {}, name, steps=steps))
 
 
-def _engine(scop: Scop, c: Contraction, precision: str) -> str | None:
+def contraction_engine(scop: Scop, c: Contraction, precision: str) -> str | None:
     """The engine computing ``c`` in ``precision``
     (:func:`~polyopt.codegen.cuda_contraction.engine_for`), None where none does: operands of
     two element types, or half operands computed on (they go to the tensor cores as they are)."""
@@ -137,7 +137,7 @@ def _engine(scop: Scop, c: Contraction, precision: str) -> str | None:
     return engine
 
 
-def _kernels(scop: Scop, c: Contraction, engine: str, kernel: str) -> tuple[tuple[str, Variant], ...]:
+def tile_kernels(scop: Scop, c: Contraction, engine: str, kernel: str) -> tuple[tuple[str, Variant], ...]:
     """The kernels of ``c`` by ``engine``: (name, tile shape) per tile shape that can compute
     it, named ``kernel``, ``kernel_1``, ..."""
     variants = [v for v in VARIANTS[(engine, scop.arrays[c.left.array].dtype.name)]
@@ -145,7 +145,7 @@ def _kernels(scop: Scop, c: Contraction, engine: str, kernel: str) -> tuple[tupl
     return tuple((kernel if k == 0 else f"{kernel}_{k}", v) for k, v in enumerate(variants))
 
 
-def _tiles(kernels: tuple[tuple[str, Variant], ...]) -> str:
+def describe_tiles(kernels: tuple[tuple[str, Variant], ...]) -> str:
     """The kernels' tile shapes, as the schedule's notes name them."""
     return " or ".join(f"{v.bm}x{v.bn}x{v.bk} ({v.threads} threads)" for _, v in kernels)
 
@@ -340,4 +340,5 @@ def _allow_dynamic_shared(function, nbytes: int) -> None:
 
 
 __all__ = ["ContractionPlan", "Launch", "array_strides", "async_aligned", "check_precision", "choose_kernel",
-           "contraction_plan", "contraction_program_plan", "launch", "launch_layout"]
+           "contraction_engine", "contraction_plan", "contraction_program_plan", "describe_tiles", "launch",
+           "launch_layout", "tile_kernels"]

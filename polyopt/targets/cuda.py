@@ -39,6 +39,7 @@ from polyopt.targets.arguments import bind_arguments, check_params
 from polyopt.targets.cache import COMPILED, cache_key, check_given_schedule, scop_of
 from polyopt.targets.contraction import (check_precision, contraction_plan, contraction_program_plan,
                                          launch as launch_contraction)
+from polyopt.targets.contraction_kernels import arrays_by_name, substitute_contractions, substituted
 from polyopt.targets.sm90a import sm90a_module
 from polyopt.types import bf16
 from polyopt.schedulers.registry import schedule as run_scheduler
@@ -127,8 +128,10 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     scop = chosen.schedule.scop
     verify(scop, chosen.schedule)
     _verified(scop, chosen.program)
-    return CudaPlan(scop, _with_mapping(chosen.schedule, chosen.program),
-                    emit_cuda(scop, chosen.program, name, **gpu))
+    schedule, source = _with_mapping(chosen.schedule, chosen.program), emit_cuda(scop, chosen.program, name, **gpu)
+    if as_contraction and not gpu:  # its kernels that are contractions run as contraction kernels
+        schedule, source = substitute_contractions(scop, schedule, source, precision)
+    return CudaPlan(scop, schedule, source)
 
 
 def choose_schedule(scop: Scop, algorithm: str, options: dict, map_program) -> gpu_choice.Candidate:
@@ -693,6 +696,15 @@ def _run_steps(steps, env: dict, values: list, module, compiled: CudaSource, sto
 
 
 def _launch(kernel: Kernel, env: dict, values: list, module, compiled: CudaSource, storage: dict) -> None:
+    """Launch ``kernel`` of the host program (``values``: the ABI arguments; ``env``: the
+    parameters, scalars and host loop variables) on ``module``; one that runs as a contraction
+    kernel (:mod:`polyopt.targets.contraction_kernels`) is launched as one, its tile chosen for
+    its sizes (the general kernel is in the module too, unused)."""
+    contraction = substituted(compiled).get(kernel.name)
+    if contraction is not None:
+        launch_contraction(contraction, module, values, env, arrays_by_name(compiled.program.scop, values),
+                           _sm_count(), wgmma=module_has_wgmma(compiled.source))
+        return
     args = (tuple(values) + tuple(np.int64(env[v]) for v in kernel.host_vars)
             + host_values(kernel.host_scalars, storage))
     if not kernel.coords:
