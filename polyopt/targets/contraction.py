@@ -291,36 +291,58 @@ def launch(source: ContractionSource, module, abi_values: list, params: dict[str
     the parameter values and the (C-contiguous) arrays' shapes, on a GPU of ``sm_count`` SMs;
     ``wgmma``: ``module`` was built for sm_90a (its ``wgmma`` kernels may run)."""
     c = source.contraction
-    extent = {i: int(evaluate(e, params, {})) for i, e in c.extent.items()}
-    shapes = {name: tuple(arrays[name].shape) for name in (c.left.array, c.right.array, c.output)}
-    aligned = all(arrays[name].data.ptr % COPY_BYTES == 0 for name in (c.left.array, c.right.array))
-    key = (id(source), tuple(extent.values()), tuple(shapes.values()), sm_count, aligned, wgmma)
+    shapes = tuple(arrays[name].shape for name in (c.left.array, c.right.array, c.output))
+    aligned = arrays[c.left.array].data.ptr % COPY_BYTES == 0 and arrays[c.right.array].data.ptr % COPY_BYTES == 0
+    key = (id(source), tuple(params.items()), shapes, sm_count, aligned, wgmma)
     known = _CHOSEN.get(key)
     if known is not None and known[0] is source and known[1] is choose_kernel:
-        name, variant, layout = known[2]
+        prepared = known[2]
     else:
-        chosen = choose_kernel(source, extent, shapes, sm_count, aligned, wgmma=wgmma)
+        prepared = _prepared(source, params, arrays, sm_count, aligned, wgmma)
         if len(_CHOSEN) >= MAX_CHOSEN:
             _CHOSEN.clear()
-        _CHOSEN[key] = (source, choose_kernel, chosen)
-        name, variant, layout = chosen
-    if layout.grid is None:
+        _CHOSEN[key] = (source, choose_kernel, prepared)
+    if prepared.grid is None:
         return
-    shared = shared_bytes(c, variant)
-    args = tuple(abi_values) + tuple(np.int64(v) for v in layout.arguments)
-    if not shared:
-        module.get_function(name)(layout.grid, (variant.threads, 1, 1), args)
+    args = tuple(abi_values) + prepared.arguments
+    if not prepared.shared:
+        module.get_function(prepared.name)(prepared.grid, prepared.block, args)
         return
-    _allow_dynamic_shared(module.raw_function(name) if hasattr(module, "raw_function") else module.get_function(name),
-                          shared)
-    module.get_function(name)(layout.grid, (variant.threads, 1, 1), args, shared_mem=shared)
+    _allow_dynamic_shared(module.raw_function(prepared.name) if hasattr(module, "raw_function")
+                          else module.get_function(prepared.name), prepared.shared)
+    module.get_function(prepared.name)(prepared.grid, prepared.block, args, shared_mem=prepared.shared)
 
 
-#: The kernel and layout :func:`launch` chose, by source (its identity: the source is held, so
-#: the identity stays its own), extents, shapes, SM count, alignment and build: a launch chose
-#: among up to 12 tile shapes again each time (a layout each), Python work that set the time of
-#: issue 17's smaller contractions launched back to back (docs/performance.md, "Contractions").
-#: Holding the chooser too, a test that replaces it is never answered from an earlier choice.
+@dataclass(frozen=True)
+class _Prepared:
+    """What :func:`launch` passes CuPy for one choice: the kernel's name, grid (None: nothing
+    to compute) and block, its dynamic shared memory, and the layout's arguments as the
+    kernel's ``long`` values."""
+
+    name: str
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int]
+    shared: int
+    arguments: tuple
+
+
+def _prepared(source: ContractionSource, params: dict[str, int], arrays: dict, sm_count: int, aligned: bool,
+              wgmma: bool) -> _Prepared:
+    """The launch :func:`choose_kernel` chooses for these parameter values and arrays."""
+    c = source.contraction
+    extent = {i: int(evaluate(e, params, {})) for i, e in c.extent.items()}
+    shapes = {name: tuple(arrays[name].shape) for name in (c.left.array, c.right.array, c.output)}
+    name, variant, layout = choose_kernel(source, extent, shapes, sm_count, aligned, wgmma=wgmma)
+    return _Prepared(name, layout.grid, (variant.threads, 1, 1), shared_bytes(c, variant),
+                     tuple(np.int64(v) for v in layout.arguments))
+
+
+#: The launch :func:`launch` prepared (:class:`_Prepared`), by source (its identity: the source
+#: is held, so the identity stays its own), parameter values, shapes, SM count, alignment and
+#: build: choosing among up to 12 tile shapes (a layout each) and converting the layout's
+#: arguments again at each launch was Python work that set the time of small contractions
+#: launched back to back (docs/performance.md, "Contractions"). Holding the chooser too, a test
+#: that replaces it is never answered from an earlier choice.
 _CHOSEN: dict[tuple, tuple] = {}
 #: Choices :data:`_CHOSEN` keeps before it starts again.
 MAX_CHOSEN = 256
