@@ -702,8 +702,9 @@ def _launch(kernel: Kernel, env: dict, values: list, module, compiled: CudaSourc
     its sizes (the general kernel is in the module too, unused)."""
     contraction = substituted(compiled).get(kernel.name)
     if contraction is not None:
-        launch_contraction(contraction, module, values, env, arrays_by_name(compiled.program.scop, values),
-                           _sm_count(), wgmma=module_has_wgmma(compiled.source))
+        scop = compiled.program.scop
+        launch_contraction(contraction, module, values, {p: env[p] for p in scop.params},
+                           arrays_by_name(scop, values), _sm_count(), wgmma=module_has_wgmma(compiled.source))
         return
     args = (tuple(values) + tuple(np.int64(env[v]) for v in kernel.host_vars)
             + host_values(kernel.host_scalars, storage))
