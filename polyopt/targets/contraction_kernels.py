@@ -114,14 +114,13 @@ def whole_statements(tree: isl.Schedule, kernel: Kernel, statements: Scop) -> bo
     return len(found) == 1 and found[0].intersect_params(statements.context).is_equal(statements.domain)
 
 
-def kernel_contraction(scop: Scop, kernel: Kernel, precision: str, name: str) -> KernelContraction | None:
-    """The contraction general ``kernel`` computes -- its statements' Scop is a contraction
-    with an engine in ``precision`` -- once the verifier accepts the contraction kernel's order
-    on that Scop (the coordinate tree mapped, as
-    :func:`~polyopt.targets.contraction.contraction_plan` checks it); None otherwise (the
-    general kernel stays). Whether the kernel holds all its statements' instances is the
-    caller's to check (:func:`whole_statements`)."""
-    statements = statements_scop(scop, kernel)
+def kernel_contraction(statements: Scop, kernel: Kernel, precision: str, name: str) -> KernelContraction | None:
+    """The contraction general ``kernel`` computes -- the Scop of its statements
+    (``statements``, :func:`statements_scop`) is a contraction with an engine in ``precision``
+    -- once the verifier accepts the contraction kernel's order on that Scop (its coordinate
+    tree mapped as kernels ``name``..., as :func:`~polyopt.targets.contraction.contraction_plan`
+    checks it); None otherwise (the general kernel stays). Whether the kernel holds all its
+    statements' instances is the caller's to check (:func:`whole_statements`)."""
     found = find_contraction(statements)
     if found is None:
         return None
@@ -155,14 +154,15 @@ def substitute_contractions(scop: Scop, schedule: Schedule, source: CudaSource,
     kernel's; a contraction of another is left to its general kernel)."""
     found = []
     for kernel in candidate_kernels(source.program, source):
-        made = kernel_contraction(scop, kernel, precision, contraction_name(kernel.name, source.source))
-        if made is not None and whole_statements(source.program.tree, kernel, made.scop) \
-                and (not found or _operand_type(found[0]) == _operand_type(made)):
+        statements = statements_scop(scop, kernel)
+        if not whole_statements(source.program.tree, kernel, statements):
+            continue
+        made = kernel_contraction(statements, kernel, precision, contraction_name(kernel.name, source.source))
+        if made is not None and (not found or _operand_type(found[0]) == _operand_type(made)):
             found.append(made)
     if not found:
         return schedule, source
-    parts = [(k.contraction, tile_kernels(k.scop, k.contraction, k.engine, k.name))
-             for k in found]
+    parts = [(k.contraction, tile_kernels(k.scop, k.contraction, k.engine, k.name)) for k in found]
     text = source.source + contraction_kernel_text(scop, tuple(parts)) + "\n"
     steps = {k.kernel.name: ContractionSource(k.program, text, {}, source.host_function, contraction=c,
                                               variants=variants)

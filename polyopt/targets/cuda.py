@@ -100,9 +100,11 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     (its schedule: the original order and :meth:`~polyopt.Schedule.gpu_contract`, as a given
     schedule ending in that step does); so does a program of contractions (2mm, 3mm: each
     top-level nest one, :func:`~polyopt.targets.contraction.contraction_program_plan`), as one
-    such kernel per nest launched in program order. ``contraction=False`` maps it the general
-    way. ``precision="tf32"`` lets f32 contractions use the TF32 tensor cores (results change:
-    never the default, "exact")."""
+    such kernel per nest launched in program order. Otherwise the general mapping's top-level
+    kernels that are contractions of their own statements run as contraction kernels
+    (:mod:`polyopt.targets.contraction_kernels`; again only without mapping options).
+    ``contraction=False`` maps it all the general way. ``precision="tf32"`` lets f32
+    contractions use the TF32 tensor cores (results change: never the default, "exact")."""
     scop = scop_of(kernel)
     gpu = {k: options.pop(k) for k in GPU_OPTIONS if k in options}
     precision = check_precision(options.pop("precision", "exact"))
