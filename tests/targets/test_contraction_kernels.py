@@ -301,6 +301,8 @@ def _expected(compiled) -> list:
 
 
 def _setup(monkeypatch):
+    """mean_matmul_scale compiled for CUDA, to launch on a :class:`_Module` (no GPU): (compiled
+    kernel, module, stand-in arrays, the launches expected, :func:`_expected`)."""
     compiled = po.compile(mean_matmul_scale, target="cuda")
     arrays = {name: _DeviceArray(shape, 256 * (k + 1)) for k, (name, shape) in enumerate(STAND_IN_SHAPES.items())}
     module = _Module(leading=len(STAND_IN_SIZES) + len(arrays))
