@@ -225,6 +225,17 @@ def test_every_kernel_skips_tiles_and_tests_elements():
     assert "continue;" not in po.cuda_source(po.suite.get("gemm").kernel)
 
 
+def test_both_operands_of_one_array_keep_their_strides():
+    """syrk reads A as both operands (A[i, k] and A[j, k]): the launch layout takes each
+    operand's strides from its own subscripts (keyed by array, the right one's replaced the
+    left one's: row stride 0, every row of the result computed from row 0)."""
+    source = plan(_syrk()).source
+    layout = launch_layout(source.contraction, source.variants[0][1], {"i": 150, "k": 37, "j": 150},
+                           {"A": (150, 37), "C": (150, 150)})
+    m, n, k, s_lm, s_lk, s_rk, s_rn, s_cm, s_cn = layout.arguments[:9]
+    assert (m, n, k, s_lm, s_lk, s_rk, s_rn, s_cm, s_cn) == (150, 150, 37, 37, 1, 1, 37, 150, 1)
+
+
 def _half_scop(scop):
     """``scop`` with array A of f16 elements, read widened to f32 (as ``po.einsum`` reads f16
     operands): the hmma and wgmma kernels."""
