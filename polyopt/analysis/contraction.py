@@ -255,12 +255,15 @@ def _constrained(c: Contraction) -> set[str]:
 
 
 def _box_extents(scop: Scop, stmt: Statement) -> dict[str, E.Expr] | None:
-    """Each iterator's extent, when the domain is the box ``0 <= i < extent(params)``."""
+    """Each iterator's extent, when the domain is the box ``0 <= i < extent(params)`` (a box
+    from another constant is a cut box, :func:`_cut_box`: the kernel's coordinates start at 0)."""
     bounds = _bounding_box(scop, stmt)
     if bounds is None:
         return None
     domain, box, extents = bounds
-    return extents if box.is_equal(domain) else None
+    from_zero = all(low.is_cst() and low.get_constant_val().is_zero()
+                    for d in range(len(stmt.iterators)) for _, low in domain.dim_min(d).get_pieces())
+    return extents if from_zero and box.is_equal(domain) else None
 
 
 def _bounding_box(scop: Scop, stmt: Statement) -> tuple[isl.Set, isl.Set, dict[str, E.Expr]] | None:

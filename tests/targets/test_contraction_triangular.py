@@ -78,6 +78,15 @@ def batched_band(A: f64["NB", "N", "K"], B: f64["NB", "N", "K"], C: f64["NB", "N
                     C[b, i, j] += A[b, i, k] * B[b, j, k]
 
 
+@po.kernel
+def rows_from_one(A: f64["N", "K"], B: f64["K", "N"], C: f64["N", "N"]):
+    """C += A B on rows 1..N-1: a box from 1, the box from 0 cut by i >= 1."""
+    for i in range(1, N):
+        for j in range(N):
+            for k in range(K):
+                C[i, j] += A[i, k] * B[k, j]
+
+
 #: Per kernel: the output's cut (True where the kernel writes C, over the output's index grid
 #: ``(i, j)`` or ``(b, i, j)``) and the value it writes there, from the inputs in float64.
 def _syrk_expected(args):
@@ -95,6 +104,12 @@ def _upper_expected(args):
 def _anti_expected(args):
     n = len(args["C"])
     return np.add.outer(np.arange(n), np.arange(n)) < n, args["C"] + args["A"] @ args["B"]
+
+
+def _from_one_expected(args):
+    cut = np.ones(args["C"].shape, dtype=bool)
+    cut[0] = False
+    return cut, args["C"] + args["A"] @ args["B"]
 
 
 def _bias_expected(args):
@@ -118,6 +133,7 @@ CUT_KERNELS = [
     ("strict", lambda: syrk_strict, "M (i) x N (j) x K (k)", ["i - j - 1"], _strict_expected),
     ("upper", lambda: syrk_upper, "M (i) x N (j) x K (k)", ["j - i"], _upper_expected),
     ("anti", lambda: gemm_anti, "M (i) x N (j) x K (k)", ["N - i - j - 1"], _anti_expected),
+    ("from_one", lambda: rows_from_one, "M (i) x N (j) x K (k)", ["i - 1"], _from_one_expected),
     ("bias_relu", lambda: syrk_bias_relu, "M (i) x N (j) x K (k)", ["i - j"], _bias_expected),
     ("batched", lambda: batched_band, "batch (b) x M (i) x N (j) x K (k)", ["b + i - j"], _batched_expected),
 ]
@@ -328,7 +344,7 @@ def _inputs(name: str, n: int, k: int, dtype, rng) -> dict:
         args.update(alpha=1.5, beta=0.5)
     elif name == "upper":
         args["alpha"] = 1.5
-    elif name == "anti":
+    elif name in ("anti", "from_one"):
         args["B"] = data(k, n)
     elif name == "bias_relu":
         args["bias"] = data(n)
