@@ -1,7 +1,9 @@
 """Pieces of CUDA C that every contraction kernel shares, whatever its engine: the batch and
 outer-K slots it decodes, the run strides that are literal, the grid-stride loops over tiles,
 the offsets of a batch and of an outer-K number, an element's initial value and its store
-through the epilogue statements. :mod:`polyopt.codegen.cuda_contraction` (SIMT and ``mma.sync``
+through the epilogue statements, and for an output domain cut out of its bounding box
+(:attr:`~polyopt.analysis.contraction.Contraction.domain`) the tests of a tile and of an
+element against it. :mod:`polyopt.codegen.cuda_contraction` (SIMT and ``mma.sync``
 kernels) and :mod:`polyopt.codegen.cuda_wgmma` (Hopper ``wgmma`` kernels) both build on them.
 """
 from __future__ import annotations
@@ -27,8 +29,9 @@ class Slots:
 
     @staticmethod
     def of(c: Contraction) -> "Slots":
-        """Also, per output index an epilogue reads by (:func:`epilogue_indices`), where its
-        value comes from: the coordinate (0: M run, 1: N run, 2: batch), divisor, modulus."""
+        """Also, per output index an epilogue reads by or a batch index the output domain's
+        constraints name (:func:`epilogue_indices`), where its value comes from: the coordinate
+        (0: M run, 1: N run, 2: batch), divisor, modulus."""
         return Slots(len(c.batch) + len(c.m) + len(c.n) - 2, len(c.k) - 1, len(epilogue_indices(c)))
 
 
@@ -79,12 +82,89 @@ def outer_k_offsets(slots: Slots) -> list[str]:
 
 
 def grid_loops(c: Contraction, slots: Slots, t: str) -> list[str]:
-    """The grid-stride loops over batch, M tiles and N tiles, and the init of the block."""
+    """The grid-stride loops over batch, M tiles and N tiles, and the init of the block; for a
+    cut box, the test that skips a tile with no element in it (:func:`_tile_skip`)."""
     out = ["  for (long _z = blockIdx.z; _z < _Z; _z += gridDim.z) {"]
     out += batch_offsets(slots)
     out += ["    for (long _m0 = (long)blockIdx.y * BM; _m0 < _M; _m0 += (long)gridDim.y * BM) {",
             "    for (long _n0 = (long)blockIdx.x * BN; _n0 < _N; _n0 += (long)gridDim.x * BN) {"]
-    return out
+    return out + _tile_skip(c)
+
+
+def _linear(e: E.Expr) -> dict[E.Var | None, int]:
+    """The coefficients of an integer affine expression (iterators and parameters), the
+    constant under None."""
+    if isinstance(e, E.Const):
+        return {None: int(e.value)}
+    if isinstance(e, E.Var):
+        return {e: 1}
+    if isinstance(e, E.Cast):
+        return _linear(e.operand)
+    if isinstance(e, E.Unary) and e.op == "neg":
+        return {x: -v for x, v in _linear(e.operand).items()}
+    if isinstance(e, E.Binary) and e.op in ("+", "-", "*"):
+        lhs, rhs = _linear(e.lhs), _linear(e.rhs)
+        if e.op == "*":
+            scale, other = (lhs[None], rhs) if set(lhs) == {None} else (rhs[None], lhs)
+            return {x: scale * v for x, v in other.items()}
+        sign = 1 if e.op == "+" else -1
+        return {x: lhs.get(x, 0) + sign * rhs.get(x, 0) for x in lhs.keys() | rhs.keys()}
+    raise ValueError(f"not an affine constraint: {E.to_source(e)}")
+
+
+def _constraint_text(e: E.Expr, value) -> str:
+    """C of ``e`` (an affine constraint's expression), each output index ``x`` as
+    ``value(x, coefficient)``, the parameters by name (positive terms first, in name order)."""
+    terms = []
+    def order(item):
+        return item[0] is None, item[1] < 0, item[0] and item[0].name
+    for x, v in sorted(_linear(e).items(), key=order):
+        if v:
+            term = str(abs(v)) if x is None else value(x.name, v) if x.kind == "iter" else x.name
+            terms.append(("- " if v < 0 else "+ " if terms else "") +
+                         (term if abs(v) == 1 or x is None else f"{abs(v)} * {term}"))
+    return " ".join(terms) or "0"
+
+
+def _index_value(c: Contraction, name: str) -> str:
+    """C of output index ``name`` (one the output domain's constraints name) at the element
+    ``_m``, ``_n`` of the tile: the M or N coordinate itself (a constrained M or N index is its
+    group's only one: the run is that index), or for a batch index its value in this tile."""
+    if name in c.m:
+        return "_m"
+    if name in c.n:
+        return "_n"
+    return f"_ix{epilogue_indices(c).index(name)}"
+
+
+def element_test(c: Contraction) -> str:
+    """The C condition (``" && ..."``, to follow the test of ``_m``, ``_n`` against the run
+    extents) that the element at ``_m``, ``_n`` lies in the output domain; empty for a box. An
+    element outside is neither read nor written: the kernel computes the bounding box's tiles,
+    the statements only the domain's elements."""
+    return "".join(f" && {_constraint_text(e, lambda name, v: _index_value(c, name))} >= 0" for e in c.domain)
+
+
+def _tile_skip(c: Contraction) -> list[str]:
+    """For a cut box (:attr:`~polyopt.analysis.contraction.Contraction.domain`), at the start of
+    a tile: the value of each batch index the constraints name (``_ix``, decoded from ``_z``),
+    and the next tile where one constraint fails on every element of this one (its greatest
+    value over the tile's M and N coordinates is negative: no work, half the tiles of a
+    triangle)."""
+    if not c.domain:
+        return []
+    named = {x.name for e in c.domain for x in E.walk(e) if isinstance(x, E.Var)}
+    out = [f"      const long _ix{d} = (_z / _xd{d}) % _xm{d};"
+           for d, i in enumerate(epilogue_indices(c)) if i in c.batch and i in named]
+
+    def greatest(name: str, coefficient: int) -> str:
+        if name in c.m:
+            return "_m0" if coefficient < 0 else "((_m0 + BM < _M ? _m0 + BM : _M) - 1)"
+        if name in c.n:
+            return "_n0" if coefficient < 0 else "((_n0 + BN < _N ? _n0 + BN : _N) - 1)"
+        return _index_value(c, name)
+    none = " || ".join(f"{_constraint_text(e, greatest)} < 0" for e in c.domain)
+    return out + [f"      if ({none}) continue;  /* no element of the tile in the output domain */"]
 
 
 def element_store(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
@@ -93,7 +173,10 @@ def element_store(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
     arrays at the output indices (decoded from the coordinates with the launch's divisors)."""
     out = [f"              {t} _v = ({t}){acc};"]
     names = {}
+    read = {i.name for e in c.epilogue for x in E.walk(e) if isinstance(x, E.Access) for i in x.indices}
     for d, index in enumerate(epilogue_indices(c)):
+        if index not in read:  # an index only the output domain's constraints name
+            continue
         names[index] = f"_x{d}"
         out.append(f"              const long _x{d} = ((_xs{d} == 0 ? _m : _xs{d} == 1 ? _n : _z) / _xd{d}) % _xm{d};")
     emit = CudaExpr(scop)
@@ -111,5 +194,5 @@ def init_text(scop: Scop, c: Contraction, element: str) -> str:
     return element if c.init is None else scalar_text(scop, c.init, element)
 
 
-__all__ = ["Slots", "UnitStrides", "batch_offsets", "element_store", "grid_loops", "init_text", "outer_k_offsets",
-           "scalar_text"]
+__all__ = ["Slots", "UnitStrides", "batch_offsets", "element_store", "element_test", "grid_loops", "init_text",
+           "outer_k_offsets", "scalar_text"]

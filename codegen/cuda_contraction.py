@@ -8,7 +8,11 @@ M, x over tiles of N, and the K loop walks tiles of the K run (outer K indices o
 Which index goes where is decided at each launch from the sizes and strides
 (:func:`polyopt.targets.contraction.launch_layout`), so one kernel serves every size; whether a
 run has stride 1 in an array is structural (the array's last subscript), and those strides are
-literal 1 in the code.
+literal 1 in the code. A contraction over a box cut by constraints among the output indices
+(syrk's ``j <= i``, :attr:`~polyopt.analysis.contraction.Contraction.domain`) runs the same
+kernels over the bounding box: a tile with no element in the cut is skipped, and the init and
+the store (with the epilogue) of each element are guarded by the constraints, so the elements
+outside are neither read nor written (:mod:`polyopt.codegen.contraction_text`).
 
 Three ways to run the K loop (``Variant.engine``):
 
@@ -37,16 +41,18 @@ f16/bf16 and TF32 contractions take the ``wgmma`` variants instead (``Variant.wg
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
+from polyopt.analysis import expr as E
 from polyopt.analysis.affine import extent_expr
 from polyopt.analysis.contraction import Contraction, epilogue_indices
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
 from polyopt.codegen.cuda import CudaSource, cuda_prelude, kernel_parameters
-from polyopt.codegen.contraction_text import (Slots, UnitStrides, element_store, grid_loops, init_text,
-                                              outer_k_offsets, scalar_text)
+from polyopt.codegen.contraction_text import (Slots, UnitStrides, element_store, element_test,
+                                              grid_loops, init_text, outer_k_offsets, scalar_text)
 from polyopt.codegen.cuda_wgmma import wgmma_body, wgmma_helpers, wgmma_shape, wgmma_shared_bytes
 
 #: The K-loop engines and what they need (element type of the operands and result).
@@ -328,6 +334,7 @@ def _host_launch(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant],
     layout of :func:`polyopt.targets.contraction.launch_layout` written in C for the sizes of
     the call -- the runs, the batch and outer-K slots, the tile -- and the launch. Strides come
     from the arrays' declared shapes (C-contiguous)."""
+    scop, c = _unclashed_params(scop, c)
     emit = CExpr(scop)
     update = scop.statement(c.update_statement)
     index = list(update.iterators)
@@ -423,6 +430,38 @@ def _host_launch(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant],
         out.append(f"  case {k}: {opt_in}{kernel}<<<{grid}, dim3({v.threads}), {shared}>>>({', '.join(args)}); break;")
     out.append("  }")
     return out + ["}"]
+
+
+#: The names :func:`_host_launch` declares in its function's outermost block.
+HOST_LOCALS = frozenset({"ext", "sL", "sR", "sC", "out_ix", "m_ix", "n_ix", "k_ix", "cls", "in_m", "in_n", "in_k",
+                         "M", "N", "K", "_a", "_na", "device", "sms", "gz", "pick", "first", "best", "aligned"})
+
+
+def _unclashed_params(scop: Scop, c: Contraction) -> tuple[Scop, Contraction]:
+    """``scop`` and ``c`` with each size parameter named as one of :data:`HOST_LOCALS`
+    (PolyBench's ``M`` and ``N``) renamed with a leading ``_p`` in the arrays' shapes and the
+    extents, for the host function (its parameters' names are no part of its C interface);
+    as they are where none is."""
+    clash = [p for p in scop.params if p in HOST_LOCALS]
+    if not clash:
+        return scop, c
+    taken = set(scop.params) | set(scop.arrays) | {a.name for a in scop.arguments} | HOST_LOCALS
+    rename = {}
+    for p in clash:
+        new = "_p" + p
+        while new in taken:
+            new = "_" + new
+        rename[p] = new
+        taken.add(new)
+    word = re.compile(r"\b(" + "|".join(map(re.escape, clash)) + r")\b")
+    arrays = {name: replace(a, shape=tuple(word.sub(lambda m: rename[m.group(1)], e) for e in a.shape))
+              for name, a in scop.arrays.items()}
+    arguments = tuple(replace(a, name=rename.get(a.name, a.name)) if a.kind == "param" else a for a in scop.arguments)
+    extent = {i: E.substitute(e, lambda x: E.Var(rename[x.name], "param", x.dtype)
+                              if isinstance(x, E.Var) and x.kind == "param" and x.name in rename else None)
+              for i, e in c.extent.items()}
+    return (replace(scop, params=tuple(rename.get(p, p) for p in scop.params), arrays=arrays, arguments=arguments),
+            replace(c, extent=extent))
 
 
 def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str]:
@@ -532,7 +571,7 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             "        #pragma unroll", "        for (int _j = 0; _j < TN; _j++) {",
             f"          const long _m = _m0 + (_i % {v.tm // 2}) + _ty * {v.tm // 2} + (_i / {v.tm // 2}) * (BM / 2);",
             f"          const long _n = _n0 + (_j % {v.tn // 2}) + _tx * {v.tn // 2} + (_j / {v.tn // 2}) * (BN / 2);",
-            f"          _acc[_i][_j] = (_m < _M && _n < _N) ? "
+            f"          _acc[_i][_j] = (_m < _M && _n < _N{element_test(c)}) ? "
             f"{init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : ({t})0;",
             "        }", "      }"]
     def compute(guarded: bool) -> list[str]:
@@ -552,7 +591,7 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             "        #pragma unroll", "        for (int _j = 0; _j < TN; _j++) {",
             f"          const long _m = _m0 + (_i % {v.tm // 2}) + _ty * {v.tm // 2} + (_i / {v.tm // 2}) * (BM / 2);",
             f"          const long _n = _n0 + (_j % {v.tn // 2}) + _tx * {v.tn // 2} + (_j / {v.tn // 2}) * (BN / 2);",
-            "          if (_m < _M && _n < _N) {",
+            f"          if (_m < _M && _n < _N{element_test(c)}) {{",
             *element_store(scop, c, "_acc[_i][_j]", t), "          }",
             "        }", "      }",
             "    }", "    }", "  }"]
@@ -644,7 +683,7 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
             f"          #pragma unroll\n          for (int _r = 0; _r < {per_c}; _r++) {{",
             f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
-            f"            _acc[_i][_j][_r] = (_m < _M && _n < _N) ? "
+            f"            _acc[_i][_j][_r] = (_m < _M && _n < _N{element_test(c)}) ? "
             f"{init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : ({acc_t})0;",
             "          }"]
     frag = _fragments(scop, c, v, tiles if v.asynchronous else None, op_t, im, jn, per_a, per_b)
@@ -662,7 +701,7 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
             f"          #pragma unroll\n          for (int _r = 0; _r < {per_c}; _r++) {{",
             f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
-            "            if (_m < _M && _n < _N) {",
+            f"            if (_m < _M && _n < _N{element_test(c)}) {{",
             *element_store(scop, c, "_acc[_i][_j][_r]", t), "            }",
             "          }",
             "    }", "    }", "  }"]

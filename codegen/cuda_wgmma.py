@@ -40,7 +40,8 @@ from __future__ import annotations
 from polyopt.analysis import expr as E
 from polyopt.analysis.contraction import ELEMENT, Contraction
 from polyopt.analysis.scop import Scop
-from polyopt.codegen.contraction_text import Slots, UnitStrides, element_store, grid_loops, init_text, outer_k_offsets
+from polyopt.codegen.contraction_text import (Slots, UnitStrides, element_store, element_test, grid_loops, init_text,
+                                              outer_k_offsets)
 
 #: Bytes of one row of a swizzled tile (the 128-byte swizzle's width) and of one 8-row atom.
 ROW_BYTES = 128
@@ -294,13 +295,13 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
             f"      #pragma unroll\n      for (int _j = 0; _j < {v.bn // 8}; _j++)",
             "        #pragma unroll\n        for (int _r = 0; _r < 4; _r++) {",
             f"          const long _m = _m0 + {row}, _n = _n0 + {col};",
-            f"          _acc[_j * 4 + _r] = (_m < _M && _n < _N) ? "
+            f"          _acc[_j * 4 + _r] = (_m < _M && _n < _N{element_test(c)}) ? "
             f"{init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : 0.0f;",
             "        }"]
     store = [f"      #pragma unroll\n      for (int _j = 0; _j < {v.bn // 8}; _j++)",
              "        #pragma unroll\n        for (int _r = 0; _r < 4; _r++) {",
              f"          const long _m = _m0 + {row}, _n = _n0 + {col};",
-             "          if (_m < _M && _n < _N) {",
+             f"          if (_m < _M && _n < _N{element_test(c)}) {{",
              *element_store(scop, c, "_acc[_j * 4 + _r]", t), "          }",
              "        }"]
     advance = ["        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] + \

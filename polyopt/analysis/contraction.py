@@ -5,20 +5,26 @@ M, N or K index once the indices are grouped. polyopt recognizes it on the Scop,
 it (``po.einsum``, a DSL kernel, C), so one mapping serves einsum strings, batched matmuls, 1x1
 convolutions and attention products:
 
-- an *update* statement over a box domain (each iterator from 0 to a parameter expression)
+- an *update* statement over a box domain (each iterator from 0 to a parameter expression), or
+  over a box cut by affine constraints among the output indices and parameters (a *cut* box:
+  ``j <= i`` of a symmetric rank-k update) with the K indices still ranging over a box,
   ``C[o1, ..., op] = C[o1, ..., op] + L * R`` (or ``L * R + C[...]``), where the subscripts of
   ``C`` are distinct iterators, ``L`` and ``R`` each read one array element whose subscripts are
   distinct iterators, and everything else in them is constants and scalar arguments
   (``alpha * A[i, k]``);
-- optionally, before it, an *init* statement over the output box ``C[out] = f(C[out])`` with
-  constants and scalars (``0``, ``beta * C[i, j]``);
-- optionally, after it, *epilogue* statements over the output box, element-wise on ``C``:
+- optionally, before it, an *init* statement over the output box (or the update's cut output
+  domain) ``C[out] = f(C[out])`` with constants and scalars (``0``, ``beta * C[i, j]``);
+- optionally, after it, *epilogue* statements over the same output domain, element-wise on ``C``:
   ``C[out] = f(C[out], bias[j], ...)`` reading arrays no statement writes at plain iterators
   (bias, ReLU, scaling: they run on each element once its sum is complete).
 
 The indices group by where they appear: in ``C`` and in both operands (or neither): *batch*; in
 ``C`` and ``L`` only: *M*; in ``C`` and ``R`` only: *N*; not in ``C``: *K* (summed). A
 contraction needs at least one M, N and K index (a matrix-vector product is no GEMM).
+
+A kernel computes a cut box's contraction over its bounding box and leaves alone the elements
+outside the cut (:attr:`Contraction.domain`), so a cut box is taken only where the operands'
+reads over the bounding box stay inside their arrays.
 
 Recognition is structural; that the order the mapping runs (per output element: init, then the
 K indices in order) is legal is left to the verifier, which checks the mapped schedule tree.
@@ -34,10 +40,12 @@ from dataclasses import dataclass, replace
 import islpy as isl
 
 from polyopt.analysis import expr as E
+from polyopt.analysis.affine import NotAffine, isl_text
 from polyopt.analysis.reductions import sum_term
 from polyopt.analysis.scop import Scop, Statement
 from polyopt.codegen.ast import IslAstTranslator
-from polyopt.islutil import tuple_names
+from polyopt.islutil import fresh_stem, tuple_names
+from polyopt.types import i64
 
 
 @dataclass(frozen=True)
@@ -66,7 +74,10 @@ class Contraction:
     ``batch``, ``m`` and ``n`` list their indices in the output's order, ``k`` in loop order
     (the order the sum runs in).
     ``init`` is the init statement's value with the output element as :data:`ELEMENT` (None:
-    the update starts from the output's values)."""
+    the update starts from the output's values). ``domain``: where the output domain is a box
+    cut by constraints (module docstring), those constraints, each ``e >= 0`` for an integer
+    affine expression ``e`` of the output indices and parameters; ``extent`` is then the
+    bounding box's (empty: the output domain is the box)."""
 
     output: str
     output_index: tuple[str, ...]
@@ -81,6 +92,7 @@ class Contraction:
     statements: tuple[str, ...]
     update_statement: str = ""
     epilogue: tuple[E.Expr, ...] = ()
+    domain: tuple[E.Expr, ...] = ()
 
     def describe(self) -> str:
         """One line naming the index groups, e.g. ``batch (b, h) x M (q) x N (k) x K (d)``."""
@@ -98,18 +110,24 @@ def find_contraction(scop: Scop) -> Contraction | None:
     else:
         return None
     output_index, left, right = parts
-    extent = _box_extents(scop, update)
+    extent, domain, region = _box_extents(scop, update), (), None
     if extent is None:
-        return None
+        cut = _cut_box(scop, update, output_index, (left, right))
+        if cut is None:
+            return None
+        extent, domain = cut
+        region = _cut_region(scop, output_index, extent, domain)
+        if region is None:
+            return None
     output = update.target.array
     init_value = None
     if position == 1:
-        init_value = _init_value(scop, scop.statements[0], output, output_index, extent)
+        init_value = _init_value(scop, scop.statements[0], output, output_index, extent, region)
         if init_value is None:
             return None
     epilogue = []
     for stmt in scop.statements[position + 1:]:
-        value = _epilogue_value(scop, stmt, output, output_index, extent)
+        value = _epilogue_value(scop, stmt, output, output_index, extent, region)
         if value is None:
             return None
         epilogue.append(value)
@@ -123,8 +141,11 @@ def find_contraction(scop: Scop) -> Contraction | None:
     k = tuple(i for i in update.iterators if i not in in_out)  # in loop order: the sum's order
     if not (m and n and k):
         return None
-    return Contraction(output, output_index, left, right, init_value, extent, batch, m, n, k,
-                       tuple(s.name for s in scop.statements), update.name, tuple(epilogue))
+    found = Contraction(output, output_index, left, right, init_value, extent, batch, m, n, k,
+                        tuple(s.name for s in scop.statements), update.name, tuple(epilogue), domain)
+    if any(len(group) > 1 and _constrained(found) & set(group) for group in (m, n)):
+        return None  # the kernel tests an M or N index as its coordinate: the only index of its group
+    return found
 
 
 def find_contractions(scop: Scop) -> tuple[tuple[Scop, Contraction], ...] | None:
@@ -197,12 +218,16 @@ def _update_parts(scop: Scop, update: Statement):
 
 
 def _output_box_index(scop: Scop, stmt: Statement, output: str, output_index: tuple[str, ...],
-                      extent: dict[str, E.Expr]) -> tuple[str, ...] | None:
+                      extent: dict[str, E.Expr], region: isl.Set | None = None) -> tuple[str, ...] | None:
     """The iterators subscripting ``stmt``'s target, when it writes each element of the
-    output's box once (``output[its iterators]`` over the same extents); else None."""
+    output's box once (``output[its iterators]`` over the same extents), or with ``region``
+    (the output elements of a cut box's kernel, :func:`_cut_region`) each element of it; else
+    None."""
     index = _plain_index(stmt.target)
     if stmt.target.array != output or index is None or len(index) != len(stmt.iterators):
         return None
+    if region is not None:
+        return index if _output_region(scop, stmt, index).is_equal(region) else None
     mine = _box_extents(scop, stmt)
     if mine is None or any(mine[i] != extent[o] for i, o in zip(index, output_index)):
         return None
@@ -210,23 +235,23 @@ def _output_box_index(scop: Scop, stmt: Statement, output: str, output_index: tu
 
 
 def _init_value(scop: Scop, init: Statement, output: str, output_index: tuple[str, ...],
-                extent: dict[str, E.Expr]) -> E.Expr | None:
+                extent: dict[str, E.Expr], region: isl.Set | None = None) -> E.Expr | None:
     """The init statement's value with its output element as :data:`ELEMENT`, when it writes
     every output element once from that element and scalars; else None."""
     target = init.target
-    if _output_box_index(scop, init, output, output_index, extent) is None:
+    if _output_box_index(scop, init, output, output_index, extent, region) is None:
         return None
     value = E.substitute(init.value, lambda x: E.Var(ELEMENT, "scalar", x.dtype) if x == target else None)
     return value if _only_scalars(value) else None
 
 
 def _epilogue_value(scop: Scop, stmt: Statement, output: str, output_index: tuple[str, ...],
-                    extent: dict[str, E.Expr]) -> E.Expr | None:
+                    extent: dict[str, E.Expr], region: isl.Set | None = None) -> E.Expr | None:
     """An element-wise statement after the update (``C[o] = max(C[o] + bias[j], 0)``): its
     value with the output element as :data:`ELEMENT` and the other reads (arrays no statement
     writes, subscripted by plain iterators) subscripted by the output indices; None otherwise."""
     target = stmt.target
-    index = _output_box_index(scop, stmt, output, output_index, extent)
+    index = _output_box_index(scop, stmt, output, output_index, extent, region)
     if index is None:
         return None
     rename = dict(zip(index, output_index))
@@ -247,13 +272,35 @@ def _epilogue_value(scop: Scop, stmt: Statement, output: str, output_index: tupl
 
 
 def epilogue_indices(c: Contraction) -> tuple[str, ...]:
-    """The output indices the epilogue's reads are subscripted by (output order)."""
+    """The output indices the kernel decodes from an element's coordinates (output order):
+    those the epilogue's reads are subscripted by, and the batch indices the output domain's
+    constraints name (:attr:`Contraction.domain`: the kernel tests each tile and element
+    against them; a constrained M or N index is its coordinate itself)."""
     used = {i.name for e in c.epilogue for x in E.walk(e) if isinstance(x, E.Access) for i in x.indices}
+    used |= _constrained(c) & set(c.batch)
     return tuple(i for i in c.output_index if i in used)
 
 
+def _constrained(c: Contraction) -> set[str]:
+    """The output indices the output domain's constraints name."""
+    return {x.name for e in c.domain for x in E.walk(e) if isinstance(x, E.Var) and x.kind == "iter"}
+
+
 def _box_extents(scop: Scop, stmt: Statement) -> dict[str, E.Expr] | None:
-    """Each iterator's extent, when the domain is the box ``0 <= i < extent(params)``."""
+    """Each iterator's extent, when the domain is the box ``0 <= i < extent(params)`` (a box
+    from another constant is a cut box, :func:`_cut_box`: the kernel's coordinates start at 0)."""
+    bounds = _bounding_box(scop, stmt)
+    if bounds is None:
+        return None
+    domain, box, extents = bounds
+    from_zero = all(low.is_cst() and low.get_constant_val().is_zero()
+                    for d in range(len(stmt.iterators)) for _, low in domain.dim_min(d).get_pieces())
+    return extents if from_zero and box.is_equal(domain) else None
+
+
+def _bounding_box(scop: Scop, stmt: Statement) -> tuple[isl.Set, isl.Set, dict[str, E.Expr]] | None:
+    """(the domain in the scop's context, its bounding box, each iterator's extent), when each
+    iterator's least value is a constant and its greatest one expression of the parameters."""
     domain = stmt.domain.intersect_params(scop.context.align_params(stmt.domain.get_space()))
     if domain.is_empty():
         return None
@@ -269,9 +316,96 @@ def _box_extents(scop: Scop, stmt: Statement) -> dict[str, E.Expr] | None:
         box = own if box is None else box.flat_product(own)
         extents[name] = translate.expr(build.expr_from_pw_aff(high.add(_one(high))))
     if box is None:  # no iterators: one instance
-        return extents
+        return domain, domain, extents
     box = box.set_tuple_id(domain.get_tuple_id()) if domain.has_tuple_id() else box
-    return extents if box.is_equal(domain) else None
+    return domain, box, extents
+
+
+def _cut_box(scop: Scop, update: Statement, output_index: tuple[str, ...],
+             operands: tuple[Operand, Operand]) -> tuple[dict[str, E.Expr], tuple[E.Expr, ...]] | None:
+    """(the bounding box's extents, the constraints cutting it as ``e >= 0`` expressions, see
+    :attr:`Contraction.domain`), when ``update``'s domain is its bounding box from 0 (each
+    iterator from 0 to its greatest value: the kernel's coordinates and K loop start at 0) cut by
+    affine constraints of the output indices and parameters alone (the K indices then range over
+    a box whatever the output element), and each operand's reads over the whole bounding box lie
+    inside the array (the kernel reads them there); else None."""
+    bounds = _bounding_box(scop, update)
+    if bounds is None:
+        return None
+    domain, box, extents = bounds
+    x, y = fresh_stem("x", scop.params), fresh_stem("y", scop.params)
+    n, name = range(len(update.iterators)), domain.get_tuple_name()
+    down = isl.Map(f"[{', '.join(scop.params)}] -> {{ {name}[{', '.join(f'{y}{d}' for d in n)}] -> "
+                   f"{name}[{', '.join(f'{x}{d}' for d in n)}] : {' and '.join(f'0 <= {x}{d} <= {y}{d}' for d in n)} }}")
+    box = box.apply(down)  # each iterator from 0
+    if not domain.is_subset(box):
+        return None  # an iterator from a negative value
+    cut = domain.gist(box).coalesce()
+    if cut.n_basic_set() != 1:
+        return None
+    (basic,) = cut.get_basic_sets()
+    if basic.dim(isl.dim_type.div):
+        return None
+    outputs = [update.iterators.index(i) for i in output_index]
+    constraints = []
+    for constraint in basic.get_constraints():
+        coefficient = [constraint.get_coefficient_val(isl.dim_type.set, d).to_python()
+                       for d in range(len(update.iterators))]
+        if any(coefficient[d] for d in range(len(coefficient)) if d not in outputs) or not any(coefficient):
+            return None  # a K index bounded by an output index, or a condition on the parameters alone
+        terms = [(v, E.Var(update.iterators[d], "iter")) for d, v in enumerate(coefficient) if v]
+        terms += [(constraint.get_coefficient_val(isl.dim_type.param, p).to_python(),
+                   E.Var(basic.get_dim_name(isl.dim_type.param, p), "param"))
+                  for p in range(basic.dim(isl.dim_type.param))]
+        constant = constraint.get_constant_val().to_python()
+        constraints.append(_affine(terms, constant))
+        if constraint.is_equality():
+            constraints.append(_affine([(-v, var) for v, var in terms], -constant))
+    if not constraints:
+        return None
+    for operand in operands:
+        read = isl.Map(f"[{', '.join(scop.params)}] -> {{ {box.get_tuple_name()}[{', '.join(update.iterators)}] -> "
+                       f"{operand.array}[{', '.join(operand.index)}] }}")
+        bounds = scop.array_bounds(scop.arrays[operand.array])
+        if not box.apply(read).is_subset(bounds.intersect_params(scop.context.align_params(bounds.get_space()))):
+            return None
+    return extents, tuple(constraints)
+
+
+def _affine(terms: list[tuple[int, E.Var]], constant: int) -> E.Expr:
+    """``sum(v * var) + constant`` as an expression (``i - j``, ``N - i - 1``: terms of 0 left
+    out, the first term with a positive coefficient first)."""
+    terms = sorted(((v, var) for v, var in terms if v), key=lambda term: term[0] < 0)
+    e = None
+    for v, var in terms + [(constant, None)] * bool(constant):
+        part = E.Const(abs(v), i64) if var is None else var if abs(v) == 1 else E.binary("*", E.Const(abs(v), i64), var)
+        e = (part if v > 0 else E.negate(part)) if e is None else E.binary("+" if v > 0 else "-", e, part)
+    return e
+
+
+def _cut_region(scop: Scop, output_index: tuple[str, ...], extent: dict[str, E.Expr],
+                constraints: tuple[E.Expr, ...]) -> isl.Set | None:
+    """The output elements a cut-box contraction's kernel computes, for every parameter value
+    of the context: the bounding box of ``extent`` cut by ``constraints`` (``e >= 0``), an
+    unnamed set over ``output_index`` (the update's own region lacks the parameter values where
+    its K box is empty, for which the kernel still runs the init and epilogue statements); None
+    where an extent has no isl form."""
+    try:
+        bounds = [f"0 <= {i} < {isl_text(extent[i], allow_min_max=True)}" for i in output_index]
+    except NotAffine:
+        return None
+    bounds += [f"{isl_text(e)} >= 0" for e in constraints]
+    region = isl.Set(f"[{', '.join(scop.params)}] -> {{ [{', '.join(output_index)}] : {' and '.join(bounds)} }}")
+    return region.intersect_params(scop.context.align_params(region.get_space()))
+
+
+def _output_region(scop: Scop, stmt: Statement, index: tuple[str, ...]) -> isl.Set:
+    """The output elements ``stmt`` writes: its domain (in the scop's context) mapped onto its
+    target's subscripts ``index`` (iterators, in the output's order), an unnamed set."""
+    domain = stmt.domain.intersect_params(scop.context.align_params(stmt.domain.get_space()))
+    onto = isl.Map(f"[{', '.join(scop.params)}] -> {{ {domain.get_tuple_name()}[{', '.join(stmt.iterators)}] -> "
+                   f"[{', '.join(index)}] }}")
+    return domain.apply(onto)
 
 
 def _one(pa: isl.PwAff) -> isl.PwAff:

@@ -180,10 +180,10 @@ def launch_layout(c: Contraction, variant: Variant, extent: dict[str, int],
                   shapes: dict[str, tuple[int, ...]]) -> Launch:
     """The launch of the contraction kernel for these index extents and array shapes (module
     docstring): the M, N and K runs, the batch and outer-K slots, the grid."""
-    strides = {c.left.array: array_strides(c.left.index, shapes[c.left.array]),
-               c.right.array: array_strides(c.right.index, shapes[c.right.array]),
-               c.output: array_strides(c.output_index, shapes[c.output])}
-    left, right, out = strides[c.left.array], strides[c.right.array], strides[c.output]
+    # per operand, not per array: both operands may read one array (syrk's A[i, k] * A[j, k])
+    left = array_strides(c.left.index, shapes[c.left.array])
+    right = array_strides(c.right.index, shapes[c.right.array])
+    out = array_strides(c.output_index, shapes[c.output])
     m_run, m_rest = _run(c.m, extent, (left, out))
     n_run, n_rest = _run(c.n, extent, (right, out))
     k_run, k_rest = _run(c.k, extent, (left, right))
