@@ -43,6 +43,11 @@ from polyopt.types import DType, boolean, i64
 
 #: Threads per block for 1, 2 and 3 thread coordinates (outermost first, last is x).
 DEFAULT_BLOCK = {1: (256,), 2: (8, 32), 3: (2, 4, 32)}
+#: Coordinates per thread of a 3-d kernel whose threads run no loop (a stencil's sweep): two
+#: along x, a block apart, so each thread has twice the loads in flight. heat-3d on an H100
+#: (docs/performance.md, "Memory-bound kernels"): EXTRALARGE 149.8 -> 113.4 ms (1.70 -> 2.26
+#: TB/s); four along x, or two along z or y, were slower.
+STENCIL_3D_UNROLL = (1, 1, 2)
 #: Coordinates per thread in a register-tiled 2-d kernel, by element size in bytes (measured on
 #: gemm on an H100, docs/performance.md "GPU"). For f64 a 64x128 tile (``block=(8, 32),
 #: tile=(64, 128)``) is faster at 4096^3 (8.1 against 13.6 ms) but much slower at PolyBench
@@ -146,6 +151,8 @@ def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None, vect
         unroll = tuple(s // t for s, t in zip(sizes, threads))
     elif tiled:
         unroll = DEFAULT_UNROLL.get(element_bytes, DEFAULT_UNROLL[8])
+    elif n == 3 and block is None and not has_loop(kernel.body):
+        unroll = STENCIL_3D_UNROLL
     else:
         unroll = (1,) * n
     if any(u > 1 for u in unroll) and (uses_scalars or mentions(control_expressions(kernel.body),
