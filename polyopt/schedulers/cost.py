@@ -53,7 +53,7 @@ ASSUMED_EXTENT = 1000
 #: Tile a band with a parallel loop where the model expects at least this factor less traffic.
 TILE_GAIN = 2.0
 #: Tile a band without one (its tiles run as a wavefront) only where the gain is this large:
-#: seidel-2d's 14x, lu's and cholesky's thousandfold pay for the wavefront's barriers; fdtd-2d's
+#: seidel-2d's 8x, lu's and cholesky's 10x pay for the wavefront's barriers; fdtd-2d's
 #: 6x and jacobi-2d's 3x do not (the original order's parallel loops ran 1.5-2x faster there).
 WAVEFRONT_TILE_GAIN = 8.0
 
