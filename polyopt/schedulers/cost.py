@@ -13,7 +13,16 @@ arguments, unknown when the code is made):
 Before that, where pluto fused statements so that an innermost loop walks some array with a
 stride (:func:`strided_fused_bands`: bicg's two products, one transposed) and distributing them
 removes every such walk, the distributed schedule (``fuse="no"``) is taken. A band is tiled where tiling cuts the traffic by :data:`TILE_GAIN` or more, or, for a band with
-no parallel loop (its tiles run as a wavefront), by :data:`WAVEFRONT_TILE_GAIN` or more; it is
+no parallel loop (its tiles run as a wavefront), by :data:`WAVEFRONT_TILE_GAIN` or more. A band
+without a parallel loop that this leaves untiled, in a nest that would then run on one thread
+(the caller, pluto's scheduler, knows: no loop of the nest on the thread team, and not a schedule
+replaced by the loops as written), is tiled anyway where its tiles bring about the same traffic
+and the wavefront, the nest's only parallel code, pays on the threads the process has
+(:func:`parallel_wavefront`): a gain of :data:`WAVEFRONT_PARALLEL_GAIN` or more, and the gain
+times :func:`wavefront_speedup` -- the threads sharing each front's tiles, one barrier per front --
+at least :data:`WAVEFRONT_PARALLEL_SPEEDUP` (trisolv on 2 threads; never on one), for the
+outermost band of the nest only (:func:`one_thread_bands`).
+The note of such a band says so, with the fronts, threads and speedup. It is
 register-tiled where a register tile fits it
 (:func:`~polyopt.transform.tree.register_plan`: a sum loop whose accumulators stay in registers
 and a stride-1 vector loop). The estimates travel with the schedule (``Schedule.cost``,
@@ -33,7 +42,7 @@ checks the fusion; one it refuses, or one the model declines, is a note of the s
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Sequence
 
 import islpy as isl
@@ -53,9 +62,22 @@ ASSUMED_EXTENT = 1000
 #: Tile a band with a parallel loop where the model expects at least this factor less traffic.
 TILE_GAIN = 2.0
 #: Tile a band without one (its tiles run as a wavefront) only where the gain is this large:
-#: seidel-2d's 14x, lu's and cholesky's thousandfold pay for the wavefront's barriers; fdtd-2d's
+#: seidel-2d's 8x, lu's and cholesky's 10x pay for the wavefront's barriers; fdtd-2d's
 #: 6x and jacobi-2d's 3x do not (the original order's parallel loops ran 1.5-2x faster there).
 WAVEFRONT_TILE_GAIN = 8.0
+#: A band without a parallel loop whose nest would otherwise run on one thread is tiled (its
+#: tiles a wavefront, the nest's only parallel code) where its tiles bring no more than about the
+#: same traffic: a gain of at least this (trisolv's 0.92x, floyd-warshall's 0.94x: the band reads
+#: each element about once either way). Below it the threads would share the extra traffic.
+WAVEFRONT_PARALLEL_GAIN = 0.85
+#: ... and where the wavefront on the threads, priced by :func:`wavefront_speedup` and the tiles'
+#: extra traffic, is expected this many times faster than the untiled loops on one thread (the
+#: margin covers what the count leaves out: a front's uneven tiles and a descheduled thread
+#: stalling a barrier; trisolv's 2-thread wavefront was 1.6x faster on a quiet machine, priced 1.6x).
+WAVEFRONT_PARALLEL_SPEEDUP = 1.25
+#: One barrier between two fronts of a wavefront, in iterations of a band's statements (about
+#: 1 us for two threads against about 1 ns per iteration of trisolv's or floyd-warshall's body).
+WAVEFRONT_BARRIER_ITERATIONS = 1000
 
 
 @dataclass(frozen=True)
@@ -77,6 +99,12 @@ class BandCost:
     tile: bool
     registers: bool
     references: tuple[tuple[int, tuple[tuple[float, ...], ...]], ...] = field(default=(), repr=False)
+    #: Where the band's nest would run on one thread untiled (:func:`parallel_wavefront`): the
+    #: threads its wavefront was priced for, its number of fronts and the speedup on them; 0: not
+    #: priced (a parallel band, one tiled for its traffic, one in a nest with parallel loops).
+    threads: int = 0
+    fronts: int = 0
+    speedup: float = 0.0
 
     def __post_init__(self) -> None:
         # tuples all the way down, also from the disk cache's JSON lists: records compare equal
@@ -110,6 +138,12 @@ class BandCost:
         sizes = "x".join(map(str, self.tile_sizes))
         chosen = " + ".join(x for x, on in (("tile", self.tile), ("register tile", self.registers)) if on) or "untiled"
         why = "" if self.parallel else " (tiles as a wavefront)"
+        if self.threads:
+            gain = self.untiled_bytes / self.tiled_bytes
+            why += (f"; untiled its nest runs on one thread, the wavefront of {self.fronts} fronts on "
+                    f"{self.threads} threads {self.speedup:.3g}x as fast, times the {gain:.3g}x traffic gain: "
+                    f"{gain * self.speedup:.3g}x (tiled from {WAVEFRONT_PARALLEL_SPEEDUP:.3g}x, "
+                    f"gain {WAVEFRONT_PARALLEL_GAIN:.3g} or more)")
         line = (f"band ({', '.join(self.loops)}): {self.untiled_bytes:.3g} B/iteration from memory untiled, "
                 f"{self.tiled_bytes:.3g} with {sizes} tiles{why} -> {chosen}")
         if not formulas:
@@ -174,6 +208,56 @@ def band_cost(schedule, band: N.Band, register_sizes: Sequence[int] | None) -> B
     return BandCost(band.names, loop_statements(schedule, band.names[0]), untiled, tiled, tuple(sizes), parallel,
                     tuple(plan[0]) if plan else None, tile, plan is not None,
                     tuple((e, tuple(map(tuple, G.tolist()))) for e, G in references))
+
+
+def wavefront_speedup(tile_sizes: Sequence[int], threads: int, extent: float = ASSUMED_EXTENT) -> tuple[float, int]:
+    """How many times faster a band's tiles of ``tile_sizes`` run as a wavefront on ``threads``
+    threads than its iterations on one, with every loop ``extent`` long, and the wavefront's
+    number of fronts (its barriers). As :func:`~polyopt.schedulers.postpass.mark_parallel`
+    makes it, a front is a value of the sum of the first two tile loops, whose tiles (each with
+    the later tile loops inside it) the threads share: a front of ``w`` of them takes ``ceil(w /
+    threads)`` times their iterations, plus a barrier of :data:`WAVEFRONT_BARRIER_ITERATIONS`.
+    The band is taken as a box (a triangle has about half the tiles per front: the same
+    speedup while a front has ``threads`` of them or more). 32x32 tiles of 1000x1000 on 2 threads:
+    63 fronts, 1.74x."""
+    counts = [1]
+    for size in tile_sizes[:2]:
+        m = max(1, -(-int(extent) // size))
+        counts = [sum(counts[f - b] for b in range(m) if 0 <= f - b < len(counts)) for f in range(len(counts) + m - 1)]
+    work = float(_volume(tile_sizes))
+    for size in tile_sizes[2:]:
+        work *= max(1, -(-int(extent) // size))  # the later tile loops run inside a front's tiles
+    time = sum(-(-w // threads) * work + WAVEFRONT_BARRIER_ITERATIONS for w in counts)
+    return sum(counts) * work / time, len(counts)
+
+
+def parallel_wavefront(cost: BandCost, threads: int) -> BandCost:
+    """``cost`` decided again for a band whose nest would run on one thread untiled (no loop of it
+    on the thread team, and not run in the original order instead: the caller knows): a band
+    without a parallel loop that the traffic alone leaves untiled is tiled, its tiles a
+    wavefront, where the tiles' traffic gain is :data:`WAVEFRONT_PARALLEL_GAIN` or more and that
+    gain times :func:`wavefront_speedup` on ``threads`` is :data:`WAVEFRONT_PARALLEL_SPEEDUP` or
+    more (never on one thread: the barriers make it less than 1). The numbers go into the
+    record (``threads``, ``fronts``, ``speedup``) and its note, tiled or not."""
+    if cost.tile or cost.parallel or not cost.references or cost.tiled_bytes <= 0:
+        return cost
+    speedup, fronts = wavefront_speedup(cost.tile_sizes, threads)
+    gain = cost.untiled_bytes / cost.tiled_bytes
+    tile = gain >= WAVEFRONT_PARALLEL_GAIN and gain * speedup >= WAVEFRONT_PARALLEL_SPEEDUP
+    return replace(cost, tile=tile, threads=threads, fronts=fronts, speedup=speedup)
+
+
+def one_thread_bands(schedule) -> set[tuple[str, ...]]:
+    """The loops of the outermost band of each nest of ``schedule`` (parallel loops marked) that
+    runs on one thread (:func:`threaded_nests`). Only the outermost: a band inside a sequential
+    loop would run its wavefront -- the team's fork, the fronts' barriers, the partial tiles --
+    again in every iteration of that loop, which :func:`wavefront_speedup` does not price
+    (floyd-warshall's (i, j) band inside k measured 1.08-1.2x slower tiled at LARGE on 2
+    threads, docs/performance.md)."""
+    root = schedule.root
+    nests = [f.child for f in root.children] if isinstance(root, N.Sequence) else [root]
+    outermost = (N.bands(nest)[:1] for nest, threaded in zip(nests, threaded_nests(schedule)) if not threaded)
+    return {band.names for first in outermost for _, band in first}
 
 
 def _volume(sizes: Sequence[int]) -> int:

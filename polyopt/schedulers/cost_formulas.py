@@ -45,8 +45,9 @@ def footprint_formula(references: Sequence[tuple[int, Sequence[Sequence[float]]]
 
     None where the model has no exact rule to write down: a band without affine references (its
     tile sizes are a fallback), or a subscript coefficient that is a rounded float rather than a
-    small fraction (a statement whose one iterator runs as three of the band's members, like
-    cholesky's: least squares splits it into thirds, 0.333333333)."""
+    small fraction (a member three times a statement's iterator: the subscript is a third of it,
+    0.333333333). None in the suite: cholesky's iterators that run as two or three of its band's
+    members are written in the outermost of them (band_references), no longer split in thirds."""
     if not references:
         return None
     coefficients = [[Fraction(float(c)) for c in row] for _, rows in references for row in rows]

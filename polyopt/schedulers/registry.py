@@ -158,7 +158,9 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     (rows, columns), "auto" or "row": unroll-and-jam of the innermost band, see
     :func:`polyopt.transform.tree.register_tile_band`), ``model`` (True: where neither ``tile``
     nor ``register_tile`` is given, with ``parallel`` and ``vectorize`` on, the cost model of
-    :mod:`polyopt.schedulers.cost` decides per band whether to tile and register-tile, and
+    :mod:`polyopt.schedulers.cost` decides per band whether to tile and register-tile (a band
+    whose nest would run on one thread also for the threads the process has: a wavefront of
+    tiles, :func:`~polyopt.schedulers.cost.parallel_wavefront`), and
     whether element-wise nests after a contraction run inside its output loops; its
     estimates are the schedule's ``cost``; False: no tiles unless asked, Pluto as published),
     ``epilogues`` (True: with the model, element-wise epilogues fused where it says so; False:
@@ -207,6 +209,15 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
                 "cost model: pluto's fusion runs a nest on one thread and keeps an in-order sum from "
                 "running several rows at once; the statements run in separate nests instead (fuse='no')",))
     costs = band_costs(made, registers) if model else ()
+    original: list[Schedule] = []  # the loops as written, parallel loops marked: made once, where asked for
+
+    def original_schedule() -> Schedule:
+        if not original:
+            original.append(_original(scop, deps, {"parallel": True}).schedule)
+        return original[0]
+
+    if model and options.get("parallel", True):
+        costs = _parallel_wavefronts(made, costs, original_schedule)
     sizes = "auto" if options.get("tile") is True else options.get("tile")  # tile=True: sizes from the caches
     if model:
         made = postpass.apply_cost_model(made, costs)
@@ -219,7 +230,7 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     if options.get("parallel", True):
         made = postpass.mark_parallel(made, nested=True)
     if model and not any(cost.tile for cost in costs) and not _runs_in_parallel(made):
-        original = _original(scop, deps, {"parallel": True}).schedule
+        original = original_schedule()
         if _runs_in_parallel(original):  # fdtd-2d, jacobi-2d, heat-3d: 2-5x faster this way
             return Scheduled(replace(original, cost=costs), found.notes + (
                 "cost model: pluto's schedule runs sequentially and no tile pays; the loops as "
@@ -230,6 +241,25 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
     if model and options.get("row_tiles", True):
         made = postpass.row_tiles(made, skip={cost.statements for cost in costs if cost.tile or cost.registers})
     return Scheduled(replace(made, cost=costs), found.notes)
+
+
+def _parallel_wavefronts(made: Schedule, costs: tuple, original_schedule) -> tuple:
+    """The cost model's decisions with the bands the traffic leaves untiled, without a parallel
+    loop, in a nest that would then run on one thread decided again for the threads available
+    (:func:`~polyopt.schedulers.cost.parallel_wavefront`: trisolv; the outermost band of such a
+    nest only, not floyd-warshall's inside its k loop). Not where no
+    band is tiled and the schedule would run sequentially while the loops as written have
+    parallel loops: those run instead (fdtd-2d, jacobi-2d, heat-3d)."""
+    from polyopt.schedulers import cost as cost_model
+    from polyopt.targets.arguments import default_num_threads
+
+    if not any(not c.tile and not c.parallel and c.references for c in costs):
+        return costs
+    marked = postpass.mark_parallel(postpass.apply_cost_model(made, costs), nested=True)
+    if not any(c.tile for c in costs) and not _runs_in_parallel(marked) and _runs_in_parallel(original_schedule()):
+        return costs
+    alone, threads = cost_model.one_thread_bands(marked), default_num_threads()
+    return tuple(cost_model.parallel_wavefront(c, threads) if c.loops in alone else c for c in costs)
 
 
 def _runs_in_parallel(schedule: Schedule) -> bool:

@@ -3,8 +3,12 @@
 For a band (members m_0..m_{n-1}) every array reference of every statement in it is rewritten in
 band coordinates: subscript row d = sum_k G[d, k] m_k. A tile of sizes T then touches about
 ``prod_d sum_k |G[d, k]| T_k`` elements of that reference (references to one array with the same
-linear part, like stencil neighbours, count once). The sizes chosen minimise the elements moved
-per iteration (footprint / tile volume) under two capacity limits read from the OS:
+linear part, like stencil neighbours, count once). For a statement in fewer loops than the band
+(cholesky's ``A[i][i] = sqrt(A[i][i])`` at (i, i, i) of its (k, i, j) band) G uses the outermost
+members that give its iterators, and a subscript linear in the later ones counts nothing more
+(the diagonal ``A[i][i]``: one element per i, not a square); see :func:`band_references`. The
+sizes chosen minimise the elements moved per iteration (footprint / tile volume) under two
+capacity limits read from the OS:
 
 - the whole tile's working set fits half the L2 cache (it is reused across the tile), and
 - the working set of one iteration of the outermost point loop fits half the L1 cache (it is
@@ -120,10 +124,18 @@ def _member_matrices(partial: isl.MultiUnionPwAff) -> dict[str, np.ndarray]:
 
 def band_references(partial: isl.MultiUnionPwAff, scop: Scop) -> list[tuple[int, np.ndarray]]:
     """(element bytes, |G|) per distinct array reference of the band's statements, where row d of
-    G gives subscript d in the band's members; rows outside the band's span are dropped."""
+    G gives subscript d in the band's members; rows outside the band's span are dropped.
+
+    Where a statement sits in fewer loops than the band, some of its members are linear in the
+    others (cholesky's ``A[i][i] = sqrt(A[i][i])`` runs at (i, i, i) of a three-member band): G
+    writes its iterators in the outermost independent members alone (:func:`_outermost_basis`),
+    where a tile has the fewest values of them (one in a row of tiles), not in least squares'
+    even split over all of them. And a subscript linear in the reference's later ones is dropped
+    (the diagonal ``A[i][i]`` touches one element per value of i, not a square)."""
     seen: dict[tuple, tuple[int, np.ndarray]] = {}
     for name, members in _member_matrices(partial).items():
         stmt = scop.statement(name)
+        basis = _outermost_basis(members)
         for ref in stmt.accesses:
             if ref.relation.dim(isl.dim_type.out) == 0:
                 continue
@@ -132,13 +144,40 @@ def band_references(partial: isl.MultiUnionPwAff, scop: Scop) -> list[tuple[int,
             if not subscripts or any(s is None for s in subscripts):
                 continue
             F = np.array(subscripts, dtype=float)
-            G, *_ = np.linalg.lstsq(members.T, F.T, rcond=None)  # F = G^T M
-            G = G.T
+            G = np.zeros((F.shape[0], members.shape[0]))
+            if basis:  # F = G^T M with G zero outside the basis
+                G_basis, *_ = np.linalg.lstsq(members[basis].T, F.T, rcond=None)
+                G[:, basis] = G_basis.T
             exact = np.all(np.abs(G @ members - F) < 1e-9, axis=1)
-            G = np.abs(np.round(G[exact], 9))
+            G = np.round(G[exact], 9)
+            G = np.abs(G[_independent_rows(G)])
             key = (ref.array, G.tobytes(), G.shape)
             seen.setdefault(key, (scop.arrays[ref.array].dtype.bits // 8, G))
     return list(seen.values())
+
+
+def _outermost_basis(members: np.ndarray) -> list[int]:
+    """A basis of a statement's band members (rows of ``members``: coefficients over its
+    iterators), outermost first: each member in it is linearly independent of those before it."""
+    basis: list[int] = []
+    for k in range(members.shape[0]):
+        if np.linalg.matrix_rank(members[basis + [k]]) > len(basis):
+            basis.append(k)
+    return basis
+
+
+def _independent_rows(G: np.ndarray) -> list[int]:
+    """The rows of ``G`` that are zero (a constant subscript, a factor 1) or linearly independent
+    of the nonzero rows after them, in order (the last subscript stays the last)."""
+    kept: list[int] = []
+    nonzero: list[int] = []
+    for d in reversed(range(G.shape[0])):
+        if not G[d].any():
+            kept.insert(0, d)
+        elif np.linalg.matrix_rank(G[[d] + nonzero]) > len(nonzero):
+            kept.insert(0, d)
+            nonzero.append(d)
+    return kept
 
 
 def _elements(G: np.ndarray, grids: list[np.ndarray]) -> np.ndarray:

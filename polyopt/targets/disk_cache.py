@@ -12,7 +12,8 @@ One file per compile request, named by the SHA-256 of the request (:func:`entry_
 in-memory cache key of :mod:`polyopt.targets.cache` -- the kernel's ``scop_fingerprint``,
 target, algorithm and options or the given schedule's tree, ``reassociate``) and of this
 process's :func:`environment` (versions of polyopt, its source files' sizes and times, llvmlite, LLVM and
-islpy; the LLVM triple, host CPU name and features; whether libgomp is loaded). The CPU
+islpy; the LLVM triple, host CPU name and features; whether libgomp is loaded; the default
+thread count, which the cost model's wavefront rule reads). The CPU
 target stores the object code LLVM emitted (llvmlite's object cache hook), the schedule (its
 trace and isl tree text) and the C, LLVM IR and optimized IR texts; a hit loads the object
 into a fresh execution engine (no scheduler, verifier, code generator or LLVM optimizer) and
@@ -104,14 +105,16 @@ def _source_digest() -> str:
 @lru_cache(maxsize=None)
 def environment() -> str:
     """What besides the request decides the compiled code: versions (polyopt, its sources,
-    llvmlite, LLVM, islpy), the target triple, the host CPU and its features, and whether the
-    OpenMP runtime is there (without it parallel loops compile sequentially)."""
+    llvmlite, LLVM, islpy), the target triple, the host CPU and its features, whether the
+    OpenMP runtime is there (without it parallel loops compile sequentially), and the default
+    thread count (the cost model tiles a one-thread nest's band as a wavefront for it)."""
     import islpy
     import llvmlite
     import llvmlite.binding as llvm
 
     import polyopt
     from polyopt.codegen.llvm import host_layout, openmp_available
+    from polyopt.targets.arguments import default_num_threads
     openmp = openmp_available()  # also initializes LLVM's native target
     triple, layout = host_layout()
     return json.dumps({
@@ -120,6 +123,7 @@ def environment() -> str:
         "islpy": getattr(islpy, "__version__", None) or islpy.version.VERSION_TEXT,
         "triple": triple, "layout": layout, "cpu": llvm.get_host_cpu_name(),
         "features": llvm.get_host_cpu_features().flatten(), "openmp": openmp,
+        "threads": default_num_threads(),
     }, sort_keys=True)
 
 
