@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import subprocess
 import tempfile
 
 import numpy as np
@@ -81,6 +82,18 @@ GPU_MISSING = _gpu_missing()
 #: For tests that need a GPU, and for those that check the error where there is none.
 needs_gpu = pytest.mark.skipif(GPU_MISSING is not None, reason=f"no GPU: {GPU_MISSING}")
 needs_no_gpu = pytest.mark.skipif(GPU_MISSING is None, reason="CuPy and a GPU are present")
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+
+
+def assert_nvcc_compiles(directory, sources: dict[str, str], arch: str, timeout: int = 900) -> None:
+    """Write each CUDA source (by file stem) into ``directory`` and assert that one nvcc run
+    compiles them all to objects for ``arch`` (its last errors as the failure message)."""
+    for name, text in sources.items():
+        (directory / f"{name}.cu").write_text(text)
+    result = subprocess.run(["nvcc", f"-arch={arch}", "-c", *(f"{name}.cu" for name in sources)], cwd=directory,
+                            capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert len(list(directory.glob("*.o"))) == len(sources)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -6,8 +6,6 @@ kernels. Which kernels qualify, the notes, the translation unit, its nvcc builds
 launches (through a stand-in module) need no GPU; on a GPU the programs are checked against
 numpy at ragged sizes, through repeated calls and graphs."""
 import re
-import shutil
-import subprocess
 from types import SimpleNamespace
 
 import islpy as isl
@@ -29,7 +27,7 @@ from polyopt.targets.contraction_kernels import (SubstitutedSource, candidate_ke
                                                  whole_statements)
 from polyopt.targets.cuda import plan
 
-from conftest import needs_gpu
+from conftest import assert_nvcc_compiles, needs_gpu, needs_nvcc
 
 f64 = po.f64
 
@@ -237,16 +235,9 @@ def _sources() -> dict[str, str]:
             "bmm": po.cuda_source(bmm_then_sum)}
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_nvcc_builds_the_units(tmp_path, arch):
-    sources = _sources()
-    for name, text in sources.items():
-        (tmp_path / f"{name}.cu").write_text(text)
-    result = subprocess.run(["nvcc", f"-arch={arch}", "-c", *(f"{n}.cu" for n in sources)], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert len(list(tmp_path.glob("*.o"))) == len(sources)
+@needs_nvcc
+def test_nvcc_builds_the_units(tmp_path):
+    assert_nvcc_compiles(tmp_path, _sources(), "sm_90a")
 
 
 class _Module:

@@ -22,7 +22,7 @@ from polyopt.targets.contraction import choose_kernel
 from polyopt.targets.cuda import plan
 from polyopt.transform.marks import GPU_KERNEL_MARK
 
-from conftest import needs_gpu
+from conftest import assert_nvcc_compiles, needs_gpu, needs_nvcc
 
 f64 = po.f64
 
@@ -125,16 +125,9 @@ def _sources() -> dict[str, str]:
             "k3mm_tf32": po.cuda_source(po.suite.get("3mm").kernel.with_dtype("f32"), precision="tf32")}
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-@pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
-def test_nvcc_builds_the_programs(tmp_path, arch):
-    sources = _sources()
-    for name, text in sources.items():
-        (tmp_path / f"{name}.cu").write_text(text)
-    result = subprocess.run(["nvcc", f"-arch={arch}", "-c", *(f"{n}.cu" for n in sources)], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert len(list(tmp_path.glob("*.o"))) == len(sources)
+@needs_nvcc
+def test_nvcc_builds_the_programs(tmp_path):
+    assert_nvcc_compiles(tmp_path, _sources(), "sm_90a")
 
 
 class _Module:
