@@ -46,7 +46,7 @@ DEFAULT_BLOCK = {1: (256,), 2: (8, 32), 3: (2, 4, 32)}
 #: Coordinates per thread of a 3-d kernel whose threads run no loop (a stencil's sweep): two
 #: along x, a block apart, so each thread has twice the loads in flight. heat-3d on an H100
 #: (docs/performance.md, "Memory-bound kernels"): EXTRALARGE 149.8 -> 113.4 ms (1.70 -> 2.26
-#: TB/s); four along x, or two along z or y, were slower.
+#: TB/s); two along z or y, or four along z, were slower (four along x: not measured).
 STENCIL_3D_UNROLL = (1, 1, 2)
 #: Coordinates per thread in a register-tiled 2-d kernel, by element size in bytes (measured on
 #: gemm on an H100, docs/performance.md "GPU"). For f64 a 64x128 tile (``block=(8, 32),
