@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,7 +21,10 @@ atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)  # also where
 os.environ.pop("POLYOPT_CACHE_MAX_MB", None)
 
 import polyopt as po
-from polyopt.targets.cuda import cupy_module
+from polyopt import einsum_calls
+from polyopt.codegen.cuda_contraction import VARIANTS
+from polyopt.targets import contraction
+from polyopt.targets.cuda import CudaKernel, cupy_module
 
 #: The scheduling algorithms the semantic tests run (isl's two schedulers and the textual order).
 ALGORITHMS = ("original", "isl", "isl-feautrier")
@@ -83,6 +87,61 @@ GPU_MISSING = _gpu_missing()
 needs_gpu = pytest.mark.skipif(GPU_MISSING is not None, reason=f"no GPU: {GPU_MISSING}")
 needs_no_gpu = pytest.mark.skipif(GPU_MISSING is None, reason="CuPy and a GPU are present")
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+
+
+class StandInModule:
+    """A stand-in for a built CUDA module (no GPU): notes each function loaded outside a graph
+    capture in ``loaded``, and each launch -- (kernel, grid, the arguments after the first
+    ``leading``, the ABI's) -- in ``launched``, or in ``capture`` (a list) while one is captured."""
+
+    def __init__(self, leading: int):
+        self.leading, self.launched, self.loaded, self.capture = leading, [], [], None
+
+    def get_function(self, name: str):
+        if self.capture is None:
+            self.loaded.append(name)
+
+        def launch(grid, block, args, shared_mem=0):
+            into = self.launched if self.capture is None else self.capture
+            into.append((name, tuple(grid), tuple(int(a) for a in args[self.leading:])))
+        return launch
+
+
+class StandInArray:
+    """A stand-in for a CuPy array (its module name says cupy): a shape and an address."""
+
+    __module__ = "cupy.stand_in"
+
+    def __init__(self, shape: tuple[int, ...], ptr: int):
+        self.shape, self.data = shape, SimpleNamespace(ptr=ptr)
+
+
+#: Kernel numbers of a contraction source (the most any engine has).
+CONTRACTION_TILES = range(max(len(variants) for variants in VARIANTS.values()))
+
+
+def force_contraction_tile(monkeypatch, tile: int) -> list:
+    """Make every contraction launch take kernel ``tile`` of its source (a ``wgmma`` one only
+    from an sm_90a build, an asynchronous one only where the operands are in whole 16-byte
+    vectors: else the test is skipped), with no replays of an earlier test's recorded launches;
+    the kernels launched are noted in the list returned."""
+    monkeypatch.setattr(CudaKernel, "recorded", lambda self, key: None)
+    einsum_calls.clear()
+    taken = []
+
+    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False):
+        if tile >= len(source.variants):
+            pytest.skip(f"the source has {len(source.variants)} kernels")
+        name, variant = source.variants[tile]
+        if variant.wgmma and not wgmma:
+            pytest.skip("wgmma kernel, the module is not built for sm_90a")
+        layout = contraction.launch_layout(source.contraction, variant, extent, shapes)
+        if variant.asynchronous and not contraction.async_aligned(source.contraction, variant, layout, aligned_operands):
+            pytest.skip("cp.async kernel, operands not in whole 16-byte vectors")
+        taken.append(name)
+        return name, variant, layout
+    monkeypatch.setattr(contraction, "choose_kernel", forced)
+    return taken
 
 
 def assert_nvcc_compiles(directory, sources: dict[str, str], arch: str, timeout: int = 900) -> None:

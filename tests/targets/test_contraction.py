@@ -11,14 +11,12 @@ import pytest
 import polyopt as po
 from polyopt.analysis.contraction import find_contraction
 from polyopt.codegen.contraction_text import Slots, UnitStrides
-from polyopt.codegen.cuda_contraction import VARIANTS, ContractionSource
+from polyopt.codegen.cuda_contraction import ContractionSource
 from polyopt.targets.cache import scop_of
-from polyopt.targets import contraction
-from polyopt.targets.contraction import async_aligned, choose_kernel, contraction_plan, launch_layout
-from polyopt import einsum_calls
-from polyopt.targets.cuda import CudaKernel, plan
+from polyopt.targets.contraction import choose_kernel, contraction_plan, launch_layout
+from polyopt.targets.cuda import plan
 
-from conftest import needs_gpu
+from conftest import CONTRACTION_TILES, force_contraction_tile, needs_gpu
 from example_kernels import example_kernel
 
 f32, f64 = po.f32, po.f64
@@ -222,33 +220,8 @@ def _relative_error(result, expected) -> float:
     return float(np.linalg.norm(result - expected) / max(np.linalg.norm(expected), 1e-300))
 
 
-def _force_tile(monkeypatch, tile: int) -> None:
-    """Make every contraction launch take kernel ``tile`` of its source; skip the test where
-    there is no such kernel, or where it is an asynchronous one that may not run the launch
-    (operands not in whole 16-byte vectors)."""
-    # no replays of an earlier test's launches (same shapes: same call keys)
-    monkeypatch.setattr(CudaKernel, "recorded", lambda self, key: None)
-    einsum_calls.clear()
-
-    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False):
-        if tile >= len(source.variants):
-            pytest.skip(f"the source has {len(source.variants)} kernels")
-        name, variant = source.variants[tile]
-        if variant.wgmma and not wgmma:
-            pytest.skip("wgmma kernel, the module is not built for sm_90a")
-        layout = launch_layout(source.contraction, variant, extent, shapes)
-        if variant.asynchronous and not async_aligned(source.contraction, variant, layout, aligned_operands):
-            pytest.skip("cp.async kernel, operands not in whole 16-byte vectors")
-        return name, variant, layout
-    monkeypatch.setattr(contraction, "choose_kernel", forced)
-
-
-#: Kernel numbers of a contraction source (the most any engine has).
-TILES = range(max(len(variants) for variants in VARIANTS.values()))
-
-
 @needs_gpu
-@pytest.mark.parametrize("tile", TILES)
+@pytest.mark.parametrize("tile", CONTRACTION_TILES)
 @pytest.mark.parametrize("precision", ["exact", "tf32"])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("subscripts, shapes", PATTERNS)
@@ -257,7 +230,7 @@ def test_contractions_match_numpy(subscripts, shapes, dtype, precision, tile, mo
     float16 operands on the f16 tensor cores, the result rounded to float16 once."""
     import cupy
 
-    _force_tile(monkeypatch, tile)
+    force_contraction_tile(monkeypatch, tile)
     if dtype != np.float32 and precision == "tf32":
         pytest.skip("tf32 concerns f32 data")
     rng = np.random.default_rng(len(subscripts))
@@ -415,12 +388,12 @@ def test_element_wise_epilogues_join_the_kernel():
 
 
 @needs_gpu
-@pytest.mark.parametrize("tile", TILES)
+@pytest.mark.parametrize("tile", CONTRACTION_TILES)
 def test_epilogues_on_the_gpu_match_numpy(tile, monkeypatch):
     import cupy
 
     bmm_bias_relu = example_kernel("bmm_bias_relu")
-    _force_tile(monkeypatch, tile)
+    force_contraction_tile(monkeypatch, tile)
     rng = np.random.default_rng(9)
     a, b, bias = rng.standard_normal((3, 37, 20)), rng.standard_normal((3, 20, 44)), rng.standard_normal(44)
     c = cupy.zeros((3, 37, 44))

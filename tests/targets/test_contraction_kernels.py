@@ -27,7 +27,7 @@ from polyopt.targets.contraction_kernels import (SubstitutedSource, candidate_ke
                                                  whole_statements)
 from polyopt.targets.cuda import plan
 
-from conftest import assert_nvcc_compiles, needs_gpu, needs_nvcc
+from conftest import StandInArray, StandInModule, assert_nvcc_compiles, needs_gpu, needs_nvcc
 
 f64 = po.f64
 
@@ -240,33 +240,6 @@ def test_nvcc_builds_the_units(tmp_path):
     assert_nvcc_compiles(tmp_path, _sources(), "sm_90a")
 
 
-class _Module:
-    """A stand-in for a built module: notes each function loaded outside a capture, and each
-    launch (kernel, grid, the arguments after the ABI's) into ``launched``, or into
-    ``capture`` while a graph is captured."""
-
-    def __init__(self, leading: int):
-        self.leading, self.launched, self.loaded, self.capture = leading, [], [], None
-
-    def get_function(self, name: str):
-        if self.capture is None:
-            self.loaded.append(name)
-
-        def launch(grid, block, args, shared_mem=0):
-            into = self.launched if self.capture is None else self.capture
-            into.append((name, tuple(grid), tuple(int(a) for a in args[self.leading:])))
-        return launch
-
-
-class _DeviceArray:
-    """A stand-in for a CuPy array (its module name says cupy): a shape and an address."""
-
-    __module__ = "cupy.stand_in"
-
-    def __init__(self, shape: tuple[int, ...], ptr: int):
-        self.shape, self.data = shape, SimpleNamespace(ptr=ptr)
-
-
 #: Sizes for the stand-in launches: a product 4096 x 64 (K 512), whose tile is not the first.
 STAND_IN_SIZES = {"K": 512, "L": 64, "M": 4096, "N": 100}
 STAND_IN_SHAPES = {"X": (100, 4096), "mean": (4096,), "A": (4096, 512), "B": (512, 64), "C": (4096, 64),
@@ -292,11 +265,11 @@ def _expected(compiled) -> list:
 
 
 def _setup(monkeypatch):
-    """mean_matmul_scale compiled for CUDA, to launch on a :class:`_Module` (no GPU): (compiled
+    """mean_matmul_scale compiled for CUDA, to launch on a :class:`StandInModule` (no GPU): (compiled
     kernel, module, stand-in arrays, the launches expected, :func:`_expected`)."""
     compiled = po.compile(mean_matmul_scale, target="cuda")
-    arrays = {name: _DeviceArray(shape, 256 * (k + 1)) for k, (name, shape) in enumerate(STAND_IN_SHAPES.items())}
-    module = _Module(leading=len(STAND_IN_SIZES) + len(arrays))
+    arrays = {name: StandInArray(shape, 256 * (k + 1)) for k, (name, shape) in enumerate(STAND_IN_SHAPES.items())}
+    module = StandInModule(leading=len(STAND_IN_SIZES) + len(arrays))
     monkeypatch.setattr(cuda, "_raw_module", lambda source: module)
     monkeypatch.setattr(cuda, "_sm_count", lambda: 132)
     return compiled, module, arrays, _expected(compiled)

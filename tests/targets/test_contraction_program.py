@@ -22,7 +22,7 @@ from polyopt.targets.contraction import choose_kernel
 from polyopt.targets.cuda import plan
 from polyopt.transform.marks import GPU_KERNEL_MARK
 
-from conftest import assert_nvcc_compiles, needs_gpu, needs_nvcc
+from conftest import StandInArray, StandInModule, assert_nvcc_compiles, needs_gpu, needs_nvcc
 
 f64 = po.f64
 
@@ -130,33 +130,6 @@ def test_nvcc_builds_the_programs(tmp_path):
     assert_nvcc_compiles(tmp_path, _sources(), "sm_90a")
 
 
-class _Module:
-    """A stand-in for a built module: notes each function loaded outside a capture, and each
-    launch (kernel, grid, its layout arguments) into ``launched``, or into ``capture`` while a
-    graph is captured."""
-
-    def __init__(self, leading: int):
-        self.leading, self.launched, self.loaded, self.capture = leading, [], [], None
-
-    def get_function(self, name: str):
-        if self.capture is None:
-            self.loaded.append(name)
-
-        def launch(grid, block, args, shared_mem=0):
-            into = self.launched if self.capture is None else self.capture
-            into.append((name, tuple(grid), tuple(int(a) for a in args[self.leading:])))
-        return launch
-
-
-class _DeviceArray:
-    """A stand-in for a CuPy array (its module name says cupy): a shape and an address."""
-
-    __module__ = "cupy.stand_in"
-
-    def __init__(self, shape: tuple[int, ...], ptr: int):
-        self.shape, self.data = shape, SimpleNamespace(ptr=ptr)
-
-
 #: 2mm's sizes for the stand-in launches: the first product 4096 x 64 (K 512), the second
 #: 4096 x 4096 (K 64), and the arrays' shapes.
 STAND_IN_SIZES = {"NI": 4096, "NJ": 64, "NK": 512, "NL": 4096}
@@ -164,11 +137,11 @@ STAND_IN_SHAPES = {"tmp": (4096, 64), "A": (4096, 512), "B": (512, 64), "C": (64
 
 
 def _stand_in(monkeypatch):
-    """2mm compiled for CUDA and launched on a :class:`_Module` (no GPU): (compiled kernel,
+    """2mm compiled for CUDA and launched on a :class:`StandInModule` (no GPU): (compiled kernel,
     module, arrays, the launches each contraction's own choice of kernel makes, in order)."""
     compiled = po.compile(po.suite.get("2mm").kernel, target="cuda")
-    arrays = {name: _DeviceArray(shape, 256 * (k + 1)) for k, (name, shape) in enumerate(STAND_IN_SHAPES.items())}
-    module = _Module(leading=len(STAND_IN_SIZES) + 2 + len(arrays))
+    arrays = {name: StandInArray(shape, 256 * (k + 1)) for k, (name, shape) in enumerate(STAND_IN_SHAPES.items())}
+    module = StandInModule(leading=len(STAND_IN_SIZES) + 2 + len(arrays))
     monkeypatch.setattr(cuda, "_raw_module", lambda source: module)
     monkeypatch.setattr(cuda, "_sm_count", lambda: 132)
     expected = []

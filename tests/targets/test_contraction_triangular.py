@@ -13,16 +13,14 @@ import numpy as np
 import pytest
 
 import polyopt as po
-from polyopt import einsum_calls
 from polyopt.analysis import expr as E
 from polyopt.analysis.contraction import find_contraction
-from polyopt.codegen.cuda_contraction import VARIANTS, ContractionSource
-from polyopt.targets import contraction
+from polyopt.codegen.cuda_contraction import ContractionSource
 from polyopt.targets.cache import scop_of
-from polyopt.targets.contraction import async_aligned, launch_layout
+from polyopt.targets.contraction import launch_layout
 from polyopt.targets.cuda import CudaKernel, plan
 
-from conftest import assert_nvcc_compiles, needs_gpu, needs_nvcc
+from conftest import CONTRACTION_TILES, assert_nvcc_compiles, force_contraction_tile, needs_gpu, needs_nvcc
 
 f32, f64 = po.f32, po.f64
 
@@ -302,31 +300,6 @@ def test_nvcc_builds_the_cut_box_kernels(tmp_path):
 
 # ----- on the GPU ----------------------------------------------------------------------------------
 
-def _force_tile(monkeypatch, tile: int) -> list:
-    """Make every contraction launch take kernel ``tile`` of its source (a ``wgmma`` one only
-    from an sm_90a build, an asynchronous one only where the operands are in whole 16-byte
-    vectors: else the test is skipped); the kernels launched are noted in the list returned."""
-    monkeypatch.setattr(CudaKernel, "recorded", lambda self, key: None)
-    einsum_calls.clear()
-    taken = []
-
-    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False):
-        if tile >= len(source.variants):
-            pytest.skip(f"the source has {len(source.variants)} kernels")
-        name, variant = source.variants[tile]
-        if variant.wgmma and not wgmma:
-            pytest.skip("wgmma kernel, the module is not built for sm_90a")
-        layout = launch_layout(source.contraction, variant, extent, shapes)
-        if variant.asynchronous and not async_aligned(source.contraction, variant, layout, aligned_operands):
-            pytest.skip("cp.async kernel, operands not in whole 16-byte vectors")
-        taken.append(name)
-        return name, variant, layout
-    monkeypatch.setattr(contraction, "choose_kernel", forced)
-    return taken
-
-
-#: Kernel numbers of a contraction source (the most any engine has).
-TILES = range(max(len(variants) for variants in VARIANTS.values()))
 #: (N, K): one element, fewer rows than a tile, rows not in 16-byte vectors, more than one tile
 #: in M and N (tiles skipped, tiles on the diagonal), whole 16-byte vectors (cp.async and wgmma).
 SIZES = [(1, 1), (5, 3), (37, 20), (130, 67), (259, 136), (264, 136)]
@@ -359,7 +332,7 @@ def _check(name, expected, before: dict, after, bound: float) -> None:
 
 
 @needs_gpu
-@pytest.mark.parametrize("tile", TILES)
+@pytest.mark.parametrize("tile", CONTRACTION_TILES)
 @pytest.mark.parametrize("sizes", SIZES, ids=[f"{n}x{k}" for n, k in SIZES])
 @pytest.mark.parametrize("precision", ["exact", "tf32"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -372,7 +345,7 @@ def test_cut_boxes_on_the_gpu_match_numpy(name, make, groups, constraints, expec
 
     if dtype == np.float64 and precision == "tf32":
         pytest.skip("tf32 concerns f32 data")
-    taken = _force_tile(monkeypatch, tile)
+    taken = force_contraction_tile(monkeypatch, tile)
     n, k = sizes
     kernel = make() if dtype == np.float64 else make().with_dtype("f32")
     args = _inputs(name, n, k, dtype, np.random.default_rng(n + k))
@@ -386,14 +359,14 @@ def test_cut_boxes_on_the_gpu_match_numpy(name, make, groups, constraints, expec
 
 
 @needs_gpu
-@pytest.mark.parametrize("tile", TILES)
+@pytest.mark.parametrize("tile", CONTRACTION_TILES)
 @pytest.mark.parametrize("sizes", SIZES, ids=[f"{n}x{k}" for n, k in SIZES])
 def test_half_syrk_on_the_gpu_matches_numpy(sizes, tile, monkeypatch):
     """f16 operands into an f32 lower triangle (hmma mma.sync, and wgmma on an H100): the
     products exact in f32, the strictly upper triangle untouched."""
     import cupy
 
-    taken = _force_tile(monkeypatch, tile)
+    taken = force_contraction_tile(monkeypatch, tile)
     made = plan(_half_scop(scop_of(syrk_f32)))
     kernel = CudaKernel(made.scop, made.schedule, made.source)
     n, k = sizes
