@@ -23,7 +23,7 @@ os.environ.pop("POLYOPT_CACHE_MAX_MB", None)
 import polyopt as po
 from polyopt import einsum_calls
 from polyopt.codegen.cuda_contraction import VARIANTS
-from polyopt.targets import contraction
+from polyopt.targets import contraction, cuda
 from polyopt.targets.cuda import CudaKernel, cupy_module
 
 #: The scheduling algorithms the semantic tests run (isl's two schedulers and the textual order).
@@ -114,6 +114,26 @@ class StandInArray:
 
     def __init__(self, shape: tuple[int, ...], ptr: int):
         self.shape, self.data = shape, SimpleNamespace(ptr=ptr)
+
+
+def capture_graphs_on(monkeypatch, module: StandInModule, compiled) -> list:
+    """Make ``compiled.launch(..., graph=True)`` capture its launches on the stand-in ``module``
+    (no GPU) and replay a capture by appending its launches to ``module.launched``; the list
+    returned gets each capture's launches. ``compiled`` starts with no graphs (it is cached:
+    none of these stay)."""
+    stream = SimpleNamespace(record=lambda: None, wait_event=lambda event: None)
+    monkeypatch.setattr(cuda, "cupy_module", lambda: SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: stream)))
+    captures = []
+
+    def captured(run):
+        module.capture = []
+        run()
+        launches, module.capture = module.capture, None
+        captures.append(launches)
+        return stream, SimpleNamespace(launch=lambda on: module.launched.extend(launches))
+    monkeypatch.setattr(cuda, "_captured", captured)
+    monkeypatch.setattr(compiled, "_graphs", {})
+    return captures
 
 
 #: Kernel numbers of a contraction source (the most any engine has).

@@ -6,7 +6,6 @@ kernels. Which kernels qualify, the notes, the translation unit, its nvcc builds
 launches (through a stand-in module) need no GPU; on a GPU the programs are checked against
 numpy at ragged sizes, through repeated calls and graphs."""
 import re
-from types import SimpleNamespace
 
 import islpy as isl
 import numpy as np
@@ -27,7 +26,7 @@ from polyopt.targets.contraction_kernels import (SubstitutedSource, candidate_ke
                                                  whole_statements)
 from polyopt.targets.cuda import plan
 
-from conftest import StandInArray, StandInModule, assert_nvcc_compiles, needs_gpu, needs_nvcc
+from conftest import StandInArray, StandInModule, capture_graphs_on, assert_nvcc_compiles, needs_gpu, needs_nvcc
 
 f64 = po.f64
 
@@ -298,19 +297,7 @@ def test_graph_launches_capture_the_contraction_kernel(monkeypatch):
     """``launch(graph=True)``: the host program, the contraction kernel in it, captured once
     per argument set and replayed."""
     compiled, module, arrays, expected = _setup(monkeypatch)
-    stream = SimpleNamespace(record=lambda: None, wait_event=lambda event: None)
-    monkeypatch.setattr(cuda, "cupy_module",
-                        lambda: SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: stream)))
-    captures = []
-
-    def captured(run):
-        module.capture = []
-        run()
-        launches, module.capture = module.capture, None
-        captures.append(launches)
-        return stream, SimpleNamespace(launch=lambda on: module.launched.extend(launches))
-    monkeypatch.setattr(cuda, "_captured", captured)
-    monkeypatch.setattr(compiled, "_graphs", {})
+    captures = capture_graphs_on(monkeypatch, module, compiled)
     for _ in range(2):
         compiled.launch(STAND_IN_SIZES, {}, arrays, graph=True)
     assert captures == [expected] and module.launched == expected * 2

@@ -5,7 +5,6 @@ the source, its nvcc build and the launches (through a stand-in module) need no 
 2mm and 3mm are checked against numpy at ragged sizes, through repeated calls and graphs."""
 import shutil
 import subprocess
-from types import SimpleNamespace
 
 import islpy as isl
 import numpy as np
@@ -22,7 +21,7 @@ from polyopt.targets.contraction import choose_kernel
 from polyopt.targets.cuda import plan
 from polyopt.transform.marks import GPU_KERNEL_MARK
 
-from conftest import StandInArray, StandInModule, assert_nvcc_compiles, needs_gpu, needs_nvcc
+from conftest import StandInArray, StandInModule, capture_graphs_on, assert_nvcc_compiles, needs_gpu, needs_nvcc
 
 f64 = po.f64
 
@@ -172,19 +171,7 @@ def test_graph_launches_capture_the_contractions_once(monkeypatch):
     before the capture, both contractions' launches are captured once per argument set and
     the graph replayed at each launch."""
     compiled, module, arrays, expected = _stand_in(monkeypatch)
-    stream = SimpleNamespace(record=lambda: None, wait_event=lambda event: None)
-    fake_cupy = SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: stream))
-    monkeypatch.setattr(cuda, "cupy_module", lambda: fake_cupy)
-    captures = []
-
-    def captured(run):
-        module.capture = []
-        run()
-        launches, module.capture = module.capture, None
-        captures.append(launches)
-        return stream, SimpleNamespace(launch=lambda on: module.launched.extend(launches))
-    monkeypatch.setattr(cuda, "_captured", captured)
-    monkeypatch.setattr(compiled, "_graphs", {})  # (the compiled kernel is cached: none of these graphs stay)
+    captures = capture_graphs_on(monkeypatch, module, compiled)
     for _ in range(2):
         compiled.launch(STAND_IN_SIZES, {"alpha": 1.5, "beta": 1.2}, arrays, graph=True)
     assert captures == [expected] and module.launched == expected * 2
