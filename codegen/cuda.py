@@ -62,8 +62,12 @@ WIDE_MIN_BLOCKS = 1024
 #: columns in runs of 4 (16 bytes: one vector load); f64 coordinates a block apart (measured
 #: faster at LARGE: gemm 0.60 against 0.76 ms with runs of 2, syrk 1.46 against 2.23 ms).
 DEFAULT_VECTOR = {4: (8, 4), 8: (1, 1)}
-#: Most blocks per grid dimension (x, y, z); the grid-stride loops cover the rest.
+#: Most blocks per grid dimension (x, y, z); grid-stride loops cover the rest in kernels of three
+#: coordinates (:attr:`LaunchShape.strided`).
 GRID_LIMIT = (2**31 - 1, 65535, 65535)
+#: Coordinates to which a sweep kernel's first x block origin is rounded down (a warp's width):
+#: rows that start on an aligned address are then read in whole segments by every warp.
+X_ALIGN = 32
 #: Threads of a one-block kernel (:class:`~polyopt.codegen.gpu_mapping.BlockKernel`): the
 #: most a block has, since its phases' loops are all the parallelism it gets (a whole number of
 #: warps: its split sums add the warps' partial sums in shared memory).
@@ -77,12 +81,20 @@ class LaunchShape:
     adjacent ones (its reads of a staged tile are contiguous words), the runs ``block`` runs
     apart; elsewhere (and with runs of 1) they are ``block`` apart (coalesced global accesses).
     ``parts``: threads of a warp sharing each coordinate (split sums,
-    :mod:`polyopt.codegen.gpu_reduction`); ``block`` then counts coordinates, not threads."""
+    :mod:`polyopt.codegen.gpu_reduction`); ``block`` then counts coordinates, not threads.
+    ``align``: block origins along ``x`` start at a multiple of this many coordinates."""
 
     block: tuple[int, ...]
     unroll: tuple[int, ...]
     vector: tuple[int, ...] = ()
     parts: int = 1
+    align: int = 1
+
+    def x_origin(self, lower: int) -> int:
+        """The first block's ``x`` origin for a lower bound: rounded down to a multiple of
+        ``align`` (:data:`X_ALIGN`), so a warp's accesses of a row start where the row's aligned
+        segments do; the threads below the bound fail the kernel's guard."""
+        return lower // self.align * self.align
 
     def offsets(self, runs: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         """Per coordinate, the offsets of a thread's coordinates from its first one, for runs
@@ -95,15 +107,30 @@ class LaunchShape:
         dims = tuple(reversed(self.block)) + (1,) * (3 - len(self.block))
         return dims[0] * self.parts, dims[1], dims[2]
 
+    @property
+    def strided(self) -> bool:
+        """Whether the kernel walks its block origins in grid-stride loops (3 coordinates);
+        with fewer, each block has one origin: x's grid limit is beyond any array, and y's
+        blocks past its limit go on in ``blockIdx.z`` (a loop, even one that runs once, costs
+        a stencil sweep about a third of its time: docs/performance.md, "Stencil sweeps")."""
+        return len(self.block) > 2
+
     def grid(self, lower: list[int], upper: list[int]) -> tuple[int, int, int] | None:
         """``gridDim`` (x, y, z) for coordinate bounds, None when there is nothing to run."""
         blocks = []
-        for lo, hi, b, r in zip(lower, upper, self.block, self.unroll):
+        for d, (lo, hi, b, r) in enumerate(zip(lower, upper, self.block, self.unroll)):
             if hi < lo:
                 return None
+            if d == len(self.block) - 1:
+                lo = self.x_origin(lo)
             blocks.append(-(-(hi - lo + 1) // (b * r)))
         dims = list(reversed(blocks)) + [1] * (3 - len(blocks))
-        return tuple(min(d, limit) for d, limit in zip(dims, GRID_LIMIT))
+        if self.strided:
+            return tuple(min(d, limit) for d, limit in zip(dims, GRID_LIMIT))
+        if dims[0] > GRID_LIMIT[0]:
+            raise CodegenError(f"CUDA: {dims[0]} blocks along x exceed the grid's {GRID_LIMIT[0]}")
+        y = min(dims[1], GRID_LIMIT[1])
+        return dims[0], y, -(-dims[1] // y)
 
 
 @dataclass(frozen=True)
@@ -160,7 +187,9 @@ def launch_shape(kernel: Kernel, element_bytes: int, block=None, tile=None, vect
         unroll = (1,) * n  # no lockstep: control flow differs between coordinates, or scalars
     runs = _per_coordinate(vector, n, "vector") or (
         DEFAULT_VECTOR.get(element_bytes, (1, 1)) if n == 2 else (1,) * n)
-    return LaunchShape(threads, unroll, tuple(gcd(v, u) for v, u in zip(runs, unroll)))
+    sweep = all(u == 1 for u in unroll) and threads[-1] % X_ALIGN == 0
+    return LaunchShape(threads, unroll, tuple(gcd(v, u) for v, u in zip(runs, unroll)),
+                       align=X_ALIGN if sweep else 1)
 
 
 def _per_coordinate(value, n: int, what: str) -> tuple[int, ...] | None:
@@ -340,9 +369,16 @@ def _kernel(scop: Scop, kernel: Kernel, shape: LaunchShape, emit, private, share
     for d in range(n):  # every thread of a block walks the same block origins
         axis = "xyz"[n - 1 - d]
         span = shape.block[d] * shape.unroll[d]
-        out.append(f"{'  ' * (d + 1)}for (long _b{d} = {emit.at(kernel.lower[d], C_PRIMARY)} + "
-                   f"(long)blockIdx.{axis} * {span}; _b{d} <= {emit.at(kernel.upper[d], C_PRIMARY)}; "
-                   f"_b{d} += (long)gridDim.{axis} * {span}) {{")
+        lower, upper = emit.at(kernel.lower[d], C_PRIMARY), emit.at(kernel.upper[d], C_PRIMARY)
+        if axis == "x":
+            lower = x_origin(kernel.lower[d], shape.align, emit)
+        if shape.strided:
+            out.append(f"{'  ' * (d + 1)}for (long _b{d} = {lower} + (long)blockIdx.{axis} * {span}; "
+                       f"_b{d} <= {upper}; _b{d} += (long)gridDim.{axis} * {span}) {{")
+            continue
+        block = "(long)blockIdx.x" if axis == "x" else "((long)blockIdx.z * gridDim.y + blockIdx.y)"
+        out.append(f"{'  ' * (d + 1)}const long _b{d} = {lower} + {block} * {span};")
+        out.append(f"{'  ' * (d + 1)}if (_b{d} <= {upper}) {{")
     depth = n + 1
     pad = "  " * depth
     placeholder = f"{pad}/* coordinates */"
@@ -577,6 +613,17 @@ def _run_offset(index: str, block: int, unroll: int, run: int) -> str:
     return f"{index} / {run} * {block * run} + {index} % {run}"
 
 
+def x_origin(lower: E.Expr, align: int, emit) -> str:
+    """C for the first x block origin of a kernel whose x lower bound is ``lower``: rounded down
+    to a multiple of ``align`` (:meth:`LaunchShape.x_origin`; folded where ``lower`` is a
+    constant)."""
+    if align == 1:
+        return emit.at(lower, C_PRIMARY)
+    if isinstance(lower, E.Const):
+        return str(int(lower.value) // align * align)
+    return f"pl_floordiv({emit(lower)}, {align}) * {align}"
+
+
 def _read_only(scop: Scop, kernel: Kernel) -> set[str]:
     """Arrays (not local scalars) the kernel reads and does not write."""
     statements = [scop.statement(s) for s in kernel.statements]
@@ -773,6 +820,8 @@ def _host_wrapper(scop: Scop, program: GpuProgram, shapes: dict[str, LaunchShape
     out = ["#ifndef __CUDACC_RTC__", "#include <math.h>",
            "static inline unsigned pl_blocks(long lo, long hi, long span, long limit)",
            "{ long n = (hi - lo + span) / span; return (unsigned)(n < limit ? n : limit); }",
+           "static inline unsigned pl_blocks_over(long lo, long hi, long span, long limit)",
+           "{ long n = (hi - lo + span) / span; return (unsigned)((n + limit - 1) / limit); }",
            f'extern "C" void {name}({", ".join(params) or "void"})', "{"]
     out += [f"  {c_type_name(scop.arrays[s].dtype)} {s} = 0;" for s in program.host_scalars]
     _host_steps(scop, program.host, shapes, wide, emit, out, 1)
@@ -820,7 +869,10 @@ def _launch_line(step: Kernel, name: str, shape: LaunchShape, call_args: str, em
     grid = ["1", "1", "1"]
     for d in range(n):
         axis = n - 1 - d
-        lo, hi = emit(step.lower[d]), emit(step.upper[d])
-        grid[axis] = f"pl_blocks({lo}, {hi}, {shape.block[d] * shape.unroll[d]}, {GRID_LIMIT[axis]})"
+        lo = x_origin(step.lower[d], shape.align, emit) if axis == 0 else emit(step.lower[d])
+        hi, span = emit(step.upper[d]), shape.block[d] * shape.unroll[d]
+        grid[axis] = f"pl_blocks({lo}, {hi}, {span}, {GRID_LIMIT[axis]})"
+        if axis == 1 and not shape.strided:  # y's blocks past its limit go on in z
+            grid[2] = f"pl_blocks_over({lo}, {hi}, {span}, {GRID_LIMIT[axis]})"
     bx, by, bz = shape.cuda_block()
     return grid, f"{name}<<<dim3({', '.join(grid)}), dim3({bx}, {by}, {bz})>>>({call_args});"

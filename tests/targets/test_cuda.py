@@ -211,7 +211,7 @@ def test_f64_register_tiles_widen_on_large_grids():
     assert source.choose(update, [0, 0], [4095, 4095])[0] == update + "_w"
     name, shape, grid = source.choose(update, [0, 0], [999, 1099])
     assert name == update and grid == (9, 32, 1)
-    assert "if ((long)pl_blocks(0, NJ - 1, 128, 2147483647) * (long)pl_blocks(0, NI - 1, 64, 65535) * (long)1 >= 1024)" in source.source
+    assert "if ((long)pl_blocks(0, NJ - 1, 128, 2147483647) * (long)pl_blocks(0, NI - 1, 64, 65535) * (long)pl_blocks_over(0, NI - 1, 64, 65535) >= 1024)" in source.source
     # a shape the user gives is the only one; f32 has no wider variant
     assert plan(po.suite.get("gemm").kernel, block=(8, 32), tile=(32, 128)).source.wide == {}
     assert plan(po.suite.get("gemm").kernel.with_dtype("f32"), contraction=False).source.wide == {}
@@ -219,7 +219,24 @@ def test_f64_register_tiles_widen_on_large_grids():
 
 def test_bounds_are_parenthesized():
     source = po.cuda_source(po.suite.get("covariance").kernel)
-    assert re.search(r"_b0 <= \(M >= N( \+ 1)? \? M - 1 : N - 1\);", source)
+    assert re.search(r"_b0 <= \(M >= N( \+ 1)? \? M - 1 : N - 1\)[;)]", source)
+
+
+def test_sweeps_take_one_block_origin_aligned_to_a_warp():
+    """Kernels of one or two coordinates have no grid-stride loop (y's blocks past the grid's
+    limit go on in z), and a sweep's first x origin is rounded down to a multiple of 32."""
+    source = plan(po.suite.get("jacobi-2d").kernel).source
+    text = source.source
+    assert "gridDim" in text and "for (long _b" not in text
+    assert "const long _b1 = 0 + (long)blockIdx.x * 32;" in text
+    assert "pl_blocks(0, N - 2, 32, 2147483647), pl_blocks(1, N - 2, 8, 65535), pl_blocks_over(1, N - 2, 8, 65535)" in text
+    shape = source.shapes[source.program.kernels[0].name]
+    assert shape.align == 32 and not shape.strided
+    assert shape.grid([1, 1], [1298, 1298]) == (41, 163, 1)
+    assert shape.grid([1, 33], [8 * 65535 * 2 + 1, 63]) == (1, 65535, 3)  # y's overflow in z
+    # three coordinates keep their grid-stride loops
+    heat = plan(po.suite.get("heat-3d").kernel).source
+    assert heat.shapes[heat.program.kernels[0].name].strided and "_b0 += (long)gridDim.z" in heat.source
 
 
 def test_no_register_tiling_with_local_scalars_or_varying_control_flow():
