@@ -44,6 +44,7 @@ from polyopt.targets.sm90a import sm90a_module
 from polyopt.types import bf16
 from polyopt.schedulers.registry import schedule as run_scheduler
 from polyopt.schedulers import gpu as gpu_choice
+from polyopt.schedulers.gpu_fusion import fuse_parallel_nests
 from polyopt.transform.marks import GPU_KERNEL_MARK
 from polyopt.transform.nodes import bands
 from polyopt.transform.primitives import run as run_primitive
@@ -165,8 +166,24 @@ def choose_schedule(scop: Scop, algorithm: str, options: dict, map_program) -> g
         scored, failed = scored + scored2, failed + failed2
         if second is not None:
             best = gpu_choice.better(best, second, margin=gpu_choice.SECOND_ROUND_MARGIN)
+    fused = _with_fused_nests(best, map_program)
+    if fused is not None:
+        scored.append(fused)
+        best = gpu_choice.better(best, fused)
     text = gpu_choice.note(best, scored, failed, _label(algorithm, options))
     return replace(best, schedule=replace(best.schedule, notes=tuple(best.schedule.notes) + (text,)))
+
+
+def _with_fused_nests(best: gpu_choice.Candidate, map_program) -> gpu_choice.Candidate | None:
+    """``best`` with its consecutive parallel nests fused into one kernel each
+    (:func:`~polyopt.schedulers.gpu_fusion.fuse_parallel_nests`) as a candidate of its own (the
+    estimate counts its fewer launches), None where nothing fuses."""
+    fused = fuse_parallel_nests(best.schedule)
+    if fused is best.schedule:
+        return None
+    program = map_program(fused)
+    return gpu_choice.Candidate(best.label + " + fused nests", fused, program,
+                                gpu_choice.estimate(fused.scop, program))
 
 
 def _label(algorithm: str, options: dict) -> str:
