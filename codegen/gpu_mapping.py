@@ -195,7 +195,9 @@ def map_to_gpu(scop: Scop, tree: isl.Schedule, name: str) -> GpuProgram:
 
     The host scalars (:func:`~polyopt.codegen.gpu_host.host_scalars`) are those whose every
     writer the walk placed on the host: a scalar with a writer inside a kernel is dropped and
-    the tree mapped again (the scalars only shrink, so this ends)."""
+    the tree mapped again (the scalars only shrink, so this ends). Then each statement of a
+    single instance launched alone is merged into a neighbouring kernel where that is legal
+    (:func:`_single_instance_merged`), the tree mapped again after each merge."""
     check_user_names(scop)
     tree = tree.map_schedule_node_bottom_up(_without_ast_options)
     program = _mapped(scop, tree, name)
@@ -274,7 +276,8 @@ def _merged_tree(scop: Scop, tree: isl.Schedule, statement: str, kernel: Kernel,
     that filter's subtree that hold the kernel's coordinates get ``statement``'s instance at
     their first point (the lexicographic minimum of their values, or 0 where the kernel has no
     instance), and below them the statement runs after (``after``) or before the rest. None
-    where the tree has no such pair of filters or the subtree does not start with those bands."""
+    where the tree has no such pair of filters or the subtree does not start with those bands
+    (under ``gpu_block``/``gpu_thread`` marks where the schedule gives the coordinates)."""
     domain, root = N.from_isl(tree, scop)
     for path, node in N.walk(root):
         if not isinstance(node, N.Sequence) or not node.ordered:
@@ -287,18 +290,25 @@ def _merged_tree(scop: Scop, tree: isl.Schedule, statement: str, kernel: Kernel,
         if not (0 <= other < len(names) and names[other] == set(kernel.statements)):
             return None
         lone, host = node.children[at], node.children[other]
-        chain = [host.child]
-        while isinstance(chain[-1], N.Band) and sum(len(b.members) for b in chain) < len(kernel.coords):
-            chain.append(chain[-1].child)
-        if not all(isinstance(b, N.Band) for b in chain):
-            return None
+        chain, below, members = [], host.child, 0  # (coordinates the schedule gives: under marks)
+        while members < len(kernel.coords):
+            if isinstance(below, N.Band):
+                members += len(below.members)
+            elif not (isinstance(below, N.Mark) and below.name in (GPU_BLOCK_MARK, GPU_THREAD_MARK)):
+                return None
+            chain.append(below)
+            below = below.child
+        bands = [b for b in chain if isinstance(b, N.Band)]
         values = _first_point(lone.domain.intersect(domain), host.domain.intersect(domain),
-                              [m for b in chain for m in b.members])
-        inner = (N.Filter(host.domain, chain[-1].child), N.Filter(lone.domain, N.Leaf()))
+                              [m for b in bands for m in b.members])
+        inner = (N.Filter(host.domain, below), N.Filter(lone.domain, N.Leaf()))
         merged: N.Node = N.Sequence(inner if after else inner[::-1])
-        for band in reversed(chain):  # (the values of the innermost band's members are last)
-            values, own = values[:-len(band.members)], values[-len(band.members):]
-            merged = replace(band, members=tuple(m.union_add(v) for m, v in zip(band.members, own)),
+        for part in reversed(chain):  # (the values of the innermost band's members are last)
+            if isinstance(part, N.Mark):
+                merged = replace(part, child=merged)
+                continue
+            values, own = values[:-len(part.members)], values[-len(part.members):]
+            merged = replace(part, members=tuple(m.union_add(v) for m, v in zip(part.members, own)),
                              child=merged)
         first = min(at, other)
         kids = node.children[:first] + (N.Filter(lone.domain.union(host.domain), merged),) \

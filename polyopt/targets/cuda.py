@@ -163,7 +163,7 @@ def choose_schedule(scop: Scop, algorithm: str, options: dict, map_program) -> g
             opts = {**options, "fuse": "no"} if algorithm == "pluto" else {"fuse": "no"}
             more.append((_label("pluto", opts), make("pluto", opts)))
         more += [(name, make(name, {})) for name in ("feautrier", "isl") if name != algorithm]
-        requested = scored[0]
+        requested = scored[0]  # (the requested algorithm's, scored first)
         loops = gpu_choice.wavefront_loops(requested.schedule)
         if loops is not None:
             more.append((f"{requested.label} wavefront({', '.join(loops)})",
@@ -184,13 +184,16 @@ def _label(algorithm: str, options: dict) -> str:
 def _with_mapping(schedule: Schedule, program: GpuProgram) -> Schedule:
     """``schedule`` with the mapping's choice recorded as ``gpu_map`` steps (one per kernel with
     thread coordinates, naming the loops that became its coordinates), so the plan's trace says
-    which loops went to blocks and threads and replays to the same mapping; unchanged where a
-    coordinate is no loop of the schedule (the mapper split it differently)."""
+    which loops went to blocks and threads and replays to the same mapping (a coordinate is
+    the loop it equals on the loop's statements: a single-instance statement merged into the
+    kernel is merged again on replay); unchanged where a coordinate is no loop of the schedule
+    (the mapper split it differently)."""
     named = [(name, member) for _, band in bands(schedule.root) for name, member in zip(band.names, band.members)]
     recorded = schedule
     try:
         for coordinates in _kernel_coordinates(program.tree):
-            loops = [next(name for name, loop in named if loop.plain_is_equal(member)) for member in coordinates]
+            loops = [next(name for name, loop in named if loop.plain_is_equal(member.intersect_domain(loop.domain())))
+                     for member in coordinates]
             recorded = run_primitive(recorded, "gpu_map", loops, check=False,
                                      note="the GPU mapping: these loops are the kernel's block/thread coordinates")
     except (StopIteration, ScheduleError):

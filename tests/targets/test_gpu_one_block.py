@@ -229,6 +229,10 @@ def test_correlations_lone_statement_runs_in_the_kernel_before_it(fixed):
     (merged,) = [k for k in result.program.kernels if "S15" in k.statements]
     assert merged.statements == {"S14", "S15"} and len(merged.coords) == 2
     assert len(result.program.kernels) == 10
+    # the plan records the kernels' loops; replayed (coordinates given), S15 is merged again
+    assert sum(step.primitive == "gpu_map" for step in result.schedule.trace) == 10
+    again = plan(po.suite.get("correlation").kernel, schedule=result.schedule).program
+    assert [k.statements for k in again.kernels] == [k.statements for k in result.program.kernels]
     for m, n in ((1, 3), (2, 3), (5, 4)):
         args = po.suite.get("correlation").inputs({"M": m, "N": n})
         expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
