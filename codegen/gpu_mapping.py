@@ -16,7 +16,11 @@ launches; a subtree with no parallelism at all becomes a single-thread kernel, e
     to such loops and to kernels without coordinates running no loop but their sums (a sum
     among them), become one :class:`BlockKernel`: one thread block running the loops itself,
     its kernels as phases over the block's threads with a barrier after each (durbin: one
-    launch instead of a one-thread kernel and several small ones per step of its k loop).
+    launch instead of a one-thread kernel and several small ones per step of its k loop);
+  - a statement of a single instance (no loop), launched once as a one-thread kernel, runs in
+    the kernel launched just before it, or else just after it, at that kernel's first point,
+    where that kernel's threads run no loop and the verifier accepts the merged tree
+    (correlation's ``corr[M-1][M-1] = 1.0``).
 
 Kernel bounds, host loop bounds and the per-thread guard are isl expressions of the parameters
 and of the enclosing host loop variables, so grid sizes follow the parameter values at launch.
@@ -46,7 +50,7 @@ the tree's, which the verifier checks too; the barriers make the threads keep it
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 
 import islpy as isl
@@ -57,12 +61,13 @@ from polyopt.codegen.loop_nodes import Node
 from polyopt.codegen.ast import iterator_prefix, MAX_LOOP_DEPTH, IslAstTranslator
 from polyopt.codegen.gpu_host import HostStatement, host_scalars, reads_of, writers
 from polyopt.analysis.deps import dependences
-from polyopt.errors import CodegenError
+from polyopt.errors import CodegenError, IllegalScheduleError
 from polyopt.analysis.scop import Scop
 from polyopt.types import boolean
 from polyopt.islutil import coalesced, tuple_names
 from polyopt.analysis.reductions import accumulated_array, same_element_updates
-from polyopt.analysis.verify import carried_dependences
+from polyopt.analysis.verify import carried_dependences, verify
+from polyopt.transform import nodes as N
 from polyopt.transform.marks import (GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_REDUCE_MARK, GPU_THREAD_MARK,
                                      memory_placement)
 from polyopt.transform.tree import stride_one_score
@@ -190,9 +195,22 @@ def map_to_gpu(scop: Scop, tree: isl.Schedule, name: str) -> GpuProgram:
 
     The host scalars (:func:`~polyopt.codegen.gpu_host.host_scalars`) are those whose every
     writer the walk placed on the host: a scalar with a writer inside a kernel is dropped and
-    the tree mapped again (the scalars only shrink, so this ends)."""
+    the tree mapped again (the scalars only shrink, so this ends). Then each statement of a
+    single instance launched alone is merged into a neighbouring kernel where that is legal
+    (:func:`_single_instance_merged`), the tree mapped again after each merge."""
     check_user_names(scop)
     tree = tree.map_schedule_node_bottom_up(_without_ast_options)
+    program = _mapped(scop, tree, name)
+    while True:  # each merge leaves one kernel fewer
+        merged = _single_instance_merged(scop, tree, name, program)
+        if merged is None:
+            return program
+        tree, program = merged
+
+
+def _mapped(scop: Scop, tree: isl.Schedule, name: str) -> GpuProgram:
+    """The host program of ``tree`` as :func:`map_to_gpu` maps it, before any single-instance
+    statement is merged into a neighbouring kernel."""
     by_array = writers(scop)
     scalars = host_scalars(scop)
     while True:
@@ -204,6 +222,117 @@ def map_to_gpu(scop: Scop, tree: isl.Schedule, name: str) -> GpuProgram:
             return GpuProgram(scop, tuple(host), tuple(kernels_in(host)), root.get_schedule(),
                               tuple(sorted(scalars)))
         scalars = kept
+
+
+def _single_instance_merged(scop: Scop, tree: isl.Schedule, name: str, program: GpuProgram
+                            ) -> tuple[isl.Schedule, GpuProgram] | None:
+    """(tree, program) with one statement of a single instance, launched once as a one-thread
+    kernel of its own, merged into the kernel launched just before it (it runs after that
+    kernel's instances at the kernel's first point) or else just after it (before them); None
+    if there is none to merge. Only a kernel whose threads run no loop takes it: one whose threads
+    loop may be register-tiled and stage its reads in shared memory, which a statement beside
+    its loops would prevent (its guard no longer convex, its body no longer the loops alone),
+    and a launch saved is not worth that. A merge is kept only if the mapping of the merged tree
+    passes the verifier and has exactly that one kernel fewer, so each merge saves a launch and
+    never changes the rest of the mapping (correlation's ``corr[M-1][M-1] = 1``)."""
+    steps = program.host
+    one_thread = sum(not kernel.coords for kernel in program.kernels)
+    for at, step in enumerate(steps):
+        if not _lone_instance(scop, step):
+            continue
+        for other, after in ((at - 1, True), (at + 1, False)):
+            if not (0 <= other < len(steps) and isinstance(steps[other], Kernel) and steps[other].coords
+                    and not has_loop(steps[other].body)):
+                continue
+            merged = _merged_tree(scop, tree, next(iter(step.statements)), steps[other], after)
+            if merged is None:
+                continue
+            mapped = _mapped(scop, merged, name)
+            if len(mapped.kernels) != len(program.kernels) - 1 or \
+                    sum(not kernel.coords for kernel in mapped.kernels) != one_thread - 1:
+                continue
+            try:
+                verify(scop, mapped.tree)
+            except IllegalScheduleError:
+                continue
+            return merged, mapped
+    return None
+
+
+def _lone_instance(scop: Scop, step: HostStep) -> bool:
+    """Whether ``step`` is a one-thread kernel launched once (outside host loops) that runs one
+    statement's single instance, no loop and no sum."""
+    if not isinstance(step, Kernel) or step.coords or step.host_vars or step.sums or step.memory \
+            or len(step.statements) != 1 or has_loop(step.body):
+        return False
+    single = scop.statement(next(iter(step.statements))).domain
+    return single.lexmin().is_equal(single)
+
+
+def _merged_tree(scop: Scop, tree: isl.Schedule, statement: str, kernel: Kernel, after: bool
+                 ) -> isl.Schedule | None:
+    """``tree`` with the filter of ``statement`` (a child of an ordered sequence) merged into
+    the adjacent filter holding exactly the statements of ``kernel``: the bands at the top of
+    that filter's subtree that hold the kernel's coordinates get ``statement``'s instance at
+    their first point (the lexicographic minimum of their values, or 0 where the kernel has no
+    instance), and below them the statement runs after (``after``) or before the rest. None
+    where the tree has no such pair of filters or the subtree does not start with those bands
+    (under ``gpu_block``/``gpu_thread`` marks where the schedule gives the coordinates)."""
+    domain, root = N.from_isl(tree, scop)
+    for path, node in N.walk(root):
+        if not isinstance(node, N.Sequence) or not node.ordered:
+            continue
+        names = [set(tuple_names(f.domain.intersect(domain))) for f in node.children]
+        if {statement} not in names:
+            continue
+        at = names.index({statement})
+        other = at - 1 if after else at + 1
+        if not (0 <= other < len(names) and names[other] == set(kernel.statements)):
+            return None
+        lone, host = node.children[at], node.children[other]
+        chain, below, members = [], host.child, 0  # (coordinates the schedule gives: under marks)
+        while members < len(kernel.coords):
+            if isinstance(below, N.Band):
+                members += len(below.members)
+            elif not (isinstance(below, N.Mark) and below.name in (GPU_BLOCK_MARK, GPU_THREAD_MARK)):
+                return None
+            chain.append(below)
+            below = below.child
+        bands = [b for b in chain if isinstance(b, N.Band)]
+        values = _first_point(lone.domain.intersect(domain), host.domain.intersect(domain),
+                              [m for b in bands for m in b.members])
+        inner = (N.Filter(host.domain, below), N.Filter(lone.domain, N.Leaf()))
+        merged: N.Node = N.Sequence(inner if after else inner[::-1])
+        for part in reversed(chain):  # (the values of the innermost band's members are last)
+            if isinstance(part, N.Mark):
+                merged = replace(part, child=merged)
+                continue
+            values, own = values[:-len(part.members)], values[-len(part.members):]
+            merged = replace(part, members=tuple(m.union_add(v) for m, v in zip(part.members, own)),
+                             child=merged)
+        first = min(at, other)
+        kids = node.children[:first] + (N.Filter(lone.domain.union(host.domain), merged),) \
+            + node.children[first + 2:]
+        return N.to_isl(domain, N.replace_at(root, path, replace(node, children=kids)))
+    return None
+
+
+def _first_point(lone: isl.UnionSet, others: isl.UnionSet, members: list[isl.UnionPwAff]
+                 ) -> list[isl.UnionPwAff]:
+    """Per member, the value it gives the instance of ``lone`` (one statement): the
+    lexicographic minimum of the members' values over ``others``, or 0 where ``others`` is
+    empty."""
+    point_of = isl.Set.from_union_set(lone)
+    image = _image(others, *members)
+    image = image.align_params(point_of.get_space())
+    point_of = point_of.align_params(image.get_space())
+    first = isl.Map.from_domain_and_range(point_of, image).lexmin()
+    zero = isl.Set.universe(image.get_space())
+    for d in range(len(members)):
+        zero = zero.fix_val(isl.dim_type.set, d, isl.Val(0))
+    rest = isl.Map.from_domain_and_range(point_of.subtract(first.domain()), zero)
+    value = isl.PwMultiAff.from_map(first.union(rest))
+    return [isl.UnionPwAff.from_pw_aff(value.get_pw_aff(d).coalesce()) for d in range(len(members))]
 
 
 def host_statements_in(steps) -> list[HostStatement]:

@@ -34,7 +34,9 @@ from polyopt.analysis.scop import Scop
 from polyopt.codegen.cuda import ONE_BLOCK_THREADS
 from polyopt.codegen.gpu_mapping import GPU_ONE_BLOCK_MARK, GPU_PHASE_MARK, GpuProgram, sum_statements
 from polyopt.codegen.gpu_reduction import OTHER_PARTS, ROW_PARTS
+from polyopt.transform import nodes as N
 from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_KERNEL_MARK, GPU_THREAD_MARK
+from polyopt.transform.primitives import refresh_flags
 
 #: Seconds per kernel launch (host loop launches included; an H100 with CuPy or a graph).
 LAUNCH_S = 3e-6
@@ -267,6 +269,22 @@ def one_block_seconds(counter: "_Counter", block: isl.ScheduleNode) -> tuple[flo
 
     block.foreach_descendant_top_down(look)
     return sum(total), any(serial)
+
+
+def wavefront_loops(schedule) -> tuple[str, str] | None:
+    """The outer two loops of the outermost band of ``schedule`` that has two or more loops, is
+    permutable and has no parallel loop (its flags recomputed from the dependences: a
+    scheduler asked for no parallel marks leaves them unset), or None. Their wavefront
+    (:meth:`~polyopt.Schedule.wavefront`) runs the band's anti-diagonals in order, a host loop,
+    with the inner loop parallel, one thread per instance of a diagonal (nussinov: one per
+    table cell), where the band itself maps to one serial thread."""
+    for path, band in N.bands(schedule.root):
+        if len(band.members) < 2:
+            continue
+        flagged = N.at(refresh_flags(schedule, schedule.root, path), path)
+        if flagged.permutable and not any(flagged.flag(k) for k in range(len(band.members))):
+            return band.names[0], band.names[1]
+    return None
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ CUDA C (:mod:`polyopt.codegen.cuda`).
 The schedule is chosen for the GPU (:mod:`polyopt.schedulers.gpu`): the requested algorithm's
 and the original loop order compete (Pluto's time-tiled stencils have no parallel outer loop
 without tiling), and where the better one still runs a one-thread kernel in a host loop or over a
-loop, Pluto without fusion, Feautrier and isl's scheduler too, by an estimate of the mapped
-program's launches and work; ``.schedule.algorithm`` and its last note tell which and why. Calling the compiled kernel needs CuPy and a GPU: the
+loop, Pluto without fusion, Feautrier, isl's scheduler and a wavefront of the requested
+algorithm's serial permutable band too, by an estimate of the mapped program's launches and work; ``.schedule.algorithm`` and its last note tell which and why. Calling the compiled kernel needs CuPy and a GPU: the
 source is built with NVRTC (``cupy.RawModule``, cached by source hash), GPU arrays (CuPy,
 PyTorch CUDA tensors, any ``__cuda_array_interface__`` or CUDA DLPack object) are used in place
 through zero-copy CuPy views and numpy arrays are copied in and back, and the host program
@@ -142,7 +142,9 @@ def choose_schedule(scop: Scop, algorithm: str, options: dict, map_program) -> g
     and the original loop order (the one with more thread coordinates per statement where
     neither has a serial one-thread kernel); where the better still has one (or a one-block
     kernel, whose loops run in one thread block), also Pluto without
-    fusion, Feautrier (wavefronts) and isl's scheduler (as PPCG uses it), by the estimate. The
+    fusion, Feautrier (wavefronts), isl's scheduler (as PPCG uses it) and the requested
+    algorithm's schedule with a wavefront of its outermost permutable band that has no
+    parallel loop (:func:`~polyopt.schedulers.gpu.wavefront_loops`; nussinov), by the estimate. The
     choice and the estimates are the schedule's last note. An error of the first two is raised (as before the
     estimate); one of the others is noted and that candidate left out. A given
     ``expand_scalars`` holds for every candidate."""
@@ -162,6 +164,12 @@ def choose_schedule(scop: Scop, algorithm: str, options: dict, map_program) -> g
             opts = {**options, "fuse": "no"} if algorithm == "pluto" else {"fuse": "no"}
             more.append((_label("pluto", opts), make("pluto", opts)))
         more += [(name, make(name, {})) for name in ("feautrier", "isl") if name != algorithm]
+        requested = scored[0]  # (the requested algorithm's, scored first)
+        loops = gpu_choice.wavefront_loops(requested.schedule)
+        if loops is not None:
+            more.append((f"{requested.label} wavefront({', '.join(loops)})",
+                         partial(run_primitive, requested.schedule, "wavefront", loops,
+                                 note="the GPU schedule: a wavefront, its inner loop parallel")))
         second, scored2, failed2 = gpu_choice.choose(more, map_program)
         scored, failed = scored + scored2, failed + failed2
         if second is not None:
@@ -193,13 +201,16 @@ def _label(algorithm: str, options: dict) -> str:
 def _with_mapping(schedule: Schedule, program: GpuProgram) -> Schedule:
     """``schedule`` with the mapping's choice recorded as ``gpu_map`` steps (one per kernel with
     thread coordinates, naming the loops that became its coordinates), so the plan's trace says
-    which loops went to blocks and threads and replays to the same mapping; unchanged where a
-    coordinate is no loop of the schedule (the mapper split it differently)."""
+    which loops went to blocks and threads and replays to the same mapping (a coordinate is
+    the loop it equals on the loop's statements: a single-instance statement merged into the
+    kernel is merged again on replay); unchanged where a coordinate is no loop of the schedule
+    (the mapper split it differently)."""
     named = [(name, member) for _, band in bands(schedule.root) for name, member in zip(band.names, band.members)]
     recorded = schedule
     try:
         for coordinates in _kernel_coordinates(program.tree):
-            loops = [next(name for name, loop in named if loop.plain_is_equal(member)) for member in coordinates]
+            loops = [next(name for name, loop in named if loop.plain_is_equal(member.intersect_domain(loop.domain())))
+                     for member in coordinates]
             recorded = run_primitive(recorded, "gpu_map", loops, check=False,
                                      note="the GPU mapping: these loops are the kernel's block/thread coordinates")
     except (StopIteration, ScheduleError):

@@ -27,8 +27,11 @@ from polyopt.transform.marks import GPU_BLOCK_MARK, GPU_THREAD_MARK
 from conftest import needs_gpu
 
 #: The suite kernels whose CUDA code launched one-thread kernels before issue 16's work and no
-#: longer does.
-FIXED = ["deriche", "adi", "durbin", "gramschmidt", "ludcmp"]
+#: longer does (the last two: nussinov runs a wavefront, correlation's single-instance
+#: statement runs in the kernel before it).
+FIXED = ["deriche", "adi", "durbin", "gramschmidt", "ludcmp", "nussinov", "correlation"]
+#: Those checked in f32 on a GPU too.
+IN_F32 = FIXED[:5]
 #: What launches one thread: a kernel bounded to one thread, or a launch of one.
 ONE_THREAD = re.compile(r"__launch_bounds__\(1\)|<<<1, 1>>>")
 
@@ -64,6 +67,40 @@ LUDCMP_SUMS = '''def ludcmp_sums(A: f64["N", "N"], b: f64["N"], x: f64["N"], y: 
         for j in range(i + 1, N):
             w += -A[i, j] * x[j]
         x[i] = w / A[i, i]
+'''
+
+
+#: A statement of one instance after a parallel loop (it reads what the loop's first instance
+#: wrote and writes what that instance read): it runs in the loop's kernel, in its first thread.
+LONE_AFTER = '''def lone_after(A: f64["N"], B: f64["N"]):
+    for i in range(N):
+        A[i] = B[i] * 2.0
+    B[0] = A[0] + 1.0
+'''
+#: One before a parallel loop, whose first instance reads what it writes: it runs in that kernel.
+LONE_BEFORE = '''def lone_before(A: f64["N"], B: f64["N"]):
+    B[0] = 3.0
+    for i in range(N):
+        A[i] = B[i] * 2.0
+'''
+#: One between two parallel loops whose last instances depend on it: in either kernel its
+#: thread would race with another, so it stays a one-thread kernel of its own.
+LONE_RACY = '''def lone_racy(A: f64["N"], B: f64["N"]):
+    for i in range(N):
+        A[i] = B[i] * 2.0
+    B[N - 1] = A[0]
+    for i in range(N):
+        A[i] = A[i] + B[i]
+'''
+
+#: One after a product whose threads run the k loop, register-tiled, A and B staged in shared
+#: memory: merged, the statement beside that loop would turn the staging off; it is not merged.
+LONE_STAGED = '''def lone_staged(A: f64["N", "N"], B: f64["N", "N"], C: f64["N", "N"]):
+    for i in range(N):
+        for j in range(N):
+            for k in range(N):
+                C[i, j] += A[i, k] * B[k, j]
+    C[0, 0] = 1.0
 '''
 
 
@@ -183,6 +220,52 @@ def test_the_mapped_program_computes_the_reference(name):
     _check_against(expected, args)
 
 
+def test_correlations_lone_statement_runs_in_the_kernel_before_it(fixed):
+    """corr[M-1][M-1] = 1.0 (S15, one instance) runs in the kernel of S14 (corr[j][i] =
+    corr[i][j], i < j) at its first point, also where that kernel has no other instance
+    (M = 1): the mapped tree passes the verifier and the program computes the interpreter's."""
+    result = fixed["correlation"]
+    po.verify(result.scop, result.mapped_tree)
+    (merged,) = [k for k in result.program.kernels if "S15" in k.statements]
+    assert merged.statements == {"S14", "S15"} and len(merged.coords) == 2
+    assert len(result.program.kernels) == 10
+    # the plan records the kernels' loops; replayed (coordinates given), S15 is merged again
+    assert sum(step.primitive == "gpu_map" for step in result.schedule.trace) == 10
+    again = plan(po.suite.get("correlation").kernel, schedule=result.schedule).program
+    assert [k.statements for k in again.kernels] == [k.statements for k in result.program.kernels]
+    for m, n in ((1, 3), (2, 3), (5, 4)):
+        args = po.suite.get("correlation").inputs({"M": m, "N": n})
+        expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+        po.interpret(result.scop, **expected)
+        bound = bind_arguments(result.scop, (), args)
+        _run_program(result.program, bound.params, bound.scalars, bound.arrays)
+        _check_against(expected, args, 1e-12)
+
+
+@pytest.mark.parametrize("source, merged", [(LONE_AFTER, True), (LONE_BEFORE, True), (LONE_RACY, False)])
+def test_a_single_instance_statement_is_merged_where_legal(source, merged):
+    kernel = po.kernel_from_source(source)
+    result = plan(kernel, algorithm="original")
+    po.verify(result.scop, result.mapped_tree)
+    lone = {"lone_after": "S1", "lone_before": "S0", "lone_racy": "S1"}[kernel.scop.name]
+    (holder,) = [k for k in result.program.kernels if lone in k.statements]
+    assert bool(holder.coords) == merged and (len(holder.statements) == 2) == merged
+    assert bool(ONE_THREAD.findall(result.source.source)) != merged
+    for n in (1, 2, 6):
+        a, b = np.linspace(1.0, 2.0, n), np.linspace(-1.0, 1.0, n)
+        expected_a, expected_b = a.copy(), b.copy()
+        po.interpret(kernel, A=expected_a, B=expected_b)
+        _run_program(result.program, {"N": n}, {}, {"A": a, "B": b})
+        np.testing.assert_allclose(a, expected_a, rtol=1e-15)
+        np.testing.assert_allclose(b, expected_b, rtol=1e-15)
+
+
+def test_a_kernel_whose_threads_loop_takes_no_single_instance_statement():
+    kept = plan(po.kernel_from_source(LONE_STAGED), algorithm="original", contraction=False)
+    product, lone = kept.program.kernels
+    assert product.statements == {"S0"} and not lone.coords and "__shared__" in kept.source.source
+
+
 def test_a_host_scalar_inside_a_host_loop():
     kernel = po.kernel_from_source(HOST_SCALAR_IN_A_LOOP)
     result = plan(kernel)
@@ -229,7 +312,8 @@ def test_nvcc_builds_the_variants(tmp_path):
                "durbin_no_split": po.cuda_source(durbin, reductions=False),
                "deriche_f32": po.cuda_source(po.suite.get("deriche").kernel.with_dtype("f32")),
                "host_loop": po.cuda_source(po.kernel_from_source(HOST_SCALAR_IN_A_LOOP)),
-               "ludcmp_sums": po.cuda_source(po.kernel_from_source(LUDCMP_SUMS))}
+               "ludcmp_sums": po.cuda_source(po.kernel_from_source(LUDCMP_SUMS)),
+               "lone_after": po.cuda_source(po.kernel_from_source(LONE_AFTER), algorithm="original")}
     assert "float _s0 = -0.0f;" in sources["durbin_f32"] and "__shfl_xor_sync" not in sources["durbin_no_split"]
     for name, source in sources.items():
         assert not ONE_THREAD.findall(source), name
@@ -259,9 +343,22 @@ def test_gpu_fixed_kernels_match_the_reference(name, size):
 
 
 @needs_gpu
-@pytest.mark.parametrize("name", FIXED)
+@pytest.mark.parametrize("name", IN_F32)
 def test_gpu_fixed_kernels_in_f32(name):
     _gpu_check(name, dtype=np.float32)
+
+
+@needs_gpu
+@pytest.mark.parametrize("source", [LONE_AFTER, LONE_BEFORE, LONE_RACY])
+@pytest.mark.parametrize("n", [1, 2, 1000])
+def test_gpu_single_instance_statements_match_the_interpreter(source, n):
+    kernel = po.kernel_from_source(source)
+    a, b = np.linspace(1.0, 2.0, n), np.linspace(-1.0, 1.0, n)
+    expected_a, expected_b = a.copy(), b.copy()
+    po.interpret(kernel, A=expected_a, B=expected_b)
+    po.compile(kernel, target="cuda", algorithm="original")(A=a, B=b)
+    np.testing.assert_allclose(a, expected_a, rtol=1e-15)
+    np.testing.assert_allclose(b, expected_b, rtol=1e-15)
 
 
 @needs_gpu

@@ -10,16 +10,6 @@ from polyopt.targets.cuda import plan
 
 SUITE = po.suite.names()
 
-#: Kernels whose plan still has a serial one-thread kernel (launched in a host loop, or running a
-#: loop), and why no candidate does better.
-SERIAL_EXCEPTIONS = {
-    "nussinov": "Feautrier's wavefront is parallel but launches ~9e7 kernels (estimated 4x "
-                "slower than one thread); needs in-kernel loops around a block-wide wavefront",
-}
-#: Kernels with single-instance one-thread kernels (a statement such as corr[M-1][M-1] = 1.0,
-#: one launch, outside any host loop; scalars like eps = 0.1 are computed by the host).
-SCALAR_ONE_THREAD = {"correlation"}
-
 
 @pytest.fixture(scope="module")
 def plans():
@@ -37,20 +27,18 @@ def _host_loops_with_one_thread_kernels(steps) -> list[str]:
     return found
 
 
-def test_no_serial_one_thread_kernel_unless_listed(plans):
-    serial = {}
-    for name, result in plans.items():
-        cost = estimate(result.scop, result.program)
-        if cost.serial:
-            serial[name] = [k.name for k in cost.serial]
-        # the other one-thread kernels run one scalar statement once
-        for kernel in cost.one_thread:
-            if kernel not in cost.serial:
-                assert kernel.launches == 1 and kernel.instances == 1, (name, kernel)
-    assert set(serial) == set(SERIAL_EXCEPTIONS), serial
-    scalar = {name for name, r in plans.items()
-              if any(isinstance(k, Kernel) and not k.coords for k in r.program.kernels)}
-    assert scalar - set(SERIAL_EXCEPTIONS) <= SCALAR_ONE_THREAD, scalar
+def test_no_one_thread_kernel(plans):
+    """No plan has a serial one-thread kernel (launched in a host loop, or running a loop:
+    nussinov's was the last, now a wavefront) nor a kernel without coordinates at all
+    (correlation's corr[M-1][M-1] = 1.0 runs in the kernel before it; scalars like eps = 0.1
+    are computed by the host)."""
+    found = {name: [k.name for k in cost.one_thread + cost.serial]
+             for name, cost in ((name, estimate(r.scop, r.program)) for name, r in plans.items())
+             if cost.one_thread or cost.serial}
+    assert not found, found
+    launching = [name for name, r in plans.items()
+                 if "__launch_bounds__(1)" in r.source.source or "<<<1, 1>>>" in r.source.source]
+    assert not launching, launching
 
 
 @pytest.mark.parametrize("name", ["atax", "cholesky", "trisolv", "floyd-warshall", "seidel-2d"])
@@ -58,6 +46,31 @@ def test_formerly_one_thread_kernels_now_run_in_parallel(plans, name):
     result = plans[name]
     assert all(k.coords for k in result.program.kernels), result.program.pretty()
     assert "__launch_bounds__(1)" not in result.source.source
+
+
+def test_nussinov_runs_a_wavefront(plans):
+    """Every loop of Pluto's band for nussinov carries a dependence (the whole table was one
+    serial thread) and Feautrier's schedule launches a kernel per instance of a diagonal's
+    cells; the wavefront of Pluto's band runs the diagonals in a host loop, one thread per cell
+    of a diagonal (its k loop inside the thread)."""
+    result = plans["nussinov"]
+    last = result.schedule.notes[-1]
+    assert last.startswith("gpu schedule: pluto wavefront(c0, c1) chosen for the GPU"), last
+    assert "not the requested pluto" in last and "beaten: pluto: " in last and "; feautrier: " in last
+    assert [step.primitive for step in result.schedule.trace][-2:] == ["wavefront", "gpu_map"]
+    (loop,) = result.program.host
+    assert isinstance(loop, HostLoop)
+    (kernel,) = loop.body
+    assert isinstance(kernel, Kernel) and len(kernel.coords) == 1
+    po.verify(result.scop, result.mapped_tree)
+
+
+def test_a_wavefront_competes_only_where_a_band_has_no_parallel_loop():
+    # gemver's bands have parallel loops (no second round either): no wavefront candidate
+    assert "wavefront" not in plan(po.suite.get("gemver").kernel).schedule.notes[-1]
+    # seidel-2d's time-tiled band is permutable and serial: its wavefront competes and loses
+    last = plan(po.suite.get("seidel-2d").kernel).schedule.notes[-1]
+    assert last.startswith("gpu schedule: feautrier chosen") and "; pluto wavefront(" in last
 
 
 def test_atax_has_no_host_loop_of_one_thread_kernels(plans):
