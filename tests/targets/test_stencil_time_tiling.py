@@ -5,6 +5,8 @@ launches and ping-pong, tile by tile) against the suite's references, and on a G
 kernels against the references (skipped without CuPy and a GPU)."""
 from __future__ import annotations
 
+import shutil
+import subprocess
 from itertools import product
 
 import numpy as np
@@ -12,13 +14,14 @@ import pytest
 
 import polyopt as po
 from polyopt.analysis.evaluate import evaluate
+from polyopt.codegen.ast import abi_arguments
 from polyopt.analysis.stencil import find_stencil
 from polyopt.codegen.cuda import CudaSource
 from polyopt.codegen.cuda_stencil import SHARED_LIMIT, StencilSource
 from polyopt.errors import CodegenError, ScheduleError
 from polyopt.targets.cache import scop_of
 from polyopt.targets.cuda import plan
-from polyopt.targets.stencil import DEFAULT_RANKS, launch_plan, stencil_plan
+from polyopt.targets.stencil import DEFAULT_RANKS, launch, launch_plan, stencil_plan
 
 from conftest import assert_nvcc_compiles, needs_gpu, needs_nvcc
 
@@ -107,9 +110,10 @@ def test_refusals():
 
 @needs_nvcc
 def test_sources_compile_with_nvcc(tmp_path):
-    """One nvcc run: 2-d f32 (K not the default), fdtd-2d's four statements in f64, 3-d f32."""
+    """One nvcc run, host functions included: fdtd-2d by default (f64, four statements, a
+    read-only array), heat-3d in f32 with K = 2 (the kernels of every rank also run on the CPU:
+    test_generated_kernels_run_on_the_cpu)."""
     sources = {
-        "jacobi_2d_f32": po.cuda_source(po.suite.get("jacobi-2d").kernel.with_dtype("f32"), time_tile=3),
         "fdtd_2d": po.cuda_source(po.suite.get("fdtd-2d").kernel),
         "heat_3d_f32": po.cuda_source(po.suite.get("heat-3d").kernel.with_dtype("f32"), time_tile=2),
     }
@@ -145,11 +149,10 @@ def emulate(kernel, params: dict[str, int], args: dict, **options) -> None:
                     break
                 for s in stencil.statements:
                     box = [(int(evaluate(lo, params, {})), int(evaluate(hi, params, {}))) for lo, hi in s.box]
-                    for local in product(*(range(r) for r in tiling.region)):
-                        x = [o + l for o, l in zip(origin, local)]
-                        if not all(lo <= v <= hi and below <= l < r - above for v, (lo, hi), l, r, (below, above)
-                                   in zip(x, box, local, tiling.region, s.reach)):
-                            continue
+                    # the region's points in the box whose reads stay in the region
+                    ranges = [range(max(o + below, lo), min(o + r - above - 1, hi) + 1)
+                              for o, r, (lo, hi), (below, above) in zip(origin, tiling.region, box, s.reach)]
+                    for x in product(*ranges):
                         env = {**params, s.time: t, **{it: x[k] - c for it, (k, c) in s.iterator_values().items()}}
                         work[s.array][tuple(x)] = evaluate(s.statement.value, env, arrays)
             out = tuple(slice(max(o + low, 0), min(o + low + t, n))
@@ -210,6 +213,87 @@ def test_emulated_halo_is_needed():
     finally:
         type(stencil).halo = original
     assert not np.allclose(args["A"], expected["A"])
+
+
+# ----- the generated kernels run on the CPU, one thread per block -----------------------------
+
+#: Stand-ins for CUDA's built-ins, so that g++ compiles the kernels of a source built with one
+#: thread per block: each block's thread covers its whole region, barriers have nothing to wait
+#: for, and blocks run one after the other (shared buffers are static: every element a point
+#: of the next block reads is loaded by that block first).
+_CPU_CUDA = """#include <math.h>
+#define __CUDACC_RTC__
+#define int64_t pl_int64_t
+#define uint64_t pl_uint64_t
+#define __global__
+#define __host__
+#define __device__
+#define __shared__ static
+#define __launch_bounds__(n)
+#define __restrict__ __restrict
+#define __syncthreads()
+struct pl_uint3 { unsigned x, y, z; };
+static pl_uint3 threadIdx, blockIdx, blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
+extern "C" void pl_set_block(unsigned x, unsigned y, unsigned z, unsigned gx, unsigned gy, unsigned gz)
+{ blockIdx.x = x; blockIdx.y = y; blockIdx.z = z; gridDim.x = gx; gridDim.y = gy; gridDim.z = gz; }
+"""
+
+
+class _CpuModule:
+    """A built module's stand-in (``get_function``) for :func:`polyopt.targets.stencil.launch`:
+    each launch runs the grid's blocks in turn through ctypes (``setter``: the source's
+    ``pl_set_block``), numpy arrays for device arrays."""
+
+    def __init__(self, library, setter: str):
+        self.library, self.setter = library, getattr(library, setter)
+
+    def get_function(self, name: str):
+        import ctypes
+        function = getattr(self.library, name)
+
+        def launch(grid, block, args):  # (one thread a block: the copy kernel's grid-stride loop covers all)
+            values = [a.ctypes.data_as(ctypes.c_void_p) if isinstance(a, np.ndarray) else ctypes.c_long(int(a))
+                      for a in args]
+            for z, y, x in product(range(grid[2]), range(grid[1]), range(grid[0])):
+                self.setter(x, y, z, *grid)
+                function(*values)
+        return launch
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+def test_generated_kernels_run_on_the_cpu(tmp_path):
+    """The generated kernel text itself (not the plan's data), built by g++ with one thread per
+    block and launched by the target's own launcher, against the references; f64 and f32."""
+    import ctypes
+    cases = [("jacobi-2d", {"TSTEPS": 7, "N": 29}, np.float64, {"time_tile": 3, "tile": (8, 8)}),
+             ("fdtd-2d", {"TMAX": 6, "NX": 21, "NY": 27}, np.float64, {"time_tile": 4, "tile": (4, 8)}),
+             ("jacobi-1d", {"TSTEPS": 9, "N": 61}, np.float32, {"time_tile": 2, "tile": 16}),
+             ("heat-3d", {"TSTEPS": 3, "N": 11}, np.float64, {"time_tile": 2, "tile": (4, 4, 4)})]
+    plans = []
+    for k, (name, sizes, dtype, options) in enumerate(cases):
+        kernel = po.suite.get(name).kernel
+        kernel = kernel if dtype == np.float64 else kernel.with_dtype("f32")
+        rank = len(options["tile"]) if isinstance(options["tile"], tuple) else 1
+        found = plan(kernel, block=(1,) * rank, **options)
+        (tmp_path / f"k{k}.cpp").write_text(_CPU_CUDA.replace("pl_set_block", f"pl_set_block{k}") + found.source.source)
+        plans.append(found)
+    library = tmp_path / "kernels.so"
+    subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-o", str(library), *(f"k{k}.cpp" for k in range(len(cases)))],
+                   cwd=tmp_path, check=True, capture_output=True)
+    built = ctypes.CDLL(str(library))
+    for k, ((name, sizes, dtype, _), found) in enumerate(zip(cases, plans)):
+        module = _CpuModule(built, f"pl_set_block{k}")
+        entry = po.suite.get(name)
+        args = entry.inputs(sizes, dtype)
+        expected = {key: (v.copy() if isinstance(v, np.ndarray) else v) for key, v in args.items()}
+        entry.reference(**expected)
+        values = [args[a.name] if a.kind == "array" else sizes[a.name] for a in abi_arguments(found.scop)]
+        scratch = [np.full(args[a].shape, np.nan, dtype) for a in found.source.tiling.stencil.written]
+        launch(found.source, module, values, sizes, scratch)
+        tolerance = 1e-12 if dtype == np.float64 else 1e-5
+        for key, value in expected.items():
+            if isinstance(value, np.ndarray):
+                np.testing.assert_allclose(args[key], value, rtol=tolerance, atol=tolerance, err_msg=f"{name} {key}")
 
 
 # ----- on a GPU --------------------------------------------------------------------------------
