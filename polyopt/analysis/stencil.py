@@ -143,7 +143,8 @@ def find_stencil(scop: Scop) -> Stencil | None:
     build = isl.AstBuild.from_context(scop.context.align_params(time_range.get_space()))
     bounds = tuple(translator.expr(build.expr_from_pw_aff(p)) for p in (time_range.dim_min(0), time_range.dim_max(0)))
     stencil = Stencil(bounds, written, next(iter(shapes)), tuple(staged))
-    if not (runs_in_sweeps(scop, stencil, scop.schedule.get_map()) and _sweeps_parallel(scop, stencil) and _halo_covers(scop, stencil)):
+    if not (runs_in_sweeps(scop, stencil, scop.schedule.get_map()) and _sweeps_parallel(scop, stencil)
+            and _halo_covers(scop, stencil)):
         return None
     return stencil
 
@@ -153,12 +154,13 @@ def _statement(scop: Scop, stmt: Statement, times: isl.Set) -> StencilStatement 
     or a write that is no element of spatial iterators plus constants."""
     target = stmt.target
     rank = len(target.indices)
-    if rank not in RANKS or stmt.writes[0].array != target.array or len(stmt.writes) != 1:
+    if rank not in RANKS or len(stmt.writes) != 1 or stmt.writes[0].array != target.array:
         return None
     placement = tuple(_iterator_plus_constant(e) for e in target.indices)
-    spatial = stmt.iterators[1:]
-    held = [it for it, _ in filter(None, placement) if it is not None]
-    if None in placement or sorted(held) != sorted(spatial):
+    if None in placement:
+        return None
+    held = [it for it, _ in placement if it is not None]
+    if sorted(held) != sorted(stmt.iterators[1:]):  # each spatial iterator once, not the time
         return None
     n = stmt.domain.dim(isl.dim_type.set)
     space = stmt.domain.project_out(isl.dim_type.set, 0, 1)
@@ -182,7 +184,7 @@ def _iterator_plus_constant(e: E.Expr) -> tuple[str | None, int] | None:
         return None, e.value
     if isinstance(e, E.Var) and e.kind == "iter":
         return e.name, 0
-    if isinstance(e, E.Binary) and e.op in "+-":
+    if isinstance(e, E.Binary) and e.op in ("+", "-"):
         left, right = _iterator_plus_constant(e.lhs), _iterator_plus_constant(e.rhs)
         if left is None or right is None:
             return None

@@ -14,6 +14,7 @@ PyTorch CUDA tensors, any ``__cuda_array_interface__`` or CUDA DLPack object) ar
 through zero-copy CuPy views and numpy arrays are copied in and back, and the host program
 (loops and launches) runs in Python with grid sizes from the parameter values of the call. A
 repeated call on GPU arrays replays the launches the first one recorded (:class:`LaunchRecord`).
+A Jacobi-style stencil runs in overlapped time tiles instead (:mod:`polyopt.targets.stencil`).
 """
 from __future__ import annotations
 
@@ -555,9 +556,9 @@ class CudaKernel:
         return None if recorder is None else recorder.record(self.scop, params)
 
     def _stencil_scratch(self, params: dict[str, int]) -> list:
-        """The scratch copies of a stencil's written arrays for these sizes (kept for later calls:
-        recorded launches and captured graphs address them; calls on one kernel run in stream
-        order, so they never share them at once)."""
+        """The scratch copies of a stencil's written arrays for these sizes, kept for later calls
+        (recorded launches hold theirs; captured graphs address them, so they go together). Calls
+        of one compiled kernel share them: calls on two streams at once would race."""
         cupy = cupy_module()
         source = self.compiled
         extents = array_extents(source, params)
@@ -565,6 +566,7 @@ class CudaKernel:
         if key not in self._scratch:
             if len(self._scratch) >= _MAX_GRAPHS:
                 self._scratch.clear()
+                self._graphs.clear()
             self._scratch[key] = [cupy.empty(extents, self.scop.arrays[a].dtype.numpy)  # (f32 or f64)
                                   for a in source.tiling.stencil.written]
         return self._scratch[key]

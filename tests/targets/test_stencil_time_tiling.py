@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from itertools import product
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,11 +20,12 @@ from polyopt.analysis.stencil import find_stencil
 from polyopt.codegen.cuda import CudaSource
 from polyopt.codegen.cuda_stencil import SHARED_LIMIT, StencilSource
 from polyopt.errors import CodegenError, ScheduleError
+import polyopt.targets.cuda as cuda
 from polyopt.targets.cache import scop_of
 from polyopt.targets.cuda import plan
 from polyopt.targets.stencil import DEFAULT_RANKS, launch, launch_plan, stencil_plan
 
-from conftest import assert_nvcc_compiles, needs_gpu, needs_nvcc
+from conftest import StandInArray, assert_nvcc_compiles, needs_gpu, needs_nvcc
 
 
 def _stencil(name: str):
@@ -294,6 +296,73 @@ def test_generated_kernels_run_on_the_cpu(tmp_path):
         for key, value in expected.items():
             if isinstance(value, np.ndarray):
                 np.testing.assert_allclose(args[key], value, rtol=tolerance, atol=tolerance, err_msg=f"{name} {key}")
+
+
+# ----- the runtime's launches, on stand-ins (no GPU) ---------------------------------------------
+
+class _Launches:
+    """A built module's stand-in: each launch as (function, grid, block, the arguments after the
+    ABI's ``leading`` ones) in ``launched``, or in ``capture`` while a graph is captured."""
+
+    def __init__(self, leading: int):
+        self.leading, self.launched, self.capture = leading, [], None
+
+    def get_function(self, name: str):
+        def launch(grid, block, args):
+            (self.launched if self.capture is None else self.capture).append(
+                (name, tuple(grid), tuple(block), tuple(args[self.leading:])))
+        return launch
+
+
+def _stand_in_runtime(monkeypatch, module: _Launches) -> list:
+    """CuPy, the module build and graph capture stood in (scratch copies are
+    :class:`~conftest.StandInArray`); returns the list of scratch copies made."""
+    made = []
+    stream = SimpleNamespace(record=lambda: None, wait_event=lambda event: None)
+
+    def empty(shape, dtype):
+        made.append(StandInArray(shape, 1 << (20 + len(made))))
+        return made[-1]
+
+    def captured(run):
+        module.capture = []
+        run()
+        launches, module.capture = module.capture, None
+        return stream, SimpleNamespace(launch=lambda on: module.launched.extend(launches))
+    fake = SimpleNamespace(empty=empty, cuda=SimpleNamespace(Device=lambda: SimpleNamespace(id=0),
+                                                             get_current_stream=lambda: stream))
+    monkeypatch.setattr(cuda, "cupy_module", lambda: fake)
+    monkeypatch.setattr(cuda, "_raw_module", lambda source: module)
+    monkeypatch.setattr(cuda, "_captured", captured)
+    return made
+
+
+def test_launches_records_and_graphs_on_stand_ins(monkeypatch):
+    """``CudaKernel.launch``: 7 steps of 3 per launch are three launches alternating direction
+    from t = 0, 3, 6 and the copy back, on scratch copies made once per size; the record holds
+    them all, and ``graph=True`` captures them once per argument set and replays the capture."""
+    compiled = po.compile(po.suite.get("jacobi-2d").kernel, target="cuda", time_tile=3, tile=(8, 32))
+    monkeypatch.setattr(compiled, "_scratch", {})
+    monkeypatch.setattr(compiled, "_graphs", {})
+    module = _Launches(leading=4)  # N, TSTEPS, A, B
+    made = _stand_in_runtime(monkeypatch, module)
+    arrays = {"A": StandInArray((100, 100), 256), "B": StandInArray((100, 100), 1 << 19)}
+    record = compiled.launch({"N": 100, "TSTEPS": 7}, {}, arrays, record=True)
+    source = compiled.compiled
+    b_scratch, a_scratch = made  # (written in first-write order: B, then A)
+    grid, block = (4, 13, 1), (32, 8, 1)
+    expected = [(source.kernel, grid, block, (b_scratch, a_scratch, t0, flip)) for t0, flip in ((0, 0), (3, 1), (6, 0))]
+    expected.append((source.copy, (40, 1, 1), (256, 1, 1), (b_scratch, a_scratch)))  # 10^4 elements
+    assert module.launched == expected and len(record.launches) == 4
+    module.launched.clear()
+    for _ in range(2):
+        compiled.launch({"N": 100, "TSTEPS": 7}, {}, arrays, graph=True)
+    assert module.launched == expected * 2 and len(compiled._graphs) == 1 and len(made) == 2
+    module.launched.clear()
+    compiled.launch({"N": 100, "TSTEPS": 6}, {}, arrays)  # an even count: no copy back
+    assert [launch[0] for launch in module.launched] == [source.kernel] * 2
+    compiled.launch({"N": 50, "TSTEPS": 0}, {}, {"A": StandInArray((50, 50), 256), "B": StandInArray((50, 50), 1 << 19)})
+    assert len(module.launched) == 2 and len(made) == 4  # no step: nothing launched (new size: new copies)
 
 
 # ----- on a GPU --------------------------------------------------------------------------------
