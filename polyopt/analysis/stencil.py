@@ -18,7 +18,9 @@ A Scop qualifies (:func:`find_stencil`) when
   order (the order relation of the Scop's schedule equals that one's).
 
 Reads of arrays that the loop does not write may have any subscript (they come from global
-memory). The per-step halo (how far a time step's values reach, per dimension and side) comes
+memory). Some read of a written array has a nonzero offset (otherwise each element evolves on its
+own -- a column sum over an outer loop -- and the general mapping runs the outer loop inside
+one kernel). The per-step halo (how far a time step's values reach, per dimension and side) comes
 from the offsets, and is cross-checked against the spatial distances of every dependence: a
 dependence ``dt`` steps apart spans at most ``dt + 1`` steps' reach. Anything else is no
 stencil: :func:`find_stencil` returns None.
@@ -143,6 +145,8 @@ def find_stencil(scop: Scop) -> Stencil | None:
     build = isl.AstBuild.from_context(scop.context.align_params(time_range.get_space()))
     bounds = tuple(translator.expr(build.expr_from_pw_aff(p)) for p in (time_range.dim_min(0), time_range.dim_max(0)))
     stencil = Stencil(bounds, written, next(iter(shapes)), tuple(staged))
+    if not any(low or high for low, high in stencil.step_halo):
+        return None  # no neighbour read: every element on its own, the general mapping's loops interchange
     if not (runs_in_sweeps(scop, stencil, scop.schedule.get_map()) and _sweeps_parallel(scop, stencil)
             and _halo_covers(scop, stencil)):
         return None

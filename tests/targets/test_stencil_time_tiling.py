@@ -53,6 +53,16 @@ def test_fused_sweeps_do_not_qualify():
     assert find_stencil(scop_of(fused)) is None
 
 
+def test_no_neighbour_read_does_not_qualify():
+    """Each element on its own (a column sum over i): nothing to tile in time."""
+    @po.kernel
+    def column_sums(A: po.f64["M", "N"], C: po.f64["N"]):
+        for i in range(M):
+            for j in range(N):
+                C[j] = C[j] + A[i, j]
+    assert find_stencil(scop_of(column_sums)) is None
+
+
 def test_in_place_neighbour_read_does_not_qualify():
     """A statement reading its own array at an offset (Gauss-Seidel): its sweep is no parallel one."""
     @po.kernel
