@@ -14,6 +14,7 @@ PyTorch CUDA tensors, any ``__cuda_array_interface__`` or CUDA DLPack object) ar
 through zero-copy CuPy views and numpy arrays are copied in and back, and the host program
 (loops and launches) runs in Python with grid sizes from the parameter values of the call. A
 repeated call on GPU arrays replays the launches the first one recorded (:class:`LaunchRecord`).
+A Jacobi-style stencil runs in overlapped time tiles instead (:mod:`polyopt.targets.stencil`).
 """
 from __future__ import annotations
 
@@ -30,9 +31,10 @@ import numpy as np
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.cuda import CudaSource, cuda_source as emit_cuda
 from polyopt.codegen.cuda_contraction import contraction_steps
+from polyopt.codegen.cuda_stencil import StencilSource
 from polyopt.codegen.gpu_host import HostStatement, host_storage, host_values, run_host_statement
 from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel, coordinates_below, map_to_gpu
-from polyopt.errors import ArgumentError, ScheduleError, TargetUnavailableError
+from polyopt.errors import ArgumentError, CodegenError, ScheduleError, TargetUnavailableError
 from polyopt.analysis.evaluate import evaluate
 from polyopt.schedulers.registry import DEFAULT_ALGORITHM
 from polyopt.targets.arguments import bind_arguments, check_params
@@ -41,6 +43,7 @@ from polyopt.targets.contraction import (check_precision, contraction_plan, cont
                                          launch as launch_contraction)
 from polyopt.targets.contraction_kernels import arrays_by_name, substitute_contractions, substituted
 from polyopt.targets.sm90a import sm90a_module
+from polyopt.targets.stencil import DEFAULT_RANKS, array_extents, launch as launch_stencil, stencil_plan
 from polyopt.types import bf16
 from polyopt.schedulers.registry import schedule as run_scheduler
 from polyopt.schedulers import gpu as gpu_choice
@@ -105,12 +108,35 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     kernels that are contractions of their own statements run as contraction kernels
     (:mod:`polyopt.targets.contraction_kernels`; again only without mapping options).
     ``contraction=False`` maps it all the general way. ``precision="tf32"`` lets f32
-    contractions use the TF32 tensor cores (results change: never the default, "exact")."""
+    contractions use the TF32 tensor cores (results change: never the default, "exact").
+
+    A Jacobi-style stencil of spatial rank 1 or 2 (:mod:`polyopt.targets.stencil`: jacobi-1d,
+    jacobi-2d, fdtd-2d) compiled with the default algorithm and no mapping options runs in
+    overlapped time tiles (its schedule: the original order and
+    :meth:`~polyopt.Schedule.gpu_time_tile`, as a given schedule ending in that step does).
+    ``time_tile=K`` (time steps per launch; ``True``: the default count) asks for that path,
+    also for rank 3 (heat-3d), with ``tile=`` (the output tile per block, per spatial
+    dimension) and ``block=`` (threads per block) as its shape; ``time_tile=False`` (or 1)
+    maps a stencil the general way."""
     scop = scop_of(kernel)
+    time_tile = _time_tile_option(options.pop("time_tile", None))
     gpu = {k: options.pop(k) for k in GPU_OPTIONS if k in options}
     precision = check_precision(options.pop("precision", "exact"))
     as_contraction = options.pop("contraction", True)
     name = "polyopt_" + re.sub(r"\W", "_", scop.name)
+    if time_tile is not False:
+        plain = schedule is None and algorithm == DEFAULT_ALGORITHM and not set(options) - {"expand_scalars"}
+        if time_tile is not None and not (plain and set(gpu) <= {"tile", "block"}):
+            raise CodegenError("CUDA: time_tile takes no schedule, algorithm or scheduling options, and of the "
+                               "mapping options only tile= and block=")
+        if time_tile is not None or (plain and not gpu):
+            found = stencil_plan(scop, name, None if time_tile is True else time_tile, gpu.get("tile"),
+                                 gpu.get("block"), ranks=DEFAULT_RANKS if time_tile is None else (1, 2, 3))
+            if found is not None:
+                return CudaPlan(scop, found.schedule, found.source)
+            if time_tile is not None:
+                raise CodegenError(f"CUDA: time_tile={time_tile!r}, but {scop.name} is no Jacobi-style stencil "
+                                   "(polyopt.analysis.stencil.find_stencil)")
     if as_contraction and schedule is None and not gpu and not set(options) - {"expand_scalars"} \
             and algorithm == DEFAULT_ALGORITHM:  # (a contraction has no local scalar to expand)
         found = contraction_plan(scop, name, precision) or contraction_program_plan(scop, name, precision)
@@ -125,6 +151,10 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
             found = contraction_plan(scop, name, last.kwargs.get("precision", "exact"), schedule)
             if found is not None:
                 return CudaPlan(scop, found.schedule, found.source)
+        if last is not None and last.primitive == "gpu_time_tile" and not gpu:
+            found = stencil_plan(scop, name, schedule=schedule)
+            if found is not None:
+                return CudaPlan(scop, found.schedule, found.source)
         program = _verified(scop, map_to_gpu(scop, schedule.tree, name))
         return CudaPlan(scop, schedule, emit_cuda(scop, program, name, **gpu))
     chosen = choose_schedule(scop, algorithm, options, lambda sched: map_to_gpu(sched.scop, sched.tree, name))
@@ -135,6 +165,15 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     if as_contraction and not gpu:  # its kernels that are contractions run as contraction kernels
         schedule, source = substitute_contractions(scop, schedule, source, precision)
     return CudaPlan(scop, schedule, source)
+
+
+def _time_tile_option(value) -> int | bool | None:
+    """``time_tile`` as given: None (not given), False (off: also 1), True or a count >= 2."""
+    if value is None or value is True or value is False:
+        return value
+    if not isinstance(value, int) or value < 1:
+        raise CodegenError(f"CUDA: time_tile must be a positive int or a bool, got {value!r}")
+    return False if value == 1 else value
 
 
 def choose_schedule(scop: Scop, algorithm: str, options: dict, map_program) -> gpu_choice.Candidate:
@@ -390,6 +429,7 @@ class CudaKernel:
     _graphs: dict = field(default_factory=dict, repr=False)
     _records: dict = field(default_factory=dict, repr=False)
     _last: "RepeatedCall | None" = field(default=None, repr=False)
+    _scratch: dict = field(default_factory=dict, repr=False)
 
     @property
     def cuda_source(self) -> str:
@@ -517,7 +557,15 @@ class CudaKernel:
         module = _raw_module(self.compiled.source)
         recorder = _Recorder(module, len(values)) if record and not graph else None
         steps = contraction_steps(self.compiled)
-        if steps:  # contraction kernels, in order, each choosing its tile for its sizes
+        if isinstance(self.compiled, StencilSource):  # overlapped time tiles on scratch copies
+            scratch = self._stencil_scratch(params)
+            run = partial(launch_stencil, self.compiled, values=values, params=params, scratch=scratch)
+            if graph:
+                self._replay_graph(values, partial(_load, module, [self.compiled.kernel, self.compiled.copy]),
+                                   partial(run, module))
+            else:
+                run(recorder or module)
+        elif steps:  # contraction kernels, in order, each choosing its tile for its sizes
             sm_count, wgmma = _sm_count(), module_has_wgmma(self.compiled.source)
 
             def contractions(target) -> None:
@@ -534,6 +582,22 @@ class CudaKernel:
             self._replay_graph(values, partial(_load, module, self.compiled.shapes),
                                lambda: self._run_host(dict(env), values, module))
         return None if recorder is None else recorder.record(self.scop, params)
+
+    def _stencil_scratch(self, params: dict[str, int]) -> list:
+        """The scratch copies of a stencil's written arrays for these sizes, kept for later calls
+        (recorded launches hold theirs; captured graphs address them, so they go together). Calls
+        of one compiled kernel share them: calls on two streams at once would race."""
+        cupy = cupy_module()
+        source = self.compiled
+        extents = array_extents(source, params)
+        key = (extents, cupy.cuda.Device().id)
+        if key not in self._scratch:
+            if len(self._scratch) >= _MAX_GRAPHS:
+                self._scratch.clear()
+                self._graphs.clear()
+            self._scratch[key] = [cupy.empty(extents, self.scop.arrays[a].dtype.numpy)  # (f32 or f64)
+                                  for a in source.tiling.stencil.written]
+        return self._scratch[key]
 
     def _run_host(self, env: dict, values: list, module) -> None:
         """The host program: its loops, its host statements and its launches, in order."""

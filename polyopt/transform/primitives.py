@@ -21,6 +21,7 @@ import islpy as isl
 from polyopt.analysis.contraction import PRECISIONS, find_contraction
 from polyopt.analysis.deps import dependences
 from polyopt.analysis.scop import Scop, scop_fingerprint
+from polyopt.analysis.stencil import find_stencil, runs_in_sweeps
 from polyopt.analysis.verify import carried_dependences, verify
 from polyopt.errors import IllegalScheduleError, ScheduleError
 from polyopt.islutil import ISL_LOCK, maps_of, tuple_names
@@ -778,6 +779,31 @@ def _gpu_contract(schedule, names, precision: str = "exact") -> N.Node:
     return N.from_isl(coordinate_tree(schedule.scop, found), schedule.scop)[1]
 
 
+def _gpu_time_tile(schedule, names, steps: int | None = None, tile=None, block=None) -> N.Node:
+    """The Scop's stencil (:func:`~polyopt.analysis.stencil.find_stencil`) in overlapped time
+    tiles on the GPU: ``steps`` time steps per launch, each thread block computing one output
+    ``tile`` (per spatial dimension, outermost first) with ``block`` threads from a region grown
+    by the halo in shared memory (None: the CUDA target's defaults,
+    :func:`~polyopt.codegen.cuda_stencil.time_tiling`). The order stays the original one (per
+    time step, each statement's sweep in turn), which the schedule must have; the step records
+    the choice, which the CUDA target takes when it is the last step."""
+    if names:
+        raise ScheduleError(f"gpu_time_tile takes no loops (the time loop and the sweeps are found), got {', '.join(names)}")
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+        raise ScheduleError(f"gpu_time_tile: steps must be a positive int, got {steps!r}")
+    if any(isinstance(n, N.Mark) and n.name in (GPU_BLOCK_MARK, GPU_THREAD_MARK) for _, n in N.walk(schedule.root)):
+        raise ScheduleError("gpu_time_tile: the schedule is mapped to the GPU already")
+    found = find_stencil(schedule.scop)
+    if found is None:
+        raise ScheduleError(f"gpu_time_tile: {schedule.scop.name} is no Jacobi-style stencil (an outer time loop around "
+                            "sweeps writing array elements, reading written arrays at constant offsets, a statement's "
+                            "own array only at offset 0)")
+    if not runs_in_sweeps(schedule.scop, found, schedule.tree.get_map()):
+        raise ScheduleError("gpu_time_tile: the schedule's order is not the original one (per time step, each "
+                            "statement's sweep in program order)")
+    return schedule.root
+
+
 def _gpu_promote(schedule, names, arrays, to: str) -> N.Node:
     """Place ``arrays`` in memory ``to`` in the kernel whose outermost coordinate is the named
     loop: a ``gpu_memory`` mark above its ``gpu_block`` mark (merged with one already there, the
@@ -893,7 +919,7 @@ PRIMITIVES = {
     "tile": _tile, "split": _split, "interchange": _interchange, "permute": _permute, "skew": _skew,
     "shift": _shift, "reverse": _reverse, "fuse": _fuse, "distribute": _distribute, "wavefront": _wavefront,
     "parallel": _parallel, "vectorize": _vectorize, "gpu_map": _gpu_map, "gpu_promote": _gpu_promote,
-    "gpu_contract": _gpu_contract,
+    "gpu_contract": _gpu_contract, "gpu_time_tile": _gpu_time_tile,
     "unroll": _unroll, "register_tile": _register_tile,
     "affine_schedule": _affine_schedule, "expand_scalars": _expand_scalars,
 }

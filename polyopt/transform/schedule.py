@@ -415,6 +415,23 @@ class Schedule:
         """
         return P.run(self, "gpu_contract", (), precision=precision)
 
+    def gpu_time_tile(self, *, steps: int | None = None, tile: int | Seq[int] | None = None,
+                      block: int | Seq[int] | None = None) -> "Schedule":
+        """The Scop's Jacobi-style stencil (:func:`~polyopt.analysis.stencil.find_stencil`:
+        jacobi-1d/2d, fdtd-2d, heat-3d) in overlapped time tiles on the GPU: each launch runs
+        ``steps`` time steps, each thread block one output ``tile`` (per spatial dimension,
+        outermost first) from a region grown by the halo in shared memory, with ``block``
+        threads; None leaves the choice to the CUDA target
+        (:func:`~polyopt.codegen.cuda_stencil.time_tiling`). The order stays the original one,
+        which is what the schedule must have. As the last step, the CUDA target emits the
+        overlapped-tile kernel, as a default CUDA compile of a 1-d or 2-d stencil does:
+
+        >>> s = po.schedule(po.suite.get("jacobi-2d").kernel, "original").gpu_time_tile(steps=4, tile=(16, 64))
+        >>> print(s.trace.as_python())
+        s = s.gpu_time_tile(steps=4, tile=[16, 64])
+        """
+        return P.run(self, "gpu_time_tile", (), steps=steps, tile=tile, block=block)
+
     def gpu_promote(self, kernel: Loop | str, arrays: Seq[str], *, to: str) -> "Schedule":
         """Where the CUDA kernel whose outermost coordinate is loop ``kernel`` (see
         :meth:`gpu_map`) keeps ``arrays``: ``to="shared"`` stages tiles of these read-only arrays

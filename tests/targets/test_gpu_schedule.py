@@ -13,8 +13,9 @@ SUITE = po.suite.names()
 
 @pytest.fixture(scope="module")
 def plans():
-    """The general mapping's plans (gemm's default is the contraction kernel, no scheduler choice)."""
-    return {name: plan(po.suite.get(name).kernel, contraction=False) for name in SUITE}
+    """The general mapping's plans (gemm's default is the contraction kernel, jacobi-2d's the
+    overlapped time tiles: no scheduler choice)."""
+    return {name: plan(po.suite.get(name).kernel, contraction=False, time_tile=False) for name in SUITE}
 
 
 def _host_loops_with_one_thread_kernels(steps) -> list[str]:
