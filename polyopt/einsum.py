@@ -55,7 +55,7 @@ import numpy as np
 from polyopt import einsum_calls
 from polyopt.analysis import expr as E
 from polyopt.targets.contraction import check_precision
-from polyopt.targets.cuda import CudaKernel, as_cupy, cupy_module, is_cupy, is_device_array
+from polyopt.targets.cuda import CudaKernel, LaunchRecord, as_cupy, cupy_module, is_cupy, is_device_array
 from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, SUM_BLOCK, contraction_path, einsum_scop, is_partial_sum,
                                       iteration_count, label_sizes, merge_summed_runs, parse_subscripts, size_parameter,
@@ -540,7 +540,7 @@ def _device_call(plan: _Plan, buffers: dict, cupy) -> einsum_calls.DeviceCall | 
     by argument name) needs: the kernel's recorded launches and the result's and temporaries'
     shapes (see :class:`polyopt.einsum_calls.DeviceCall`); None where the kernel recorded none."""
     launches = plan.kernel.recorded(plan.kernel.call_key(plan.kernel.named((), buffers)))
-    if launches is None:
+    if not isinstance(launches, LaunchRecord):  # (none, or a graph per result address: no use)
         return None
     temporaries = tuple((name, buffers[name].shape) for name, _ in plan.temporaries)
     operands = tuple(name for name in buffers if name.startswith("op"))

@@ -3,6 +3,7 @@ seeded random generator fixture and the GPU-presence skip marks. (Test modules i
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import shutil
 import subprocess
@@ -108,12 +109,14 @@ class StandInModule:
 
 
 class StandInArray:
-    """A stand-in for a CuPy array (its module name says cupy): a shape and an address."""
+    """A stand-in for a CuPy array (its module name says cupy): a shape, an address and a size."""
 
     __module__ = "cupy.stand_in"
 
-    def __init__(self, shape: tuple[int, ...], ptr: int):
+    def __init__(self, shape: tuple[int, ...], ptr: int, itemsize: int = 8):
         self.shape, self.data = shape, SimpleNamespace(ptr=ptr)
+        self.size = math.prod(shape)
+        self.nbytes = self.size * itemsize
 
 
 def capture_graphs_on(monkeypatch, module: StandInModule, compiled) -> list:

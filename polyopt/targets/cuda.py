@@ -453,11 +453,12 @@ class CudaKernel:
             return
         bound, device, copy_back = self.bind(args, kwargs)
         temporaries = any(a.temporary for a in self.scop.arrays.values())  # made per call: not replayable
-        record = self.launch(bound.params, bound.scalars, device, record=not copy_back and not temporaries)
+        replayable = not copy_back and not temporaries
+        record = self.launch(bound.params, bound.scalars, device, record=replayable)
         for name, host in copy_back.items():
             device[name].get(out=host)
-        if record is not None and key is not None:
-            self._remember(key, record)
+        if replayable and key is not None:  # (no record: too many launches; a graph replays them)
+            self._remember(key, record or GraphReplay(self, bound.params))
 
     def named(self, args: tuple, kwargs: dict) -> dict | None:
         """The call's values by argument name, device arrays as CuPy arrays; None where
@@ -490,7 +491,7 @@ class CudaKernel:
             return None
         return key
 
-    def recorded(self, key: tuple | None) -> "LaunchRecord | None":
+    def recorded(self, key: tuple | None) -> "LaunchRecord | GraphReplay | None":
         """The launches recorded under ``key`` (None: not recorded)."""
         return None if key is None else self._records.get(key)
 
@@ -667,6 +668,29 @@ class LaunchRecord:
         return values
 
 
+@dataclass(frozen=True)
+class GraphReplay:
+    """How a call like an earlier one runs when that one launched more kernels than a
+    :class:`LaunchRecord` keeps (a host loop of stencil time steps: a Python launch each would
+    cost more than the kernel): the host program as a CUDA graph, captured once per argument
+    set (:meth:`CudaKernel.launch` with ``graph``) and replayed; ``params``: the sizes, fixed by
+    the call's key."""
+
+    kernel: "CudaKernel"
+    params: dict
+
+    def __call__(self, named: dict, *, fresh: str | None = None) -> None:
+        """Replay on the current stream with the arguments ``named`` (CuPy arrays, scalars),
+        after the overlap check a :class:`LaunchRecord` makes."""
+        scop = self.kernel.scop
+        arrays = {a.name: named[a.name] for a in abi_arguments(scop) if a.kind == "array"}
+        written = {w.array for s in scop.statements for w in s.writes}
+        if len(arrays) > 1 and written != {fresh}:
+            _check_device_aliasing(scop.name, arrays, written)
+        scalars = {a.name: named[a.name] for a in abi_arguments(scop) if a.kind == "scalar"}
+        self.kernel.launch(self.params, scalars, arrays, graph=True)
+
+
 #: Types of scalar arguments whose identity fixes their value (a repeated call may skip them).
 _IMMUTABLE_SCALARS = (int, float, bool, complex, np.generic)
 
@@ -690,11 +714,14 @@ class RepeatedCall:
     graph: object = None
 
     @classmethod
-    def of(cls, args: tuple, kwargs: dict, record: LaunchRecord, named: dict) -> "RepeatedCall | None":
+    def of(cls, args: tuple, kwargs: dict, record: "LaunchRecord | GraphReplay", named: dict
+           ) -> "RepeatedCall | None":
         """The repeatable form of a call that ``record`` just replayed with ``named``, or None
-        where an argument is neither a CuPy array nor an immutable scalar."""
+        where an argument is neither a CuPy array nor an immutable scalar (or the launches are
+        a graph's: :class:`GraphReplay` finds its graph by the arguments)."""
         given = args + tuple(kwargs.values())
-        if not all(is_cupy(v) or isinstance(v, _IMMUTABLE_SCALARS) for v in given):
+        if not isinstance(record, LaunchRecord) or not all(is_cupy(v) or isinstance(v, _IMMUTABLE_SCALARS)
+                                                            for v in given):
             return None
         values = [np.uint64(v.data.ptr) if is_cupy(v) else v for v in record.values(named)]
         launches = tuple((function, grid, block, (*values, *tail))
