@@ -56,10 +56,9 @@ class UnitStrides:
     @staticmethod
     def of(c: Contraction) -> "UnitStrides":
         m, n, k = c.m[-1], c.n[-1], c.k[-1]
-        return UnitStrides(all(left.index[-1] == m for left, _ in c.pairs), all(left.index[-1] == k for left, _ in c.pairs),
-                           all(right.index[-1] == k for _, right in c.pairs),
-                           all(right.index[-1] == n for _, right in c.pairs),
-                           c.output_index[-1] == m, c.output_index[-1] == n)
+        lefts, rights = [left.index[-1] for left, _ in c.pairs], [right.index[-1] for _, right in c.pairs]
+        return UnitStrides(all(i == m for i in lefts), all(i == k for i in lefts), all(i == k for i in rights),
+                           all(i == n for i in rights), c.output_index[-1] == m, c.output_index[-1] == n)
 
 
 def scalar_text(scop: Scop, value: E.Expr, element: str) -> str:
@@ -81,14 +80,15 @@ def batch_offsets(slots: Slots, arrays: str = "LRC") -> list[str]:
     return out
 
 
-#: The operand strides of the K loop: run strides (prologue constants), then per batch and per
-#: outer-K slot ``j`` the kernel parameters ``_zL{j}``, ``_zR{j}``, ``_kL{j}``, ``_kR{j}``.
+#: The operands' run strides as the kernel's prologue names them (constants: 1, or the launch
+#: argument of the name with ``_`` before it).
 RUN_STRIDES = ("sLm", "sLk", "sRk", "sRn")
 
 
 def pair_stride_names(slots: Slots) -> tuple[str, ...]:
-    """The names of the operand strides a K loop reads (:data:`RUN_STRIDES`, then the batch and
-    outer-K slots' ones) in the order of the launch arguments of each pair after the first."""
+    """The names of the operand strides a K loop reads -- :data:`RUN_STRIDES`, then per batch
+    slot ``j`` the kernel parameters ``_zL{j}``, ``_zR{j}``, per outer-K slot ``_kL{j}``,
+    ``_kR{j}`` -- in the order of the launch arguments of each pair after the first."""
     return (RUN_STRIDES + tuple(f"_z{o}{j}" for j in range(slots.batch) for o in "LR") +
             tuple(f"_k{o}{j}" for j in range(slots.outer_k) for o in "LR"))
 
@@ -99,12 +99,12 @@ def pair_argument(name: str, pair: int) -> str:
     return f"{'_' if name in RUN_STRIDES else ''}{name}_{pair}"
 
 
-def pair_scope(c: Contraction, slots: Slots, unit: UnitStrides, pair: int) -> list[str]:
+def _pair_scope(c: Contraction, slots: Slots, unit: UnitStrides, pair: int) -> list[str]:
     """The opening of the block running the K loop of operand pair ``pair`` (0: none, the
     kernel's names are the first pair's): it binds the names the K loop reads -- the run
     strides (literal 1 where :class:`UnitStrides` says), the batch and outer-K slots' strides,
     the batch offsets ``_offL``/``_offR`` decoded from ``_z`` -- to that pair's, so one K loop
-    text serves every pair. Closed by :func:`pair_scope_end`."""
+    text serves every pair. Closed by :func:`_pair_scope_end`."""
     if not pair:
         return []
     left, right = c.pairs[pair]
@@ -117,19 +117,19 @@ def pair_scope(c: Contraction, slots: Slots, unit: UnitStrides, pair: int) -> li
     return out + batch_offsets(slots, "LR")
 
 
-def pair_scope_end(pair: int) -> list[str]:
-    """The end of :func:`pair_scope`'s block."""
+def _pair_scope_end(pair: int) -> list[str]:
+    """The end of :func:`_pair_scope`'s block."""
     return ["    }"] if pair else []
 
 
 def pair_k_loops(c: Contraction, k_loop: Callable[[tuple[Operand, Operand]], list[str]]) -> list[str]:
     """The K loops of every operand pair one after the other into the same accumulators
     (``k_loop(pair)``: the text of one pair's K loop, reading its operands' arrays and values),
-    each pair after the first in its :func:`pair_scope`; one pair: its K loop alone."""
+    each pair after the first in its :func:`_pair_scope`; one pair: its K loop alone."""
     slots, unit = Slots.of(c), UnitStrides.of(c)
     out = []
     for pair, operands in enumerate(c.pairs):
-        out += pair_scope(c, slots, unit, pair) + k_loop(operands) + pair_scope_end(pair)
+        out += _pair_scope(c, slots, unit, pair) + k_loop(operands) + _pair_scope_end(pair)
     return out
 
 
@@ -256,5 +256,4 @@ def init_text(scop: Scop, c: Contraction, element: str) -> str:
 
 
 __all__ = ["RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets", "element_store", "element_test", "grid_loops",
-           "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_scope", "pair_scope_end", "pair_stride_names",
-           "scalar_text"]
+           "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "scalar_text"]

@@ -12,7 +12,12 @@ literal 1 in the code. A contraction over a box cut by constraints among the out
 (syrk's ``j <= i``, :attr:`~polyopt.analysis.contraction.Contraction.domain`) runs the same
 kernels over the bounding box: a tile with no element in the cut is skipped, and the init and
 the store (with the epilogue) of each element are guarded by the constraints, so the elements
-outside are neither read nor written (:mod:`polyopt.codegen.contraction_text`).
+outside are neither read nor written (:mod:`polyopt.codegen.contraction_text`). A contraction
+of several operand pairs (syr2k: ``C += A B^T + B A^T``,
+:attr:`~polyopt.analysis.contraction.Contraction.pairs`) runs every variant's K loop once per
+pair into the same accumulators, each pair with its own arrays, staged values and strides
+(:func:`~polyopt.codegen.contraction_text.pair_k_loops`): the products are summed pair after
+pair, not per K value as the statement adds them.
 
 Three ways to run the K loop (``Variant.engine``):
 
@@ -462,7 +467,8 @@ def _host_runs(c: Contraction, pair_strides: list[list[str]]) -> list[str]:
     (M), the right operands (N), every operand (K). ``pair_strides``: per operand pair after
     the first, its operands' strides per index (C initializers), declared as ``sP``."""
     if not pair_strides:
-        return [f"  const long M = pl_run(m_ix, {len(c.m)}, ext, sL, sC, in_m), N = pl_run(n_ix, {len(c.n)}, ext, sR, sC, in_n);",
+        return [f"  const long M = pl_run(m_ix, {len(c.m)}, ext, sL, sC, in_m), "
+                f"N = pl_run(n_ix, {len(c.n)}, ext, sR, sC, in_n);",
                 f"  const long K = pl_run(k_ix, {len(c.k)}, ext, sL, sR, in_k);"]
     n, pairs = len(c.extent), len(pair_strides)
     lefts = ", ".join(f"sP[{p}][0]" for p in range(pairs))
@@ -500,7 +506,8 @@ def _host_pair_arguments(c: Contraction, slots: Slots) -> list[str]:
 
 
 #: The names :func:`_host_launch` declares in its function's outermost block.
-HOST_LOCALS = frozenset({"ext", "sL", "sR", "sC", "sP", "run_m", "run_n", "run_k", "out_ix", "m_ix", "n_ix", "k_ix", "cls", "in_m", "in_n", "in_k",
+HOST_LOCALS = frozenset({"ext", "sL", "sR", "sC", "sP", "run_m", "run_n", "run_k",
+                         "out_ix", "m_ix", "n_ix", "k_ix", "cls", "in_m", "in_n", "in_k",
                          "M", "N", "K", "_a", "_na", "device", "sms", "gz", "pick", "first", "best", "aligned"})
 
 

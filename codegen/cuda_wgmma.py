@@ -358,28 +358,27 @@ def _k_loop(c: Contraction, v, layouts: tuple[bool, bool], copy: list[str], k_st
             f"        if (_tile + {ahead} < _NT) {{"] + request + ["        }", "        pl_cp_commit();",
                                                                   f"        pl_wg_wait<{v.inflight}>();"]
     out += (keep if not v.inflight else [])
-    return out + [f"        _cs = _cs + 1 == {v.stages} ? 0 : _cs + 1;", "      }",
-                  "      pl_wg_wait<0>();"] + keep + [
-                  "      pl_cp_wait<0>();", "      __syncthreads();  /* the next tile of the grid loop reuses the ring */"]
+    out += [f"        _cs = _cs + 1 == {v.stages} ? 0 : _cs + 1;", "      }", "      pl_wg_wait<0>();"] + keep
+    return out + ["      pl_cp_wait<0>();", "      __syncthreads();  /* the next tile of the grid loop reuses the ring */"]
 
 
 def _specialized(c: Contraction, v, layouts, init, store, advance, copies, k_state, keep, t: str) -> list[str]:
-    """The warp-specialized body: warpgroup 0 the producer (``cp.async`` only), warpgroups 1
-    and 2 the consumers (``wgmma`` on rows
-    ``64(w - 1)``.., then the epilogue). Each ring slot has a *full* mbarrier (128 producer
-    arrivals: the slot's copies are complete and fenced for the async proxy) and an *empty*
-    one (256 consumer arrivals: both warpgroups' ``wgmma`` on it are complete). Both roles walk
-    the same sequence of tiles (grid loop by K tiles) counting them in ``_it``: tile ``_it``
-    lies in slot ``_it % stages``, and its wait is for the phase of parity
-    ``(_it / stages) & 1`` (the producer's empty wait the parity before: its first round passes
-    at once). The producer marks a slot full one tile late, after ``cp.async.wait_group 1``
-    (its own copies of that slot done) and a proxy fence; at the end of a block tile (of each
-    operand pair's tiles: it copies the pairs one after the other, ``copies(pair)``) it waits
-    for all. The consumers walk every pair's tiles in one loop. A consumer keeps one ``wgmma`` group in flight and frees the slot of the tile before
-    once that group is done; the producer goes on to the next block tile's copies while the
-    consumers store theirs. No ``setmaxnreg``: the consumers fit the 168 registers of 384
-    threads (128 accumulators at BN = 256), and with it ptxas must fit the producer's copies
-    into what the producer keeps (40 to 88 registers: it spilled)."""
+    """The warp-specialized body: warpgroup 0 the producer (``cp.async`` only), warpgroups 1 and 2
+    the consumers (``wgmma`` on rows ``64(w - 1)``.., then the epilogue). Each ring slot has a
+    *full* mbarrier (128 producer arrivals: the slot's copies are complete and fenced for the
+    async proxy) and an *empty* one (256 consumer arrivals: both warpgroups' ``wgmma`` on it are
+    complete). Both roles walk the same sequence of tiles (grid loop by K tiles) counting them
+    in ``_it``: tile ``_it`` lies in slot ``_it % stages``, and its wait is for the phase of
+    parity ``(_it / stages) & 1`` (the producer's empty wait the parity before: its first round
+    passes at once). The producer marks a slot full one tile late, after ``cp.async.wait_group
+    1`` (its own copies of that slot done) and a proxy fence; at the end of a block tile (of
+    each operand pair's tiles: it copies the pairs one after the other, ``copies(pair)``) it
+    waits for all. The consumers walk every pair's tiles in one loop. A consumer keeps one
+    ``wgmma`` group in flight and frees the slot of the tile before once that group is done; the
+    producer goes on to the next block tile's copies while the consumers store theirs. No
+    ``setmaxnreg``: the consumers fit the 168 registers of 384 threads (128 accumulators at BN =
+    256), and with it ptxas must fit the producer's copies into what the producer keeps (40 to
+    88 registers: it spilled)."""
     slots = Slots.of(c)
     s = v.stages
     out = [f"  uint64_t *const _full = (uint64_t *)(_Bs + {s * tile_bytes(v, v.bn)}), *const _empty = _full + {s};",

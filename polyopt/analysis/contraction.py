@@ -225,10 +225,13 @@ def _operand(scop: Scop, e: E.Expr, written: set[str]) -> Operand | None:
     return Operand(element.array, index, value) if _only_scalars(value) else None
 
 
-def _update_parts(scop: Scop, update: Statement):
+def _update_parts(scop: Scop, update: Statement) -> tuple[tuple[str, ...], tuple[tuple[Operand, Operand], ...]] | None:
     """(output index, operand pairs) of ``C[o] = C[o] + L * R`` or ``C[o] = C[o] + (L1 * R1 +
     L2 * R2 + ...)``, each pair after the first turned to read the first one's index sets
-    (:func:`_turned`), or None."""
+    (:func:`_turned`), or None. Several pairs are all turned round where the output's last
+    subscript would be an M index: the kernels store along their N coordinates (as for syrk's
+    ``C[i, j] += A[i, k] * A[j, k]``; syr2k writes its first product ``A[j, k] * B[i, k]``); one
+    pair keeps the statement's order."""
     target = update.target
     output_index = _plain_index(target)
     added = sum_term(target, update.value)
@@ -246,6 +249,8 @@ def _update_parts(scop: Scop, update: Statement):
         if pair is None:
             return None
         pairs.append(pair)
+    if len(pairs) > 1 and output_index[-1] in pairs[0][0].index and output_index[-1] not in pairs[0][1].index:
+        pairs = [pair[::-1] for pair in pairs]  # the output's contiguous index an N index (docstring)
     return output_index, tuple(pairs)
 
 

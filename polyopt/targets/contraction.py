@@ -131,8 +131,8 @@ def contraction_engine(scop: Scop, c: Contraction, precision: str) -> str | None
     (:func:`~polyopt.codegen.cuda_contraction.engine_for`), None where none does: operands of
     two element types (in any operand pair), or half operands computed on (they go to the
     tensor cores as they are)."""
-    types = {scop.arrays[a].dtype for a in c.operand_arrays}
-    engine = engine_for(scop.arrays[c.output].dtype.name, precision, next(iter(types)).name) if len(types) == 1 else None
+    types = {scop.arrays[a].dtype.name for a in c.operand_arrays}
+    engine = engine_for(scop.arrays[c.output].dtype.name, precision, *types) if len(types) == 1 else None
     if engine is None or (engine == "hmma" and not all(_plain(o) for pair in c.pairs for o in pair)):
         return None
     return engine

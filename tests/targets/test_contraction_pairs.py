@@ -96,15 +96,16 @@ def _operands(c) -> list[tuple[str, tuple[str, ...], str, tuple[str, ...]]]:
 
 
 def test_syr2k_is_a_contraction_of_two_pairs():
-    """syr2k: M (j) x N (i) x K (k) -- the first product's left operand reads j -- over the
-    lower triangle, beta as the init, alpha staged with each pair's left operand."""
+    """syr2k: M (i) x N (j) x K (k) as syrk -- the pairs turned round, C's contiguous j an N
+    index -- over the lower triangle, beta as the init, alpha staged with each pair's right
+    operand."""
     c = find_contraction(scop_of(_syr2k()))
-    assert c is not None and c.describe() == "M (j) x N (i) x K (k), 2 operand pairs"
-    assert _operands(c) == [("A", ("j", "k"), "B", ("i", "k")), ("B", ("j", "k"), "A", ("i", "k"))]
-    assert [E.to_source(left.value) for left, _ in c.pairs] == ["_elem * alpha"] * 2
+    assert c is not None and c.describe() == "M (i) x N (j) x K (k), 2 operand pairs"
+    assert _operands(c) == [("B", ("i", "k"), "A", ("j", "k")), ("A", ("i", "k"), "B", ("j", "k"))]
+    assert [E.to_source(right.value) for _, right in c.pairs] == ["_elem * alpha"] * 2
     assert [E.to_source(e) for e in c.domain] == ["i - j"]
     assert E.to_source(c.init) == "_elem * beta"
-    assert c.operand_arrays == ("A", "B")
+    assert c.operand_arrays == ("B", "A")
 
 
 @pytest.mark.parametrize("kernel, second", [
@@ -142,7 +143,7 @@ def test_the_syr2k_mapping_is_verified_and_noted():
     text = po.cuda_source(_syr2k())
     kernels = text.count("__global__")
     assert kernels == len(VARIANTS[("dmma", "f64")])
-    assert text.count("/* operand pair 2 of 2: B[j, k] x A[i, k] */") == kernels
+    assert text.count("/* operand pair 2 of 2: A[i, k] x B[j, k] */") == kernels
     assert "pl_run_all" in text and "pl_run_all" not in po.cuda_source(po.suite.get("syrk").kernel)
 
 
