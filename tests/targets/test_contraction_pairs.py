@@ -88,6 +88,16 @@ def no_product(A: f64["N", "K"], B: f64["K", "M"], D: f64["K", "M"], C: f64["N",
                 C[i, j] += A[i, k] * B[k, j] + D[k, j]
 
 
+@po.kernel
+def second_pair_reads_past(A: f64["N", "K"], D: f64["N", "K"], B: f64["N - 1", "K"], C: f64["N", "N"]):
+    """A lower triangle whose second pair's B[j, k] leaves B over the bounding box (the first
+    pair's reads stay in A): a cut box checks every pair's reads."""
+    for i in range(N):
+        for j in range(i + 1):
+            for k in range(K):
+                C[i, j] += A[i, k] * A[j, k] + D[i, k] * B[j, k]
+
+
 def _operands(c) -> list[tuple[str, tuple[str, ...], str, tuple[str, ...]]]:
     return [(left.array, left.index, right.array, right.index) for left, right in c.pairs]
 
@@ -121,11 +131,12 @@ def test_sums_of_products_are_contractions(kernel, second):
     assert _operands(c) == [("A", ("i", "k"), "B", ("k", "j")), second]
 
 
-@pytest.mark.parametrize("kernel", [other_contracted_index, other_output, no_product],
-                         ids=["other-contracted-index", "other-output", "no-product"])
+@pytest.mark.parametrize("kernel", [other_contracted_index, other_output, no_product, second_pair_reads_past],
+                         ids=["other-contracted-index", "other-output", "no-product", "second-pair-reads-past"])
 def test_sums_of_other_terms_are_no_contraction(kernel):
     """A product summed over other indices, one of another output shape, a term that is no
-    product: the general mapping."""
+    product, a cut box over which the second pair reads outside its array: the general
+    mapping."""
     assert find_contraction(scop_of(kernel)) is None
     assert not isinstance(plan(kernel).source, ContractionSource)
 
