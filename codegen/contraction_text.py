@@ -8,10 +8,11 @@ kernels) and :mod:`polyopt.codegen.cuda_wgmma` (Hopper ``wgmma`` kernels) both b
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from polyopt.analysis import expr as E
-from polyopt.analysis.contraction import ELEMENT, Contraction, epilogue_indices
+from polyopt.analysis.contraction import ELEMENT, Contraction, Operand, epilogue_indices
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.c import CExpr
 from polyopt.codegen.cuda import CudaExpr
@@ -26,20 +27,24 @@ class Slots:
     batch: int
     outer_k: int
     epilogue: int = 0
+    #: Operand pairs (:attr:`~polyopt.analysis.contraction.Contraction.pairs`): each pair after
+    #: the first has its own run, batch and outer-K strides.
+    pairs: int = 1
 
     @staticmethod
     def of(c: Contraction) -> "Slots":
         """Also, per output index an epilogue reads by or a batch index the output domain's
         constraints name (:func:`epilogue_indices`), where its value comes from: the coordinate
         (0: M run, 1: N run, 2: batch), divisor, modulus."""
-        return Slots(len(c.batch) + len(c.m) + len(c.n) - 2, len(c.k) - 1, len(epilogue_indices(c)))
+        return Slots(len(c.batch) + len(c.m) + len(c.n) - 2, len(c.k) - 1, len(epilogue_indices(c)), len(c.pairs))
 
 
 @dataclass(frozen=True)
 class UnitStrides:
     """Which run strides are 1 whatever the sizes: the innermost M index (last in output order)
     is the left operand's last subscript (``lm``), and so on; those strides are literal in the
-    code and the tile loads walk them."""
+    code and the tile loads walk them. With several operand pairs a stride is literal only
+    where it is 1 in every pair (the K loop of every pair shares the kernel's tile layouts)."""
 
     lm: bool
     lk: bool
@@ -51,8 +56,9 @@ class UnitStrides:
     @staticmethod
     def of(c: Contraction) -> "UnitStrides":
         m, n, k = c.m[-1], c.n[-1], c.k[-1]
-        return UnitStrides(c.left.index[-1] == m, c.left.index[-1] == k, c.right.index[-1] == k,
-                           c.right.index[-1] == n, c.output_index[-1] == m, c.output_index[-1] == n)
+        lefts, rights = [left.index[-1] for left, _ in c.pairs], [right.index[-1] for _, right in c.pairs]
+        return UnitStrides(all(i == m for i in lefts), all(i == k for i in lefts), all(i == k for i in rights),
+                           all(i == n for i in rights), c.output_index[-1] == m, c.output_index[-1] == n)
 
 
 def scalar_text(scop: Scop, value: E.Expr, element: str) -> str:
@@ -61,14 +67,69 @@ def scalar_text(scop: Scop, value: E.Expr, element: str) -> str:
                                     if isinstance(x, E.Var) and x.name == ELEMENT else None))
 
 
-def batch_offsets(slots: Slots) -> list[str]:
-    """Decode batch index ``_z`` into the offsets of L, R and C (innermost slot first)."""
+def batch_offsets(slots: Slots, arrays: str = "LRC") -> list[str]:
+    """Decode batch index ``_z`` into the offsets ``_off{a}`` of each of ``arrays`` (``L``,
+    ``R``, ``C``; innermost slot first)."""
+    offsets = ", ".join(f"_off{a} = 0" for a in arrays)
     if not slots.batch:
-        return ["    const long _offL = 0, _offR = 0, _offC = 0;"]
-    out = ["    long _offL = 0, _offR = 0, _offC = 0, _zr = _z;"]
+        return [f"    const long {offsets};"]
+    out = [f"    long {offsets}, _zr = _z;"]
     for j in reversed(range(slots.batch)):
         out.append(f"    {{ const long _i = _zr % _zE{j}; _zr /= _zE{j}; "
-                   f"_offL += _i * _zL{j}; _offR += _i * _zR{j}; _offC += _i * _zC{j}; }}")
+                   + " ".join(f"_off{a} += _i * _z{a}{j};" for a in arrays) + " }")
+    return out
+
+
+#: The operands' run strides as the kernel's prologue names them (constants: 1, or the launch
+#: argument of the name with ``_`` before it).
+RUN_STRIDES = ("sLm", "sLk", "sRk", "sRn")
+
+
+def pair_stride_names(slots: Slots) -> tuple[str, ...]:
+    """The names of the operand strides a K loop reads -- :data:`RUN_STRIDES`, then per batch
+    slot ``j`` the kernel parameters ``_zL{j}``, ``_zR{j}``, per outer-K slot ``_kL{j}``,
+    ``_kR{j}`` -- in the order of the launch arguments of each pair after the first."""
+    return (RUN_STRIDES + tuple(f"_z{o}{j}" for j in range(slots.batch) for o in "LR") +
+            tuple(f"_k{o}{j}" for j in range(slots.outer_k) for o in "LR"))
+
+
+def pair_argument(name: str, pair: int) -> str:
+    """The launch argument holding stride ``name`` (:func:`pair_stride_names`) of pair
+    ``pair`` >= 1 (a run stride's argument is its name with ``_`` before it)."""
+    return f"{'_' if name in RUN_STRIDES else ''}{name}_{pair}"
+
+
+def _pair_scope(c: Contraction, slots: Slots, unit: UnitStrides, pair: int) -> list[str]:
+    """The opening of the block running the K loop of operand pair ``pair`` (0: none, the
+    kernel's names are the first pair's): it binds the names the K loop reads -- the run
+    strides (literal 1 where :class:`UnitStrides` says), the batch and outer-K slots' strides,
+    the batch offsets ``_offL``/``_offR`` decoded from ``_z`` -- to that pair's, so one K loop
+    text serves every pair. Closed by :func:`_pair_scope_end`."""
+    if not pair:
+        return []
+    left, right = c.pairs[pair]
+    literal = dict(zip(RUN_STRIDES, (unit.lm, unit.lk, unit.rk, unit.rn)))
+    names = pair_stride_names(slots)
+    out = [f"    {{ /* operand pair {pair + 1} of {slots.pairs}: {left.array}[{', '.join(left.index)}] x "
+           f"{right.array}[{', '.join(right.index)}] */",
+           "    const long " + ", ".join(f"{name} = {'1' if literal.get(name) else pair_argument(name, pair)}"
+                                         for name in names) + ";"]
+    return out + batch_offsets(slots, "LR")
+
+
+def _pair_scope_end(pair: int) -> list[str]:
+    """The end of :func:`_pair_scope`'s block."""
+    return ["    }"] if pair else []
+
+
+def pair_k_loops(c: Contraction, k_loop: Callable[[tuple[Operand, Operand]], list[str]]) -> list[str]:
+    """The K loops of every operand pair one after the other into the same accumulators
+    (``k_loop(pair)``: the text of one pair's K loop, reading its operands' arrays and values),
+    each pair after the first in its :func:`_pair_scope`; one pair: its K loop alone."""
+    slots, unit = Slots.of(c), UnitStrides.of(c)
+    out = []
+    for pair, operands in enumerate(c.pairs):
+        out += _pair_scope(c, slots, unit, pair) + k_loop(operands) + _pair_scope_end(pair)
     return out
 
 
@@ -194,5 +255,5 @@ def init_text(scop: Scop, c: Contraction, element: str) -> str:
     return element if c.init is None else scalar_text(scop, c.init, element)
 
 
-__all__ = ["Slots", "UnitStrides", "batch_offsets", "element_store", "element_test", "grid_loops", "init_text",
-           "outer_k_offsets", "scalar_text"]
+__all__ = ["RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets", "element_store", "element_test", "grid_loops",
+           "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "scalar_text"]

@@ -12,7 +12,12 @@ literal 1 in the code. A contraction over a box cut by constraints among the out
 (syrk's ``j <= i``, :attr:`~polyopt.analysis.contraction.Contraction.domain`) runs the same
 kernels over the bounding box: a tile with no element in the cut is skipped, and the init and
 the store (with the epilogue) of each element are guarded by the constraints, so the elements
-outside are neither read nor written (:mod:`polyopt.codegen.contraction_text`).
+outside are neither read nor written (:mod:`polyopt.codegen.contraction_text`). A contraction
+of several operand pairs (syr2k: ``C += A B^T + B A^T``,
+:attr:`~polyopt.analysis.contraction.Contraction.pairs`) runs every variant's K loop once per
+pair into the same accumulators, each pair with its own arrays, staged values and strides
+(:func:`~polyopt.codegen.contraction_text.pair_k_loops`): the products are summed pair after
+pair, not per K value as the statement adds them.
 
 Three ways to run the K loop (``Variant.engine``):
 
@@ -46,13 +51,14 @@ from dataclasses import dataclass, replace
 
 from polyopt.analysis import expr as E
 from polyopt.analysis.affine import extent_expr
-from polyopt.analysis.contraction import Contraction, epilogue_indices
+from polyopt.analysis.contraction import Contraction, Operand, epilogue_indices
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
 from polyopt.codegen.cuda import CudaSource, cuda_prelude, kernel_parameters
-from polyopt.codegen.contraction_text import (Slots, UnitStrides, element_store, element_test,
-                                              grid_loops, init_text, outer_k_offsets, scalar_text)
+from polyopt.codegen.contraction_text import (RUN_STRIDES, Slots, UnitStrides, element_store, element_test, grid_loops,
+                                              init_text, outer_k_offsets, pair_argument, pair_k_loops,
+                                              pair_stride_names, scalar_text)
 from polyopt.codegen.cuda_wgmma import wgmma_body, wgmma_helpers, wgmma_shape, wgmma_shared_bytes
 
 #: The K-loop engines and what they need (element type of the operands and result).
@@ -229,7 +235,9 @@ RUN_ARGUMENTS = ("_M", "_N", "_K", "_sLm", "_sLk", "_sRk", "_sRn", "_sCm", "_sCn
 
 def extra_arguments(slots: Slots) -> tuple[str, ...]:
     """Names of every launch argument after the kernel's own: the runs, then per batch slot
-    its extent and strides in L, R and C, then per outer-K slot its extent and strides."""
+    its extent and strides in L, R and C, then per outer-K slot its extent and strides, per
+    epilogue index its source, divisor and modulus; then per operand pair after the first its
+    operand strides (:func:`~polyopt.codegen.contraction_text.pair_stride_names`)."""
     names = list(RUN_ARGUMENTS)
     for j in range(slots.batch):
         names += [f"_zE{j}", f"_zL{j}", f"_zR{j}", f"_zC{j}"]
@@ -237,6 +245,7 @@ def extra_arguments(slots: Slots) -> tuple[str, ...]:
         names += [f"_kE{j}", f"_kL{j}", f"_kR{j}"]
     for j in range(slots.epilogue):
         names += [f"_xs{j}", f"_xd{j}", f"_xm{j}"]
+    names += [pair_argument(name, pair) for pair in range(1, slots.pairs) for name in pair_stride_names(slots)]
     return tuple(names)
 
 
@@ -244,11 +253,15 @@ def operand_stride_positions(c: Contraction) -> list[int]:
     """Where the operands' strides that are not literal 1 in the code lie among the launch
     arguments after the kernel's own (:func:`extra_arguments` order): the run strides of L and
     R, and their strides in each batch and outer-K slot (what a ``cp.async`` row start depends
-    on)."""
+    on), of every operand pair."""
     unit, slots = UnitStrides.of(c), Slots.of(c)
-    positions = [3 + d for d, is_unit in enumerate((unit.lm, unit.lk, unit.rk, unit.rn)) if not is_unit]
+    literal = {name for name, is_unit in zip(RUN_STRIDES, (unit.lm, unit.lk, unit.rk, unit.rn)) if is_unit}
+    positions = [3 + d for d, name in enumerate(RUN_STRIDES) if name not in literal]
     positions += [len(RUN_ARGUMENTS) + 4 * j + d for j in range(slots.batch) for d in (1, 2)]
     positions += [len(RUN_ARGUMENTS) + 4 * slots.batch + 3 * j + d for j in range(slots.outer_k) for d in (1, 2)]
+    names = extra_arguments(slots)
+    positions += [names.index(pair_argument(name, pair)) for pair in range(1, slots.pairs)
+                  for name in pair_stride_names(slots) if name not in literal]
     return positions
 
 
@@ -305,6 +318,20 @@ _HOST_HELPERS = [
     "{ /* a batch slot's index: a batch index, or an M or N index outside its run */",
     "  return cls == 'b' || (cls == 'm' && !in_m) || (cls == 'n' && !in_n);",
     "}"]
+#: The host functions' helper for contractions of several operand pairs: the run of ``pl_run``
+#: over any number of arrays' strides (``s[0 .. ns)``).
+_PAIRS_HOST_HELPERS = [
+    "static long pl_run_all(const int *ix, int n, const long *ext, const long *const *s, int ns, char *in_run)",
+    "{ /* the innermost run of ix (outermost first): indices adjacent in memory in every array */",
+    "  int q = ix[n - 1]; long size = ext[q]; in_run[q] = 1;",
+    "  for (int j = n - 2; j >= 0; j--) {",
+    "    const int p = ix[j]; int adjacent = 1;",
+    "    for (int a = 0; a < ns; a++) adjacent = adjacent && s[a][p] == ext[q] * s[a][q];",
+    "    if (!adjacent) break;",
+    "    in_run[p] = 1; size *= ext[p]; q = p;",
+    "  }",
+    "  return size;",
+    "}"]
 
 
 def _host_wrapper(scop: Scop, contractions: tuple[tuple[Contraction, tuple[tuple[str, Variant], ...]], ...],
@@ -313,6 +340,8 @@ def _host_wrapper(scop: Scop, contractions: tuple[tuple[Contraction, tuple[tuple
     pointers), outside NVRTC builds: for one contraction its launch (:func:`_host_launch`);
     for a program of them, one ``static`` launch function per contraction, called in order."""
     out = ["#ifndef __CUDACC_RTC__", *_HOST_HELPERS]
+    if any(len(c.pairs) > 1 for c, _ in contractions):
+        out += _PAIRS_HOST_HELPERS
     if len(contractions) == 1:
         (c, kernels), = contractions
         return out + _host_launch(scop, c, kernels, f'extern "C" void {name}') + ["#endif"]
@@ -361,8 +390,7 @@ def _host_launch(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant],
            f"n_ix[] = {{{positions(c.n)}}}, k_ix[] = {{{positions(c.k)}}};",
            f"  const char cls[{n}] = {{{', '.join(classes.get(i, K_CLASS) for i in index)}}};",
            f"  char in_m[{n}] = {{0}}, in_n[{n}] = {{0}}, in_k[{n}] = {{0}};",
-           f"  const long M = pl_run(m_ix, {len(c.m)}, ext, sL, sC, in_m), N = pl_run(n_ix, {len(c.n)}, ext, sR, sC, in_n);",
-           f"  const long K = pl_run(k_ix, {len(c.k)}, ext, sL, sR, in_k);",
+           *_host_runs(c, [[strides(o.index, o.array) for o in pair] for pair in c.more_pairs]),
            f"  long _a[{len(extra_arguments(slots))}] = {{M, N, K, sL[m_ix[{len(c.m) - 1}]], sL[k_ix[{len(c.k) - 1}]], "
            f"sR[k_ix[{len(c.k) - 1}]], sR[n_ix[{len(c.n) - 1}]], sC[m_ix[{len(c.m) - 1}]], sC[n_ix[{len(c.n) - 1}]], 1, 1}};",
            f"  int _na = {len(RUN_ARGUMENTS)};",
@@ -394,6 +422,7 @@ def _host_launch(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant],
                 "      if (after && pl_in_batch(cls[i], in_m[i], in_n[i])) div *= ext[i]; if (i == " + str(p) + ") after = 1; }",
                 f"    _a[_na++] = 2; _a[_na++] = div; _a[_na++] = ext[{p}];",
                 "  }"]
+    out += _host_pair_arguments(c, slots)
     out += [
            "  if (M <= 0 || N <= 0 || _a[9] <= 0) return;",
            "  int device = 0, sms = 1;",
@@ -405,7 +434,7 @@ def _host_launch(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant],
     engine = kernels[0][1].engine
     if any(v.asynchronous for _, v in kernels):  # as async_aligned: operands and their strides in whole vectors
         per_vector = COPY_BYTES // OPERAND_BYTES[engine]
-        tests = [f"(uintptr_t){c.left.array} % {COPY_BYTES} == 0", f"(uintptr_t){c.right.array} % {COPY_BYTES} == 0"]
+        tests = [f"(uintptr_t){o.array} % {COPY_BYTES} == 0" for pair in c.pairs for o in pair]
         tests += [f"_a[{p}] % {per_vector} == 0" for p in operand_stride_positions(c)]
         out.append(f"  const int aligned = {' && '.join(tests)};  /* take the cp.async kernels */")
     else:
@@ -432,8 +461,53 @@ def _host_launch(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant],
     return out + ["}"]
 
 
+def _host_runs(c: Contraction, pair_strides: list[list[str]]) -> list[str]:
+    """The C declaring the M, N and K runs' sizes (and marking their indices in ``in_m``,
+    ``in_n``, ``in_k``): indices adjacent in memory in the output and in the left operands
+    (M), the right operands (N), every operand (K). ``pair_strides``: per operand pair after
+    the first, its operands' strides per index (C initializers), declared as ``sP``."""
+    if not pair_strides:
+        return [f"  const long M = pl_run(m_ix, {len(c.m)}, ext, sL, sC, in_m), "
+                f"N = pl_run(n_ix, {len(c.n)}, ext, sR, sC, in_n);",
+                f"  const long K = pl_run(k_ix, {len(c.k)}, ext, sL, sR, in_k);"]
+    n, pairs = len(c.extent), len(pair_strides)
+    lefts = ", ".join(f"sP[{p}][0]" for p in range(pairs))
+    rights = ", ".join(f"sP[{p}][1]" for p in range(pairs))
+    return [f"  const long sP[{pairs}][2][{n}] = {{{', '.join(f'{{{{{l}}}, {{{r}}}}}' for l, r in pair_strides)}}};",
+            f"  const long *const run_m[] = {{sL, {lefts}, sC}}, *const run_n[] = {{sR, {rights}, sC}};",
+            f"  const long *const run_k[] = {{sL, sR, {lefts}, {rights}}};",
+            f"  const long M = pl_run_all(m_ix, {len(c.m)}, ext, run_m, {pairs + 2}, in_m), "
+            f"N = pl_run_all(n_ix, {len(c.n)}, ext, run_n, {pairs + 2}, in_n);",
+            f"  const long K = pl_run_all(k_ix, {len(c.k)}, ext, run_k, {2 * pairs + 2}, in_k);"]
+
+
+def _host_pair_arguments(c: Contraction, slots: Slots) -> list[str]:
+    """The C appending the launch arguments of each operand pair after the first (``sP``,
+    :func:`extra_arguments` order): its run strides, its strides in the batch slots and in the
+    outer-K slots (the slots the first pair's arguments filled, in the same order)."""
+    if not c.more_pairs:
+        return []
+    return ["  /* the operand pairs after the first: run strides, batch slots, outer-K slots */",
+            f"  for (int p = 0; p < {len(c.more_pairs)}; p++) {{",
+            "    const long *const l = sP[p][0], *const r = sP[p][1]; int nb = 0, nk = 0;",
+            f"    _a[_na++] = l[m_ix[{len(c.m) - 1}]]; _a[_na++] = l[k_ix[{len(c.k) - 1}]]; "
+            f"_a[_na++] = r[k_ix[{len(c.k) - 1}]]; _a[_na++] = r[n_ix[{len(c.n) - 1}]];",
+            f"    for (int j = 0; j < {len(c.output_index)}; j++) {{",
+            "      const int i = out_ix[j];",
+            "      if (pl_in_batch(cls[i], in_m[i], in_n[i])) { _a[_na++] = l[i]; _a[_na++] = r[i]; nb++; }",
+            "    }",
+            f"    for (; nb < {slots.batch}; nb++) {{ _a[_na++] = 0; _a[_na++] = 0; }}",
+            f"    for (int j = 0; j < {len(c.k)}; j++) {{",
+            "      const int i = k_ix[j];",
+            "      if (!in_k[i]) { _a[_na++] = l[i]; _a[_na++] = r[i]; nk++; }",
+            "    }",
+            f"    for (; nk < {slots.outer_k}; nk++) {{ _a[_na++] = 0; _a[_na++] = 0; }}",
+            "  }"]
+
+
 #: The names :func:`_host_launch` declares in its function's outermost block.
-HOST_LOCALS = frozenset({"ext", "sL", "sR", "sC", "out_ix", "m_ix", "n_ix", "k_ix", "cls", "in_m", "in_n", "in_k",
+HOST_LOCALS = frozenset({"ext", "sL", "sR", "sC", "sP", "run_m", "run_n", "run_k",
+                         "out_ix", "m_ix", "n_ix", "k_ix", "cls", "in_m", "in_n", "in_k",
                          "M", "N", "K", "_a", "_na", "device", "sms", "gz", "pick", "first", "best", "aligned"})
 
 
@@ -493,20 +567,20 @@ def _prologue(c: Contraction, slots: Slots, unit: UnitStrides) -> list[str]:
     return out
 
 
-def _tile_loads(c: Contraction, scop: Scop, v: Variant, t: str, unit: UnitStrides,
+def _tile_loads(pair: tuple[Operand, Operand], scop: Scop, v: Variant, t: str, unit: UnitStrides,
                 k_major_store: bool) -> tuple[list[str], list[str], list[str]]:
-    """Global -> registers (``_ga``/``_gb``) for the K tile at ``_nk0`` and registers -> shared
+    """Global -> registers (``_ga``/``_gb``) for the K tile at ``_nk0`` of operand pair ``pair``
+    (left, right) and registers -> shared
     buffer half ``_st``: (declarations, loads, stores). Each thread's elements of a tile are at
     fixed positions (``_ra + q * step`` rows or ``_ka + q * step`` K values), consecutive
     threads along the array's contiguous dimension. ``k_major_store``: shared tiles are
     ``[BK][BM+PAD]`` (SIMT), else ``[BM][BK+4]`` (tensor cores)."""
     decl, loads, stores = [], [], []
-    for name, rows, operand, s_row, s_k, run_unit, k_unit, off, koff, total, buf in (
-            ("a", v.bm, c.left, "sLm", "sLk", unit.lm, unit.lk, "_offL", "_nkL", "_M", "_As"),
-            ("b", v.bn, c.right, "sRn", "sRk", unit.rn, unit.rk, "_offR", "_nkR", "_N", "_Bs")):
+    for name, rows, operand, s_row, s_k, run_unit, k_unit, off, koff, total, buf, row0 in (
+            ("a", v.bm, pair[0], "sLm", "sLk", unit.lm, unit.lk, "_offL", "_nkL", "_M", "_As", "_m0"),
+            ("b", v.bn, pair[1], "sRn", "sRk", unit.rn, unit.rk, "_offR", "_nkR", "_N", "_Bs", "_n0")):
         count = rows * v.bk // v.threads
         walk_rows = run_unit and not k_unit  # consecutive threads along the contiguous dimension
-        row0 = "_m0" if operand is c.left else "_n0"
         if walk_rows:
             decl.append(f"    const int _r{name} = threadIdx.x % {rows}, _k{name} = threadIdx.x / {rows};")
             r, kk = f"_r{name}", f"(_k{name} + _q * {v.threads // rows})"
@@ -558,7 +632,7 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     vec = 16 // scop.arrays[c.output].dtype.numpy.itemsize  # coordinates per shared-memory vector
     tx = v.bn // v.tn
     slots, unit = Slots.of(c), UnitStrides.of(c)
-    decl, loads, stores = _tile_loads(c, scop, v, t, unit, k_major_store=True)
+    decl = _tile_loads(c.pairs[0], scop, v, t, unit, k_major_store=True)[0]  # the same for every pair
     out = [f"  enum {{ BM = {v.bm}, BN = {v.bn}, BK = {v.bk}, TM = {v.tm}, TN = {v.tn}, PAD = {vec} }};",
            "  __shared__ __align__(16) " + t + " _As[2][BK][BM + PAD];",
            "  __shared__ __align__(16) " + t + " _Bs[2][BK][BN + PAD];",
@@ -586,7 +660,10 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
                 "                #pragma unroll", "                for (int _j = 0; _j < TN; _j++)",
                 "                  _acc[_i][_j] = _acc[_i][_j] + _a[_i] * _b[_j];",
                 "            }", "          }"]
-    out += _pipeline(loads, stores, compute, slots)
+    def k_loop(pair: tuple[Operand, Operand]) -> list[str]:
+        _, loads, stores = _tile_loads(pair, scop, v, t, unit, k_major_store=True)
+        return _pipeline(loads, stores, compute, slots)
+    out += pair_k_loops(c, k_loop)
     out += ["      #pragma unroll", "      for (int _i = 0; _i < TM; _i++) {",
             "        #pragma unroll", "        for (int _j = 0; _j < TN; _j++) {",
             f"          const long _m = _m0 + (_i % {v.tm // 2}) + _ty * {v.tm // 2} + (_i / {v.tm // 2}) * (BM / 2);",
@@ -686,17 +763,21 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             f"            _acc[_i][_j][_r] = (_m < _M && _n < _N{element_test(c)}) ? "
             f"{init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : ({acc_t})0;",
             "          }"]
-    frag = _fragments(scop, c, v, tiles if v.asynchronous else None, op_t, im, jn, per_a, per_b)
-
     # the K tile in MMA steps; a partial last tile was padded with zeros by the loads
-    def compute(guarded: bool) -> list[str]:
+    def compute(pair: tuple[Operand, Operand], guarded: bool) -> list[str]:
+        frag = _fragments(scop, pair, v, tiles if v.asynchronous else None, op_t, im, jn, per_a, per_b)
         return [f"          #pragma unroll\n          for (int _kk = 0; _kk < BK; _kk += {fk}) {{",
                 "            if (_kk < _kn) {" if guarded else "            {"] + frag + ["            }", "          }"]
-    if v.asynchronous:
-        out += _async_pipeline(c, v, tiles, compute(False), slots)
-    else:
-        decl, loads, stores = _tile_loads(c, scop, v, op_t, UnitStrides.of(c), k_major_store=False)
-        out += decl + _pipeline(loads, stores, compute, slots)
+
+    def k_loop(pair: tuple[Operand, Operand]) -> list[str]:
+        if v.asynchronous:
+            return _async_pipeline(pair, v, tiles, compute(pair, False), slots)
+        _, loads, stores = _tile_loads(pair, scop, v, op_t, unit, k_major_store=False)
+        return _pipeline(loads, stores, lambda guarded: compute(pair, guarded), slots)
+    unit = UnitStrides.of(c)
+    if not v.asynchronous:  # the staging registers, the same for every pair
+        out += _tile_loads(c.pairs[0], scop, v, op_t, unit, k_major_store=False)[0]
+    out += pair_k_loops(c, k_loop)
     out += [f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
             f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
             f"          #pragma unroll\n          for (int _r = 0; _r < {per_c}; _r++) {{",
@@ -708,9 +789,10 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     return out
 
 
-def _fragments(scop: Scop, c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedTile] | None, op_t: str,
-               im: int, jn: int, per_a: int, per_b: int) -> list[str]:
-    """One MMA step of a warp's tile (K values ``_kk`` on): the A and B fragments read from
+def _fragments(scop: Scop, pair: tuple[Operand, Operand], v: Variant, tiles: tuple[StagedTile, StagedTile] | None,
+               op_t: str, im: int, jn: int, per_a: int, per_b: int) -> list[str]:
+    """One MMA step of a warp's tile (K values ``_kk`` on) on operand pair ``pair`` (whose
+    values a ``cp.async`` tile's elements go through): the A and B fragments read from
     the current shared tile (``tiles``: the ``cp.async`` ring's layout, None: the register-staged
     buffers, K contiguous), then ``im x jn`` MMAs into ``_acc`` (fragment layout: :data:`_MMA`)."""
     fm, fn, _ = _MMA[v.engine]
@@ -722,7 +804,7 @@ def _fragments(scop: Scop, c: Contraction, v: Variant, tiles: tuple[StagedTile, 
                     return f"{buffer}[{index}]"
                 return scalar_text(scop, operand.value, f"{buffer}[{index}]")
             return element
-        a_at, b_at = at("_as", tiles[0], c.left), at("_bs", tiles[1], c.right)
+        a_at, b_at = at("_as", tiles[0], pair[0]), at("_bs", tiles[1], pair[1])
         a_k_major, b_k_major = tiles[0].k_major, tiles[1].k_major
         stage = [f"            const {op_t} *const _as = _As + _cs * {tiles[0].elements}, "
                  f"*const _bs = _Bs + _cs * {tiles[1].elements};"]
@@ -743,7 +825,7 @@ def _fragments(scop: Scop, c: Contraction, v: Variant, tiles: tuple[StagedTile, 
     a_value = f"{bits}({a_at(a_row, '_kk + _tg + (_q / 2) * 4')})"
     b_value = f"{bits}({b_at(b_row, '_kk + _tg + _q * 4')})"
     if v.engine == "hmma":  # a register holds the halves of K values k, k + 1 (k even)
-        half = scop.arrays[c.left.array].dtype.name
+        half = scop.arrays[pair[0].array].dtype.name
         reg_t, mma = "uint32_t", f"pl_mma_{half}"
 
         def pair(at, k_major: bool, r: str, k: str) -> str:
@@ -764,16 +846,16 @@ def _fragments(scop: Scop, c: Contraction, v: Variant, tiles: tuple[StagedTile, 
         f"                {mma}(_acc[_i][_j], _a[_i], _b[_j]);"]
 
 
-def _async_operands(c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedTile]):
-    """Per operand of the asynchronous kernel ``v``: (operand, its rows in a tile, row stride
+def _async_operands(pair: tuple[Operand, Operand], v: Variant, tiles: tuple[StagedTile, StagedTile]):
+    """Per operand of pair ``pair`` in the asynchronous kernel ``v``: (operand, its first row, row stride
     ``s_row`` and K stride ``s_k`` names, offset names, extent of its rows, buffer, tile), and
     how one thread's ``cp.async`` vectors are numbered: vectors per buffer row, per thread."""
     per_vector = COPY_BYTES // OPERAND_BYTES[v.engine]
-    for rows, operand, s_row, s_k, off, koff, total, buf, tile in (
-            (v.bm, c.left, "sLm", "sLk", "_offL", "_nkL", "_M", "_As", tiles[0]),
-            (v.bn, c.right, "sRn", "sRk", "_offR", "_nkR", "_N", "_Bs", tiles[1])):
+    for rows, operand, row0, s_row, s_k, off, koff, total, buf, tile in (
+            (v.bm, pair[0], "_m0", "sLm", "sLk", "_offL", "_nkL", "_M", "_As", tiles[0]),
+            (v.bn, pair[1], "_n0", "sRn", "sRk", "_offR", "_nkR", "_N", "_Bs", tiles[1])):
         vectors = (v.bk if tile.k_major else rows) // per_vector
-        yield (operand, "_m0" if operand is c.left else "_n0", s_row, s_k, off, koff, total, buf, tile,
+        yield (operand, row0, s_row, s_k, off, koff, total, buf, tile,
                vectors, rows * v.bk // per_vector // v.threads, per_vector)
 
 
@@ -787,14 +869,14 @@ def _vector_position(tile: StagedTile, vectors: int, per_vector: int, threads: i
             f"          const int _at = {at};"]
 
 
-def _async_copies(c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedTile]) -> list[str]:
-    """``cp.async`` of the K tile at ``_nk0`` (outer-K offsets ``_nkL``/``_nkR``) into stage
+def _async_copies(pair: tuple[Operand, Operand], v: Variant, tiles: tuple[StagedTile, StagedTile]) -> list[str]:
+    """``cp.async`` of operand pair ``pair``'s K tile at ``_nk0`` (outer-K offsets ``_nkL``/``_nkR``) into stage
     ``_ls``: 16-byte vectors, consecutive threads along the contiguous dimension; a vector
     reaching past the array's run copies only what is inside and the rest of it is zero
     (``src-size``), so the compute needs no bound checks."""
     out = []
     for operand, row0, s_row, s_k, off, koff, total, buf, tile, vectors, count, per_vector in \
-            _async_operands(c, v, tiles):
+            _async_operands(pair, v, tiles):
         out.append(f"        #pragma unroll\n        for (int _q = 0; _q < {count}; _q++) {{")
         out += _vector_position(tile, vectors, per_vector, v.threads)
         out.append(f"          const long _gr = {row0} + _r, _gk = _nk0 + _k;")
@@ -809,13 +891,13 @@ def _async_copies(c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedTil
     return out
 
 
-def _async_pipeline(c: Contraction, v: Variant, tiles: tuple[StagedTile, StagedTile], compute: list[str],
-                    slots: Slots) -> list[str]:
-    """The K loop over a ring of ``v.stages`` shared tiles filled by ``cp.async``: the first
+def _async_pipeline(pair: tuple[Operand, Operand], v: Variant, tiles: tuple[StagedTile, StagedTile],
+                    compute: list[str], slots: Slots) -> list[str]:
+    """The K loop of operand pair ``pair`` over a ring of ``v.stages`` shared tiles filled by ``cp.async``: the first
     ``stages - 1`` tiles are requested up front; per tile, wait for it, request the tile
     ``stages - 1`` ahead into the slot the previous tile used (after the barrier: every warp is
     done with it), and compute (stage ``_cs``). ``_nk0``/``_nko`` follow the tile requested."""
-    request = (["        {"] + _async_copies(c, v, tiles) +
+    request = (["        {"] + _async_copies(pair, v, tiles) +
                ["        }", "        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] +
                (outer_k_offsets(slots) if slots.outer_k else []) +
                ["        }", f"        _ls = _ls + 1 == {v.stages} ? 0 : _ls + 1;"])

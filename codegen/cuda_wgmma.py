@@ -38,10 +38,10 @@ module built for sm_90a (:func:`polyopt.targets.contraction.choose_kernel`).
 from __future__ import annotations
 
 from polyopt.analysis import expr as E
-from polyopt.analysis.contraction import ELEMENT, Contraction
+from polyopt.analysis.contraction import ELEMENT, Contraction, Operand
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.contraction_text import (Slots, UnitStrides, element_store, element_test, grid_loops, init_text,
-                                              outer_k_offsets)
+                                              outer_k_offsets, pair_k_loops)
 
 #: Bytes of one row of a swizzled tile (the 128-byte swizzle's width) and of one 8-row atom.
 ROW_BYTES = 128
@@ -69,12 +69,13 @@ def operand_plain(value: E.Expr) -> bool:
 def wgmma_layouts(c: Contraction, v) -> tuple[bool, bool] | None:
     """Per operand (left, right), whether its tile is K-major in shared memory; None where the
     ``wgmma`` variant ``v`` cannot compute ``c`` (an operand with neither run contiguous, a
-    TF32 operand whose K run is not contiguous, an operand computed on)."""
+    TF32 operand whose K run is not contiguous, an operand computed on; with several operand
+    pairs, the runs contiguous in every pair, :class:`UnitStrides`)."""
     unit = UnitStrides.of(c)
+    if not all(operand_plain(o.value) for pair in c.pairs for o in pair):
+        return None
     layouts = []
-    for k_unit, run_unit, operand in ((unit.lk, unit.lm, c.left), (unit.rk, unit.rn, c.right)):
-        if not operand_plain(operand.value):
-            return None
+    for k_unit, run_unit in ((unit.lk, unit.lm), (unit.rk, unit.rn)):
         if k_unit:
             layouts.append(True)
         elif run_unit:  # halves: MN-major tile read transposed; TF32: K-major tile, transposed on the copy
@@ -197,8 +198,9 @@ def wgmma_shape(c: Contraction, v) -> tuple[str, int, int, int]:
     return v.engine, v.bn, int(not a_k), int(not b_k)
 
 
-def _copies(c: Contraction, v, operand_bytes: int, layouts: tuple[bool, bool]) -> list[str]:
-    """``cp.async`` of the K tile at ``_nk0`` into ring slot ``_ls`` by the copying threads
+def _copies(c: Contraction, pair: tuple[Operand, Operand], v, operand_bytes: int,
+            layouts: tuple[bool, bool]) -> list[str]:
+    """``cp.async`` of operand pair ``pair``'s K tile at ``_nk0`` into ring slot ``_ls`` by the copying threads
     (``_ct`` of :func:`copy_threads`), 16-byte chunks written at their swizzled place (module
     docstring); a chunk past the array's run is zero-filled. A TF32 operand whose M/N run is
     contiguous goes into its K-major tile one 4-byte element per ``cp.async``: a warp's 32
@@ -209,8 +211,8 @@ def _copies(c: Contraction, v, operand_bytes: int, layouts: tuple[bool, bool]) -
     transposed = transposed_copies(c, v)
     out = []
     for rows, operand, s_row, s_k, off, koff, total, buf, k_major, row0, by_element in (
-            (v.bm, c.left, "sLm", "sLk", "_offL", "_nkL", "_M", "_As", layouts[0], "_m0", transposed[0]),
-            (v.bn, c.right, "sRn", "sRk", "_offR", "_nkR", "_N", "_Bs", layouts[1], "_n0", transposed[1])):
+            (v.bm, pair[0], "sLm", "sLk", "_offL", "_nkL", "_M", "_As", layouts[0], "_m0", transposed[0]),
+            (v.bn, pair[1], "sRn", "sRk", "_offR", "_nkR", "_N", "_Bs", layouts[1], "_n0", transposed[1])):
         if by_element:  # warp w, lane l: K chunk (w % 8) * 4 + l / 8 of M/N rows (w / 8) * 8 + l % 8
             warps, chunks = threads // 32, v.bk // 4
             per = chunks // warps  # element copies of a thread in one K chunk column
@@ -306,8 +308,9 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
              "        }"]
     advance = ["        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] + \
               (outer_k_offsets(slots) if slots.outer_k else []) + ["        }"]
-    copies = ["        {"] + _copies(c, v, operand_bytes, layouts) + ["        }"]
-    k_state = ["      const long _NT = (_K + BK - 1) / BK * _KO;",
+    def copies(pair: tuple[Operand, Operand]) -> list[str]:
+        return ["        {"] + _copies(c, pair, v, operand_bytes, layouts) + ["        }"]
+    k_state = [_tile_count(1),
                "      long _nk0 = 0, _nko = 0;",
                "      long _nkL = 0, _nkR = 0;" if slots.outer_k else "      const long _nkL = 0, _nkR = 0;"]
     keep = [f"        #pragma unroll\n        for (int _i = 0; _i < {regs}; _i++) pl_wg_keep(_acc[_i]);"]
@@ -317,11 +320,29 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
             "  const int _lane = threadIdx.x % 32, _g = _lane / 4, _tg = _lane % 4, _ct = threadIdx.x;"]
     out += grid_loops(c, slots, t)
     out += init
-    request = copies + advance + [f"        _ls = _ls + 1 == {v.stages} ? 0 : _ls + 1;"]
+    out += pair_k_loops(c, lambda pair: _k_loop(c, v, layouts, copies(pair) + advance, k_state, keep))
+    out += store + ["    }", "    }", "  }", "#endif"]
+    return out
+
+
+def _tile_count(pairs: int) -> str:
+    """The declaration of ``_NT``: the K tiles of one operand pair, or of ``pairs`` of them one
+    after the other (the consumers of a warp-specialized kernel, which walk every pair's tiles
+    in one loop: they read the ring, not the operands)."""
+    return f"      const long _NT = (_K + BK - 1) / BK * _KO{f' * {pairs}' if pairs > 1 else ''};"
+
+
+def _k_loop(c: Contraction, v, layouts: tuple[bool, bool], copy: list[str], k_state: list[str],
+            keep: list[str]) -> list[str]:
+    """The K loop of the (not warp-specialized) ``wgmma`` kernel ``v`` over one operand pair's
+    tiles (``copy``: the copies of the tile at ``_nk0`` and the step to the next one): the
+    ring filled ahead, then per tile its ``wgmma`` and the next request; it ends with every
+    group and copy complete (the next pair or block tile reuses the ring)."""
+    request = copy + [f"        _ls = _ls + 1 == {v.stages} ? 0 : _ls + 1;"]
     ahead = v.stages - 1 - v.inflight  # tiles requested ahead of the one computed
-    out += k_state + ["      int _ls = 0, _cs = 0;",
-                      f"      for (int _s = 0; _s < {ahead}; _s++) {{",
-                      "        if (_s < _NT) {"] + request + ["        }", "        pl_cp_commit();", "      }"]
+    out = k_state + ["      int _ls = 0, _cs = 0;",
+                     f"      for (int _s = 0; _s < {ahead}; _s++) {{",
+                     "        if (_s < _NT) {"] + request + ["        }", "        pl_cp_commit();", "      }"]
     out += keep
     # per tile: wait for it, make it visible to the async proxy, barrier; wgmma on it; request
     # the tile `ahead` tiles on into the slot of tile - 1 - inflight (every warpgroup finished
@@ -337,29 +358,27 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
             f"        if (_tile + {ahead} < _NT) {{"] + request + ["        }", "        pl_cp_commit();",
                                                                   f"        pl_wg_wait<{v.inflight}>();"]
     out += (keep if not v.inflight else [])
-    out += [f"        _cs = _cs + 1 == {v.stages} ? 0 : _cs + 1;", "      }",
-            "      pl_wg_wait<0>();"] + keep + [
-            "      pl_cp_wait<0>();", "      __syncthreads();  /* the next tile of the grid loop reuses the ring */"]
-    out += store + ["    }", "    }", "  }", "#endif"]
-    return out
+    out += [f"        _cs = _cs + 1 == {v.stages} ? 0 : _cs + 1;", "      }", "      pl_wg_wait<0>();"] + keep
+    return out + ["      pl_cp_wait<0>();", "      __syncthreads();  /* the next tile of the grid loop reuses the ring */"]
 
 
 def _specialized(c: Contraction, v, layouts, init, store, advance, copies, k_state, keep, t: str) -> list[str]:
-    """The warp-specialized body: warpgroup 0 the producer (``cp.async`` only), warpgroups 1
-    and 2 the consumers (``wgmma`` on rows
-    ``64(w - 1)``.., then the epilogue). Each ring slot has a *full* mbarrier (128 producer
-    arrivals: the slot's copies are complete and fenced for the async proxy) and an *empty*
-    one (256 consumer arrivals: both warpgroups' ``wgmma`` on it are complete). Both roles walk
-    the same sequence of tiles (grid loop by K tiles) counting them in ``_it``: tile ``_it``
-    lies in slot ``_it % stages``, and its wait is for the phase of parity
-    ``(_it / stages) & 1`` (the producer's empty wait the parity before: its first round passes
-    at once). The producer marks a slot full one tile late, after ``cp.async.wait_group 1``
-    (its own copies of that slot done) and a proxy fence; at the end of a block tile it waits
-    for all. A consumer keeps one ``wgmma`` group in flight and frees the slot of the tile before
-    once that group is done; the producer goes on to the next block tile's copies while the
-    consumers store theirs. No ``setmaxnreg``: the consumers fit the 168 registers of 384
-    threads (128 accumulators at BN = 256), and with it ptxas must fit the producer's copies
-    into what the producer keeps (40 to 88 registers: it spilled)."""
+    """The warp-specialized body: warpgroup 0 the producer (``cp.async`` only), warpgroups 1 and 2
+    the consumers (``wgmma`` on rows ``64(w - 1)``.., then the epilogue). Each ring slot has a
+    *full* mbarrier (128 producer arrivals: the slot's copies are complete and fenced for the
+    async proxy) and an *empty* one (256 consumer arrivals: both warpgroups' ``wgmma`` on it are
+    complete). Both roles walk the same sequence of tiles (grid loop by K tiles) counting them
+    in ``_it``: tile ``_it`` lies in slot ``_it % stages``, and its wait is for the phase of
+    parity ``(_it / stages) & 1`` (the producer's empty wait the parity before: its first round
+    passes at once). The producer marks a slot full one tile late, after ``cp.async.wait_group
+    1`` (its own copies of that slot done) and a proxy fence; at the end of a block tile (of
+    each operand pair's tiles: it copies the pairs one after the other, ``copies(pair)``) it
+    waits for all. The consumers walk every pair's tiles in one loop. A consumer keeps one
+    ``wgmma`` group in flight and frees the slot of the tile before once that group is done; the
+    producer goes on to the next block tile's copies while the consumers store theirs. No
+    ``setmaxnreg``: the consumers fit the 168 registers of 384 threads (128 accumulators at BN =
+    256), and with it ptxas must fit the producer's copies into what the producer keeps (40 to
+    88 registers: it spilled)."""
     slots = Slots.of(c)
     s = v.stages
     out = [f"  uint64_t *const _full = (uint64_t *)(_Bs + {s * tile_bytes(v, v.bn)}), *const _empty = _full + {s};",
@@ -373,10 +392,12 @@ def _specialized(c: Contraction, v, layouts, init, store, advance, copies, k_sta
            f"  if (threadIdx.x < {WARPGROUP_THREADS}) {{  /* producer */",
            "  const int _ct = threadIdx.x;"]
     out += grid_loops(c, slots, t)
-    out += k_state
-    out += ["      for (long _tile = 0; _tile < _NT; _tile++, _it++) {",
+
+    def produce(pair: tuple[Operand, Operand]) -> list[str]:
+        return k_state + [
+            "      for (long _tile = 0; _tile < _NT; _tile++, _it++) {",
             f"        const int _ls = _it % {s};",
-            f"        pl_mb_wait(&_empty[_ls], ((_it / {s}) & 1) ^ 1);"] + copies + advance + [
+            f"        pl_mb_wait(&_empty[_ls], ((_it / {s}) & 1) ^ 1);"] + copies(pair) + advance + [
             "        pl_cp_commit();",
             "        if (_tile > 0) {",
             "          pl_cp_wait<1>();",
@@ -386,13 +407,13 @@ def _specialized(c: Contraction, v, layouts, init, store, advance, copies, k_sta
             "      }",
             "      pl_cp_wait<0>();",
             "      pl_proxy_fence();",
-            f"      if (_NT > 0) pl_mb_arrive(&_full[(_it - 1) % {s}]);",
-            "    }", "    }", "  }"]
+            f"      if (_NT > 0) pl_mb_arrive(&_full[(_it - 1) % {s}]);"]
+    out += pair_k_loops(c, produce) + ["    }", "    }", "  }"]
     out += ["  } else {  /* consumers */",
             f"  const int _wg = threadIdx.x / {WARPGROUP_THREADS} - 1, _wq = (threadIdx.x % {WARPGROUP_THREADS}) / 32;",
             "  const int _lane = threadIdx.x % 32, _g = _lane / 4, _tg = _lane % 4;"]
     out += grid_loops(c, slots, t)
-    out += init + k_state[:1] + keep
+    out += init + [_tile_count(slots.pairs)] + keep
     out += ["      for (long _tile = 0; _tile < _NT; _tile++, _it++) {",
             f"        const int _cs = _it % {s};",
             f"        pl_mb_wait(&_full[_cs], (_it / {s}) & 1);",

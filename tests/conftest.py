@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -23,6 +24,7 @@ os.environ.pop("POLYOPT_CACHE_MAX_MB", None)
 
 import polyopt as po
 from polyopt import einsum_calls
+from polyopt.analysis import expr as E
 from polyopt.codegen.cuda_contraction import VARIANTS
 from polyopt.targets import contraction, cuda
 from polyopt.targets.cuda import CudaKernel, cupy_module
@@ -165,6 +167,20 @@ def force_contraction_tile(monkeypatch, tile: int) -> list:
         return name, variant, layout
     monkeypatch.setattr(contraction, "choose_kernel", forced)
     return taken
+
+
+def half_operands(scop, arrays: tuple[str, ...] = ("A",)):
+    """``scop`` with ``arrays`` of f16 elements, read widened to f32 (as ``po.einsum`` reads f16
+    operands): the hmma and wgmma contraction kernels."""
+    halves = {name: replace(scop.arrays[name], dtype=po.f16) for name in arrays}
+    arguments = tuple(replace(a, dtype=po.f16) if a.name in arrays else a for a in scop.arguments)
+
+    def widen(x):
+        if isinstance(x, E.Access) and x.array in arrays:
+            return E.Cast(E.Access(x.array, x.indices, po.f16), po.f32)
+        return None
+    statements = tuple(replace(s, value=E.substitute(s.value, widen)) for s in scop.statements)
+    return replace(scop, arrays={**scop.arrays, **halves}, arguments=arguments, statements=statements)
 
 
 def assert_nvcc_compiles(directory, sources: dict[str, str], arch: str, timeout: int = 900) -> None:

@@ -11,7 +11,13 @@ convolutions and attention products:
   ``C[o1, ..., op] = C[o1, ..., op] + L * R`` (or ``L * R + C[...]``), where the subscripts of
   ``C`` are distinct iterators, ``L`` and ``R`` each read one array element whose subscripts are
   distinct iterators, and everything else in them is constants and scalar arguments
-  (``alpha * A[i, k]``);
+  (``alpha * A[i, k]``); or, for a sum of several products, ``C[out] += L1 * R1 + L2 * R2 + ...``
+  (PolyBench's syr2k: ``A[j, k] * alpha * B[i, k] + B[j, k] * alpha * A[i, k]``), each product
+  an operand *pair* as above whose left operand reads the same set of indices as the first
+  pair's left one and whose right operand the same set as its right one (a pair written the
+  other way round is turned round: IEEE products commute), so every pair has the same output
+  and the same M, N and K indices (subscripts in any order: the kernels read each pair with
+  strides of its own);
 - optionally, before it, an *init* statement over the output box (or the update's cut output
   domain) ``C[out] = f(C[out])`` with constants and scalars (``0``, ``beta * C[i, j]``);
 - optionally, after it, *epilogue* statements over the same output domain, element-wise on ``C``:
@@ -77,7 +83,11 @@ class Contraction:
     the update starts from the output's values). ``domain``: where the output domain is a box
     cut by constraints (module docstring), those constraints, each ``e >= 0`` for an integer
     affine expression ``e`` of the output indices and parameters; ``extent`` is then the
-    bounding box's (empty: the output domain is the box)."""
+    bounding box's (empty: the output domain is the box). ``more_pairs``: for a sum of several
+    products, the operand pairs after the first (``left``, ``right``), in the statement's order,
+    each turned so that its left operand reads the M indices; the kernels run the K loop over
+    the pairs one after the other (the contraction of the pairs' operands concatenated along K,
+    which adds the products in another order than the statement's per-K sum)."""
 
     output: str
     output_index: tuple[str, ...]
@@ -93,11 +103,24 @@ class Contraction:
     update_statement: str = ""
     epilogue: tuple[E.Expr, ...] = ()
     domain: tuple[E.Expr, ...] = ()
+    more_pairs: tuple[tuple[Operand, Operand], ...] = ()
+
+    @property
+    def pairs(self) -> tuple[tuple[Operand, Operand], ...]:
+        """Every operand pair (left, right), the first one first."""
+        return ((self.left, self.right),) + self.more_pairs
+
+    @property
+    def operand_arrays(self) -> tuple[str, ...]:
+        """The arrays the operands read, each once, in the pairs' order."""
+        return tuple(dict.fromkeys(o.array for pair in self.pairs for o in pair))
 
     def describe(self) -> str:
-        """One line naming the index groups, e.g. ``batch (b, h) x M (q) x N (k) x K (d)``."""
+        """One line naming the index groups, e.g. ``batch (b, h) x M (q) x N (k) x K (d)``, and
+        with several operand pairs their number (``..., 2 operand pairs``)."""
         groups = (("batch", self.batch), ("M", self.m), ("N", self.n), ("K", self.k))
-        return " x ".join(f"{name} ({', '.join(index)})" for name, index in groups if index)
+        text = " x ".join(f"{name} ({', '.join(index)})" for name, index in groups if index)
+        return text + (f", {len(self.pairs)} operand pairs" if self.more_pairs else "")
 
 
 def find_contraction(scop: Scop) -> Contraction | None:
@@ -109,10 +132,11 @@ def find_contraction(scop: Scop) -> Contraction | None:
             break
     else:
         return None
-    output_index, left, right = parts
+    output_index, pairs = parts
+    (left, right), more_pairs = pairs[0], pairs[1:]
     extent, domain, region = _box_extents(scop, update), (), None
     if extent is None:
-        cut = _cut_box(scop, update, output_index, (left, right))
+        cut = _cut_box(scop, update, output_index, tuple(o for pair in pairs for o in pair))
         if cut is None:
             return None
         extent, domain = cut
@@ -142,7 +166,7 @@ def find_contraction(scop: Scop) -> Contraction | None:
     if not (m and n and k):
         return None
     found = Contraction(output, output_index, left, right, init_value, extent, batch, m, n, k,
-                        tuple(s.name for s in scop.statements), update.name, tuple(epilogue), domain)
+                        tuple(s.name for s in scop.statements), update.name, tuple(epilogue), domain, more_pairs)
     if any(len(group) > 1 and _constrained(found) & set(group) for group in (m, n)):
         return None  # the kernel tests an M or N index as its coordinate: the only index of its group
     return found
@@ -201,20 +225,52 @@ def _operand(scop: Scop, e: E.Expr, written: set[str]) -> Operand | None:
     return Operand(element.array, index, value) if _only_scalars(value) else None
 
 
-def _update_parts(scop: Scop, update: Statement):
-    """(output index, left operand, right operand) of ``C[o] = C[o] + L * R``, or None."""
+def _update_parts(scop: Scop, update: Statement) -> tuple[tuple[str, ...], tuple[tuple[Operand, Operand], ...]] | None:
+    """(output index, operand pairs) of ``C[o] = C[o] + L * R`` or ``C[o] = C[o] + (L1 * R1 +
+    L2 * R2 + ...)``, each pair after the first turned to read the first one's index sets
+    (:func:`_turned`), or None. Several pairs are all turned round where the output's last
+    subscript would be an M index: the kernels store along their N coordinates (as for syrk's
+    ``C[i, j] += A[i, k] * A[j, k]``; syr2k writes its first product ``A[j, k] * B[i, k]``); one
+    pair keeps the statement's order."""
     target = update.target
     output_index = _plain_index(target)
-    product = sum_term(target, update.value)
-    if output_index is None or product is None:
-        return None
-    if not isinstance(product, E.Binary) or product.op != "*" or product.dtype != target.dtype:
+    added = sum_term(target, update.value)
+    if output_index is None or added is None:
         return None
     written = {s.target.array for s in scop.statements}
-    left, right = _operand(scop, product.lhs, written), _operand(scop, product.rhs, written)
-    if left is None or right is None:
-        return None
-    return output_index, left, right
+    pairs = []
+    for product in _summands(added):
+        if not isinstance(product, E.Binary) or product.op != "*" or product.dtype != target.dtype:
+            return None
+        left, right = _operand(scop, product.lhs, written), _operand(scop, product.rhs, written)
+        if left is None or right is None:
+            return None
+        pair = (left, right) if not pairs else _turned(pairs[0], (left, right))
+        if pair is None:
+            return None
+        pairs.append(pair)
+    if len(pairs) > 1 and output_index[-1] in pairs[0][0].index and output_index[-1] not in pairs[0][1].index:
+        pairs = [pair[::-1] for pair in pairs]  # the output's contiguous index an N index (docstring)
+    return output_index, tuple(pairs)
+
+
+def _summands(e: E.Expr) -> list[E.Expr]:
+    """The terms of a sum ``a + b + ...`` of the output's type, left to right (``e`` itself
+    where it is no sum)."""
+    if isinstance(e, E.Binary) and e.op == "+" and e.lhs.dtype == e.rhs.dtype == e.dtype:
+        return _summands(e.lhs) + _summands(e.rhs)
+    return [e]
+
+
+def _turned(first: tuple[Operand, Operand], pair: tuple[Operand, Operand]) -> tuple[Operand, Operand] | None:
+    """``pair`` as (left, right) with the index sets of ``first``'s left and right operands
+    (itself or turned round), None where it has other index sets (another output or other
+    contracted indices: no pair of the same contraction)."""
+    sets = [set(o.index) for o in first]
+    for candidate in (pair, pair[::-1]):
+        if [set(o.index) for o in candidate] == sets:
+            return candidate
+    return None
 
 
 def _output_box_index(scop: Scop, stmt: Statement, output: str, output_index: tuple[str, ...],
@@ -322,7 +378,7 @@ def _bounding_box(scop: Scop, stmt: Statement) -> tuple[isl.Set, isl.Set, dict[s
 
 
 def _cut_box(scop: Scop, update: Statement, output_index: tuple[str, ...],
-             operands: tuple[Operand, Operand]) -> tuple[dict[str, E.Expr], tuple[E.Expr, ...]] | None:
+             operands: tuple[Operand, ...]) -> tuple[dict[str, E.Expr], tuple[E.Expr, ...]] | None:
     """(the bounding box's extents, the constraints cutting it as ``e >= 0`` expressions, see
     :attr:`Contraction.domain`), when ``update``'s domain is its bounding box from 0 (each
     iterator from 0 to its greatest value: the kernel's coordinates and K loop start at 0) cut by

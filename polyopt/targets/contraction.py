@@ -129,10 +129,11 @@ def contraction_program_plan(scop: Scop, name: str, precision: str = "exact") ->
 def contraction_engine(scop: Scop, c: Contraction, precision: str) -> str | None:
     """The engine computing ``c`` in ``precision``
     (:func:`~polyopt.codegen.cuda_contraction.engine_for`), None where none does: operands of
-    two element types, or half operands computed on (they go to the tensor cores as they are)."""
-    left, right = (scop.arrays[a].dtype for a in (c.left.array, c.right.array))
-    engine = engine_for(scop.arrays[c.output].dtype.name, precision, left.name) if left == right else None
-    if engine is None or (engine == "hmma" and not all(_plain(o) for o in (c.left, c.right))):
+    two element types (in any operand pair), or half operands computed on (they go to the
+    tensor cores as they are)."""
+    types = {scop.arrays[a].dtype.name for a in c.operand_arrays}
+    engine = engine_for(scop.arrays[c.output].dtype.name, precision, *types) if len(types) == 1 else None
+    if engine is None or (engine == "hmma" and not all(_plain(o) for pair in c.pairs for o in pair)):
         return None
     return engine
 
@@ -179,14 +180,17 @@ def array_strides(index: tuple[str, ...], shape: tuple[int, ...]) -> dict[str, i
 def launch_layout(c: Contraction, variant: Variant, extent: dict[str, int],
                   shapes: dict[str, tuple[int, ...]]) -> Launch:
     """The launch of the contraction kernel for these index extents and array shapes (module
-    docstring): the M, N and K runs, the batch and outer-K slots, the grid."""
+    docstring): the M, N and K runs (indices adjacent in memory in every operand pair), the
+    batch and outer-K slots, the grid; the first operand pair's strides among the run, batch
+    and outer-K arguments, every other pair's after them
+    (:func:`~polyopt.codegen.cuda_contraction.extra_arguments`)."""
     # per operand, not per array: both operands may read one array (syrk's A[i, k] * A[j, k])
-    left = array_strides(c.left.index, shapes[c.left.array])
-    right = array_strides(c.right.index, shapes[c.right.array])
+    strides = [tuple(array_strides(o.index, shapes[o.array]) for o in pair) for pair in c.pairs]
+    (left, right), lefts, rights = strides[0], [s[0] for s in strides], [s[1] for s in strides]
     out = array_strides(c.output_index, shapes[c.output])
-    m_run, m_rest = _run(c.m, extent, (left, out))
-    n_run, n_rest = _run(c.n, extent, (right, out))
-    k_run, k_rest = _run(c.k, extent, (left, right))
+    m_run, m_rest = _run(c.m, extent, (*lefts, out))
+    n_run, n_rest = _run(c.n, extent, (*rights, out))
+    k_run, k_rest = _run(c.k, extent, (*lefts, *rights))
     size = {name: prod(extent[i] for i in run) for name, run in (("M", m_run), ("N", n_run), ("K", k_run))}
     values = [size["M"], size["N"], size["K"],
               left.get(m_run[0], 0), left.get(k_run[0], 0), right.get(k_run[0], 0), right.get(n_run[0], 0),
@@ -204,6 +208,12 @@ def launch_layout(c: Contraction, variant: Variant, extent: dict[str, int],
         for source, inner_first in ((0, m_run), (1, n_run), (2, batch[::-1])):
             if i in inner_first:
                 values += [source, prod(extent[j] for j in inner_first[:inner_first.index(i)]), extent[i]]
+    for pair_left, pair_right in strides[1:]:  # pair_stride_names' order
+        values += [pair_left.get(m_run[0], 0), pair_left.get(k_run[0], 0), pair_right.get(k_run[0], 0),
+                   pair_right.get(n_run[0], 0)]
+        values += [s.get(i, 0) for i in batch + [None] * (slots.batch - len(batch)) for s in (pair_left, pair_right)]
+        values += [s.get(i, 0) for i in outer_k + [None] * (slots.outer_k - len(outer_k))
+                   for s in (pair_left, pair_right)]
     blocks = (-(-size["N"] // variant.bn), -(-size["M"] // variant.bm), z)
     grid = None if 0 in blocks else tuple(min(b, limit) for b, limit in zip(blocks, _GRID_LIMIT))
     return Launch(tuple(values), grid)
@@ -223,7 +233,7 @@ def _run(indices: tuple[str, ...], extent: dict[str, int], arrays) -> tuple[list
 
 
 def async_aligned(c: Contraction, variant: Variant, layout: Launch, aligned_operands: bool) -> bool:
-    """Whether the asynchronous kernel ``variant`` may run this launch: both operands start
+    """Whether the asynchronous kernel ``variant`` may run this launch: every operand starts
     16-byte aligned (``aligned_operands``) and every stride of theirs that is not literal 1 in
     the code (run, batch and outer-K strides) is a whole number of 16-byte vectors, so every
     row a ``cp.async`` starts is aligned."""
@@ -291,8 +301,8 @@ def launch(source: ContractionSource, module, abi_values: list, params: dict[str
     the parameter values and the (C-contiguous) arrays' shapes, on a GPU of ``sm_count`` SMs;
     ``wgmma``: ``module`` was built for sm_90a (its ``wgmma`` kernels may run)."""
     c = source.contraction
-    shapes = tuple(arrays[name].shape for name in (c.left.array, c.right.array, c.output))
-    aligned = arrays[c.left.array].data.ptr % COPY_BYTES == 0 and arrays[c.right.array].data.ptr % COPY_BYTES == 0
+    shapes = tuple(arrays[name].shape for name in (*c.operand_arrays, c.output))
+    aligned = all(arrays[name].data.ptr % COPY_BYTES == 0 for name in c.operand_arrays)
     key = (id(source), tuple(params.items()), shapes, sm_count, aligned, wgmma)
     known = _CHOSEN.get(key)
     if known is not None and known[0] is source and known[1] is choose_kernel:
@@ -331,7 +341,7 @@ def _prepared(source: ContractionSource, params: dict[str, int], arrays: dict, s
     """The launch :func:`choose_kernel` chooses for these parameter values and arrays."""
     c = source.contraction
     extent = {i: int(evaluate(e, params, {})) for i, e in c.extent.items()}
-    shapes = {name: tuple(arrays[name].shape) for name in (c.left.array, c.right.array, c.output)}
+    shapes = {name: tuple(arrays[name].shape) for name in (*c.operand_arrays, c.output)}
     name, variant, layout = choose_kernel(source, extent, shapes, sm_count, aligned, wgmma=wgmma)
     return _Prepared(name, layout.grid, (variant.threads, 1, 1), shared_bytes(c, variant),
                      tuple(np.int64(v) for v in layout.arguments))

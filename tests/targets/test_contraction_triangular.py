@@ -7,7 +7,6 @@ builds each engine for sm_80 and sm_90a); on a GPU every tile shape, forced, is 
 numpy at ragged sizes, and so is the untouched part of the output."""
 import shutil
 import subprocess
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,7 +19,8 @@ from polyopt.targets.cache import scop_of
 from polyopt.targets.contraction import launch_layout
 from polyopt.targets.cuda import CudaKernel, plan
 
-from conftest import CONTRACTION_TILES, assert_nvcc_compiles, force_contraction_tile, needs_gpu, needs_nvcc
+from conftest import (CONTRACTION_TILES, assert_nvcc_compiles, force_contraction_tile, half_operands, needs_gpu,
+                      needs_nvcc)
 
 f32, f64 = po.f32, po.f64
 
@@ -250,20 +250,6 @@ def test_both_operands_of_one_array_keep_their_strides():
     assert (m, n, k, s_lm, s_lk, s_rk, s_rn, s_cm, s_cn) == (150, 150, 37, 37, 1, 1, 37, 150, 1)
 
 
-def _half_scop(scop):
-    """``scop`` with array A of f16 elements, read widened to f32 (as ``po.einsum`` reads f16
-    operands): the hmma and wgmma kernels."""
-    arrays = {**scop.arrays, "A": replace(scop.arrays["A"], dtype=po.f16)}
-    arguments = tuple(replace(a, dtype=po.f16) if a.name == "A" else a for a in scop.arguments)
-
-    def widen(x):
-        if isinstance(x, E.Access) and x.array == "A":
-            return E.Cast(E.Access("A", x.indices, po.f16), f32)
-        return None
-    statements = tuple(replace(s, value=E.substitute(s.value, widen)) for s in scop.statements)
-    return replace(scop, arrays=arrays, arguments=arguments, statements=statements)
-
-
 @po.kernel
 def syrk_f32(A: f32["N", "K"], C: f32["N", "N"]):
     for i in range(N):
@@ -273,7 +259,7 @@ def syrk_f32(A: f32["N", "K"], C: f32["N", "N"]):
 
 
 def _half_syrk_source() -> str:
-    made = plan(_half_scop(scop_of(syrk_f32)))
+    made = plan(half_operands(scop_of(syrk_f32)))
     assert isinstance(made.source, ContractionSource)
     assert {v.engine for _, v in made.source.variants} == {"hmma"}
     return made.source.source
@@ -367,7 +353,7 @@ def test_half_syrk_on_the_gpu_matches_numpy(sizes, tile, monkeypatch):
     import cupy
 
     taken = force_contraction_tile(monkeypatch, tile)
-    made = plan(_half_scop(scop_of(syrk_f32)))
+    made = plan(half_operands(scop_of(syrk_f32)))
     kernel = CudaKernel(made.scop, made.schedule, made.source)
     n, k = sizes
     rng = np.random.default_rng(n * k)
