@@ -86,12 +86,14 @@ def test_halos():
 
 
 def test_default_plan_and_schedule_step():
-    kernel = po.suite.get("jacobi-2d").kernel
-    found = plan(kernel)
+    found = plan(po.suite.get("jacobi-1d").kernel)  # rank 1: time tiles by default
     assert isinstance(found.source, StencilSource)
     assert found.schedule.trace.as_python() == "s = s.gpu_time_tile()"
     assert "overlapped time tiles" in found.schedule.notes[-1]
     assert found.source.tiling.shared_bytes(found.scop) <= SHARED_LIMIT
+    kernel = po.suite.get("jacobi-2d").kernel  # rank 2: sweeps by default, time tiles when asked
+    assert not isinstance(plan(kernel).source, StencilSource)
+    assert plan(kernel, time_tile=True).source.tiling.shared_bytes(scop_of(kernel)) <= SHARED_LIMIT
     mine = po.schedule(kernel, "original").gpu_time_tile(steps=3, tile=(8, 32))
     assert mine.trace.as_python() == "s = s.gpu_time_tile(steps=3, tile=[8, 32])"
     replayed = plan(kernel, schedule=mine).source.tiling
@@ -104,6 +106,7 @@ def test_default_plan_and_schedule_step():
 def test_rank_3_only_when_asked():
     scop = scop_of(po.suite.get("heat-3d").kernel)
     assert stencil_plan(scop, "k", ranks=DEFAULT_RANKS) is None  # what a default compile asks
+    assert stencil_plan(scop_of(po.suite.get("fdtd-2d").kernel), "k", ranks=DEFAULT_RANKS) is None
     assert isinstance(plan(po.suite.get("heat-3d").kernel, time_tile=True).source, StencilSource)
 
 
