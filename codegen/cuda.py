@@ -111,8 +111,8 @@ class LaunchShape:
     def strided(self) -> bool:
         """Whether the kernel walks its block origins in grid-stride loops (3 coordinates);
         with fewer, each block has one origin: x's grid limit is beyond any array, and y's
-        blocks past its limit go on in ``blockIdx.z`` (a loop, even one that runs once, costs
-        a stencil sweep about a third of its time: docs/performance.md, "Stencil sweeps")."""
+        blocks past its limit go on in ``blockIdx.z`` (a loop, even one that runs once, slows a
+        stencil sweep: docs/performance.md, "Stencils: sweeps, fused nests and time tiles")."""
         return len(self.block) > 2
 
     def grid(self, lower: list[int], upper: list[int]) -> tuple[int, int, int] | None:

@@ -25,8 +25,8 @@ from polyopt.schedulers.registry import schedule as run_scheduler
 from polyopt.transform.schedule import Schedule
 
 #: Spatial ranks a default CUDA compile runs in time tiles; others only with ``time_tile`` given.
-#: Measured as library calls on an H100 (docs/performance.md, "Stencils: time tiles against
-#: sweeps"): jacobi-1d's tiles beat its sweeps, but jacobi-2d's, fdtd-2d's and heat-3d's sweeps
+#: Measured as library calls on an H100 (docs/performance.md, "Stencils: sweeps, fused nests
+#: and time tiles"): jacobi-1d's tiles beat its sweeps, but jacobi-2d's, fdtd-2d's and heat-3d's sweeps
 #: (loop-free kernels replayed as one CUDA graph, arrays in L2) beat tiles of 48 KB of shared
 #: memory, whose per-point shared-memory traffic costs more than the L2 traffic they save.
 DEFAULT_RANKS = (1,)

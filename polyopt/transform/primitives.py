@@ -769,14 +769,19 @@ def _gpu_contract(schedule, names, precision: str = "exact") -> N.Node:
         raise ScheduleError(f"gpu_contract takes no loops (the output indices become the coordinates), got {', '.join(names)}")
     if precision not in PRECISIONS:
         raise ScheduleError(f"gpu_contract: precision={precision!r}; the modes are {', '.join(PRECISIONS)}")
-    if any(isinstance(n, N.Mark) and n.name in (GPU_BLOCK_MARK, GPU_THREAD_MARK) for _, n in N.walk(schedule.root)):
-        raise ScheduleError("gpu_contract: the schedule is mapped to the GPU already")
+    _check_unmapped(schedule, "gpu_contract")
     found = find_contraction(schedule.scop)
     if found is None:
         raise ScheduleError(f"gpu_contract: {schedule.scop.name} is no contraction (one statement summing a product "
                             "of two array elements over the indices the output lacks, an optional init and "
                             "element-wise epilogue)")
     return N.from_isl(coordinate_tree(schedule.scop, found), schedule.scop)[1]
+
+
+def _check_unmapped(schedule, primitive: str) -> None:
+    """A GPU mapping step needs a schedule no earlier step mapped to blocks and threads."""
+    if any(isinstance(n, N.Mark) and n.name in (GPU_BLOCK_MARK, GPU_THREAD_MARK) for _, n in N.walk(schedule.root)):
+        raise ScheduleError(f"{primitive}: the schedule is mapped to the GPU already")
 
 
 def _gpu_time_tile(schedule, names, steps: int | None = None, tile=None, block=None) -> N.Node:
@@ -791,8 +796,7 @@ def _gpu_time_tile(schedule, names, steps: int | None = None, tile=None, block=N
         raise ScheduleError(f"gpu_time_tile takes no loops (the time loop and the sweeps are found), got {', '.join(names)}")
     if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
         raise ScheduleError(f"gpu_time_tile: steps must be a positive int, got {steps!r}")
-    if any(isinstance(n, N.Mark) and n.name in (GPU_BLOCK_MARK, GPU_THREAD_MARK) for _, n in N.walk(schedule.root)):
-        raise ScheduleError("gpu_time_tile: the schedule is mapped to the GPU already")
+    _check_unmapped(schedule, "gpu_time_tile")
     found = find_stencil(schedule.scop)
     if found is None:
         raise ScheduleError(f"gpu_time_tile: {schedule.scop.name} is no Jacobi-style stencil (an outer time loop around "
