@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from math import prod
 
+import islpy as isl
 import numpy as np
 
 from polyopt.analysis import expr as E
@@ -34,10 +35,10 @@ from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLO
                                               WGMMA_MIN_K, operand_stride_positions, shared_bytes, staged_tiles)
 from polyopt.codegen.contraction_text import Slots
 from polyopt.codegen.cuda_wgmma import wgmma_layouts
-from polyopt.codegen.gpu_mapping import map_to_gpu
+from polyopt.codegen.gpu_mapping import GpuProgram, map_to_gpu
 from polyopt.errors import IllegalScheduleError, ScheduleError
 from polyopt.schedulers.registry import schedule as run_scheduler
-from polyopt.transform.contraction_tree import program_tree
+from polyopt.transform.contraction_tree import coordinate_tree, program_tree
 from polyopt.transform.schedule import Schedule
 
 #: Most blocks per grid dimension (x, y, z).
@@ -67,19 +68,17 @@ def contraction_plan(scop: Scop, name: str, precision: str = "exact",
     data (or of f16/bf16 array elements into f32) or the verifier refuses the contraction's
     order (the caller maps it the general way). ``schedule``: a schedule whose last step is
     :meth:`~polyopt.Schedule.gpu_contract` (default: the original order, that step applied)."""
-    found = find_contraction(scop)
-    if found is None:
-        return None
-    engine = contraction_engine(scop, found, check_precision(precision))
-    if engine is None:
+    if find_contraction(scop) is None:
         return None
     if schedule is None:
         try:
             schedule = run_scheduler(scop, "original").gpu_contract(precision=precision)
         except ScheduleError:
             return None  # e.g. the init statement runs after some update in the original order
-    program = map_to_gpu(scop, schedule.tree, name)
-    verify(scop, program.tree)
+    mapped = mapped_contraction(scop, check_precision(precision), name, schedule.tree)
+    if mapped is None:
+        return None
+    found, engine, program = mapped
     kernels = tile_kernels(scop, found, engine, program.kernels[0].name)
     note = (f"GPU contraction mapping ({engine}, precision={precision!r}): {found.describe()}; "
             f"one kernel, block tile {describe_tiles(kernels)}; the tile, the M/N runs and the batch are chosen "
@@ -88,6 +87,27 @@ def contraction_plan(scop: Scop, name: str, precision: str = "exact",
     text = contraction_source(scop, ((found, kernels),), name)
     source = ContractionSource(program, text, {}, name, contraction=found, variants=kernels)
     return ContractionPlan(schedule, source)
+
+
+def mapped_contraction(scop: Scop, precision: str, name: str, tree: isl.Schedule | None = None
+                       ) -> tuple[Contraction, str, GpuProgram] | None:
+    """The contraction ``scop`` is, its engine in ``precision`` and its coordinate tree
+    (:func:`~polyopt.transform.contraction_tree.coordinate_tree`, or ``tree``: a schedule
+    ending in :meth:`~polyopt.Schedule.gpu_contract`) mapped as kernels ``name``... once the
+    verifier accepts the mapped tree; None where ``scop`` is no contraction, no engine computes
+    it, or the verifier refuses (its caller maps it the general way)."""
+    found = find_contraction(scop)
+    if found is None:
+        return None
+    engine = contraction_engine(scop, found, precision)
+    if engine is None:
+        return None
+    program = map_to_gpu(scop, coordinate_tree(scop, found) if tree is None else tree, name)
+    try:
+        verify(scop, program.tree)
+    except IllegalScheduleError:
+        return None
+    return found, engine, program
 
 
 def contraction_program_plan(scop: Scop, name: str, precision: str = "exact") -> ContractionPlan | None:
@@ -373,4 +393,4 @@ def _allow_dynamic_shared(function, nbytes: int) -> None:
 
 __all__ = ["ContractionPlan", "Launch", "array_strides", "async_aligned", "check_precision", "choose_kernel",
            "contraction_engine", "contraction_plan", "contraction_program_plan", "describe_tiles", "launch",
-           "launch_layout", "tile_kernels"]
+           "launch_layout", "mapped_contraction", "tile_kernels"]

@@ -44,16 +44,13 @@ from functools import reduce
 
 import islpy as isl
 
-from polyopt.analysis.contraction import Contraction, find_contraction, nest_scop
+from polyopt.analysis.contraction import Contraction, nest_scop
 from polyopt.analysis.scop import Scop
-from polyopt.analysis.verify import verify
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.cuda import CudaSource
 from polyopt.codegen.cuda_contraction import ContractionSource, Variant, contraction_kernel_text
-from polyopt.codegen.gpu_mapping import GpuProgram, Kernel, kernel_mark, map_to_gpu
-from polyopt.errors import IllegalScheduleError
-from polyopt.targets.contraction import contraction_engine, describe_tiles, tile_kernels
-from polyopt.transform.contraction_tree import coordinate_tree
+from polyopt.codegen.gpu_mapping import GpuProgram, Kernel, kernel_mark
+from polyopt.targets.contraction import describe_tiles, mapped_contraction, tile_kernels
 from polyopt.transform.schedule import Schedule
 
 
@@ -121,18 +118,8 @@ def kernel_contraction(statements: Scop, kernel: Kernel, precision: str, name: s
     tree mapped as kernels ``name``..., as :func:`~polyopt.targets.contraction.contraction_plan`
     checks it); None otherwise (the general kernel stays). Whether the kernel holds all its
     statements' instances is the caller's to check (:func:`whole_statements`)."""
-    found = find_contraction(statements)
-    if found is None:
-        return None
-    engine = contraction_engine(statements, found, precision)
-    if engine is None:
-        return None
-    program = map_to_gpu(statements, coordinate_tree(statements, found), name)
-    try:
-        verify(statements, program.tree)
-    except IllegalScheduleError:
-        return None
-    return KernelContraction(kernel, statements, found, engine, program, name)
+    mapped = mapped_contraction(statements, precision, name)
+    return None if mapped is None else KernelContraction(kernel, statements, *mapped, name)
 
 
 def contraction_name(kernel: str, text: str) -> str:

@@ -18,7 +18,7 @@ from polyopt.codegen.cuda import cuda_source as emit_cuda
 from polyopt.codegen.cuda_contraction import ContractionSource, contraction_steps
 from polyopt.codegen.gpu_mapping import HostLoop, Kernel, kernels_in, map_to_gpu
 from polyopt.errors import RacyParallelLoopError
-from polyopt.targets import contraction_kernels, cuda
+from polyopt.targets import contraction, contraction_kernels, cuda
 from polyopt.targets.cache import scop_of
 from polyopt.targets.contraction import choose_kernel
 from polyopt.targets.contraction_kernels import (SubstitutedSource, candidate_kernels, kernel_contraction,
@@ -201,7 +201,7 @@ def test_a_kernel_holding_part_of_a_statement_is_not_substituted():
 def test_a_refused_contraction_order_keeps_the_general_kernel(monkeypatch):
     def refuse(scop, tree):
         raise RacyParallelLoopError("c0", "(for the test)", "S1[0, 0, 0, 0]", "S1[1, 0, 0, 0]", {})
-    monkeypatch.setattr(contraction_kernels, "verify", refuse)
+    monkeypatch.setattr(contraction, "verify", refuse)  # (mapped_contraction checks the order)
     made = plan(bmm_then_sum)
     assert type(made.source).__name__ == "CudaSource"
     assert not any("runs as a contraction kernel" in note for note in made.schedule.notes)
