@@ -92,6 +92,17 @@ needs_no_gpu = pytest.mark.skipif(GPU_MISSING is None, reason="CuPy and a GPU ar
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
 
+def assert_normwise_close(result: dict, expected: dict, dtype, bound: float | None = None) -> None:
+    """Each array of ``expected`` matches ``result``'s (numpy or CuPy) in normwise relative
+    error (default bound: 1e-12 for float64, else 1e-5)."""
+    bound = bound or (1e-12 if dtype == np.float64 else 1e-5)
+    for key, value in expected.items():
+        if isinstance(value, np.ndarray):
+            got = np.asarray(result[key].get() if hasattr(result[key], "get") else result[key], np.float64)
+            error = np.linalg.norm(got - value) / max(np.linalg.norm(value), 1e-300)
+            assert error < bound, (key, error)
+
+
 class StandInModule:
     """A stand-in for a built CUDA module (no GPU): notes each function loaded outside a graph
     capture in ``loaded``, and each launch -- (kernel, grid, the arguments after the first

@@ -26,7 +26,7 @@ from polyopt.targets.contraction_kernels import (SubstitutedSource, candidate_ke
                                                  whole_statements)
 from polyopt.targets.cuda import plan
 
-from conftest import StandInArray, StandInModule, capture_graphs_on, assert_nvcc_compiles, needs_gpu, needs_nvcc
+from conftest import assert_normwise_close, StandInArray, StandInModule, capture_graphs_on, assert_nvcc_compiles, needs_gpu, needs_nvcc
 
 f64 = po.f64
 
@@ -333,16 +333,6 @@ def _case(name: str, sizes: tuple[int, ...], dtype, **options):
     return compiled, inputs, expected
 
 
-def _assert_close(result: dict, expected: dict, dtype, bound: float | None = None) -> None:
-    """Each array of ``expected`` matches ``result``'s (numpy or CuPy) in normwise relative error."""
-    bound = bound or (1e-12 if dtype == np.float64 else 1e-5)
-    for key, value in expected.items():
-        if isinstance(value, np.ndarray):
-            got = np.asarray(result[key].get() if hasattr(result[key], "get") else result[key], np.float64)
-            error = np.linalg.norm(got - value) / max(np.linalg.norm(value), 1e-300)
-            assert error < bound, (key, error)
-
-
 def _on_device(inputs: dict) -> dict:
     import cupy
     return {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
@@ -356,10 +346,10 @@ def test_programs_match_numpy(name, sizes, dtype):
     compiled, inputs, expected = _case(name, sizes, dtype)
     host = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
     compiled(**host)
-    _assert_close(host, expected, dtype)
+    assert_normwise_close(host, expected, dtype)
     device = _on_device(inputs)
     compiled(**device)
-    _assert_close(device, expected, dtype)
+    assert_normwise_close(device, expected, dtype)
 
 
 @needs_gpu
@@ -370,7 +360,7 @@ def test_tf32_programs_match_numpy(name):
     assert all(v.engine == "tf32" for step in substituted(compiled.compiled).values() for _, v in step.variants)
     device = _on_device(inputs)
     compiled(**device)
-    _assert_close(device, expected, np.float32, bound=5e-3)
+    assert_normwise_close(device, expected, np.float32, bound=5e-3)
 
 
 @needs_gpu
@@ -384,13 +374,13 @@ def test_repeated_calls(name, dtype):
     device = _on_device(inputs)
     for _ in range(4):
         compiled(**device)
-        _assert_close(device, expected, dtype)
+        assert_normwise_close(device, expected, dtype)
     assert compiled._last is not None and compiled._last.graph is not None
     for sizes in (SIZES[name][2], SIZES[name][1]):
         _, other, expected = _case(name, sizes, dtype)
         fresh = _on_device(other)
         compiled(**fresh)
-        _assert_close(fresh, expected, dtype)
+        assert_normwise_close(fresh, expected, dtype)
 
 
 @needs_gpu
@@ -408,5 +398,5 @@ def test_graph_launches(name, dtype):
         compiled.launch(bound.params, bound.scalars, device, graph=True)
         compiled.launch(bound.params, bound.scalars, device, graph=True)  # the captured graph again
         cupy.cuda.get_current_stream().synchronize()
-        _assert_close(device, expected, dtype)
+        assert_normwise_close(device, expected, dtype)
     assert len(compiled._graphs) == before + 2

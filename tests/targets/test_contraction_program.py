@@ -21,7 +21,7 @@ from polyopt.targets.contraction import choose_kernel
 from polyopt.targets.cuda import plan
 from polyopt.transform.marks import GPU_KERNEL_MARK
 
-from conftest import StandInArray, StandInModule, capture_graphs_on, assert_nvcc_compiles, needs_gpu, needs_nvcc
+from conftest import assert_normwise_close, StandInArray, StandInModule, capture_graphs_on, assert_nvcc_compiles, needs_gpu, needs_nvcc
 
 f64 = po.f64
 
@@ -203,17 +203,6 @@ def _case(name: str, sizes: tuple[int, ...], dtype, **options):
     return compiled, inputs, expected
 
 
-def _assert_close(result: dict, expected: dict, dtype, bound: float | None = None) -> None:
-    """Each array of ``expected`` matches ``result``'s (numpy or CuPy) in normwise relative
-    error (default bound: by ``dtype``)."""
-    bound = bound or (1e-12 if dtype == np.float64 else 1e-5)
-    for key, value in expected.items():
-        if isinstance(value, np.ndarray):
-            got = np.asarray(result[key].get() if hasattr(result[key], "get") else result[key], np.float64)
-            error = np.linalg.norm(got - value) / max(np.linalg.norm(value), 1e-300)
-            assert error < bound, (key, error)
-
-
 @needs_gpu
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name, sizes", [(n, s) for n in SIZES for s in SIZES[n]])
@@ -224,10 +213,10 @@ def test_programs_match_numpy(name, sizes, dtype):
     compiled, inputs, expected = _case(name, sizes, dtype)
     host = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
     compiled(**host)
-    _assert_close(host, expected, dtype)
+    assert_normwise_close(host, expected, dtype)
     device = {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
     compiled(**device)
-    _assert_close(device, expected, dtype)
+    assert_normwise_close(device, expected, dtype)
 
 
 @needs_gpu
@@ -240,7 +229,7 @@ def test_tf32_programs_match_numpy(name, sizes):
     assert all(v.engine == "tf32" for step in contraction_steps(compiled.compiled) for _, v in step.variants)
     device = {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
     compiled(**device)
-    _assert_close(device, expected, np.float32, bound=5e-3)
+    assert_normwise_close(device, expected, np.float32, bound=5e-3)
 
 
 @needs_gpu
@@ -257,17 +246,17 @@ def test_repeated_calls_of_a_program(name, dtype):
     device = {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
     for _ in range(4):
         compiled(**device)
-        _assert_close(device, expected, dtype)
+        assert_normwise_close(device, expected, dtype)
         po.suite.get(name).reference(**expected)
     assert compiled._last is not None and compiled._last.graph is not None
     _, other, expected = _case(name, SIZES[name][2], dtype)
     fresh = {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in other.items()}
     compiled(**fresh)
-    _assert_close(fresh, expected, dtype)
+    assert_normwise_close(fresh, expected, dtype)
     _, other, expected = _case(name, SIZES[name][1], dtype)
     fresh = {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in other.items()}
     compiled(**fresh)
-    _assert_close(fresh, expected, dtype)
+    assert_normwise_close(fresh, expected, dtype)
 
 
 @needs_gpu
@@ -288,7 +277,7 @@ def test_graph_launches_of_a_program(name, dtype):
         once = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in expected.items()}
         po.suite.get(name).reference(**once)  # 2mm: two calls, D accumulated twice
         cupy.cuda.get_current_stream().synchronize()
-        _assert_close(device, once, dtype)
+        assert_normwise_close(device, once, dtype)
     assert len(compiled._graphs) == before + 2
 
 
@@ -314,4 +303,4 @@ def test_the_nvcc_host_function_runs_the_program(tmp_path):
                  else ctypes.c_void_p(device[a.name].data.ptr) for a in abi_arguments(compiled.scop)]
     getattr(library, compiled.compiled.host_function)(*arguments)
     cupy.cuda.Device().synchronize()
-    _assert_close(device, expected, np.float64)
+    assert_normwise_close(device, expected, np.float64)
