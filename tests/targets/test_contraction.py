@@ -2,6 +2,7 @@
 the Scop, mapped as one verified batched-GEMM kernel, laid out per launch from the strides, and
 computed right in every engine (SIMT f32, TF32 and FP64 tensor cores). The source tests need no
 GPU (nvcc builds each engine); the results are checked on a GPU against numpy in float64."""
+import re
 import shutil
 import subprocess
 
@@ -11,7 +12,7 @@ import pytest
 import polyopt as po
 from polyopt.analysis.contraction import find_contraction
 from polyopt.codegen.contraction_text import Slots, UnitStrides
-from polyopt.codegen.cuda_contraction import ContractionSource
+from polyopt.codegen.cuda_contraction import HOST_LOCALS, ContractionSource
 from polyopt.targets.cache import scop_of
 from polyopt.targets.contraction import choose_kernel, contraction_plan, launch_layout
 from polyopt.targets.cuda import plan
@@ -212,6 +213,38 @@ def test_nvcc_builds_every_engine(tmp_path):
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     assert len(list(tmp_path.glob("*.o"))) == len(sources)
+
+
+def _outermost_declarations(body: str) -> set[str]:
+    """The names a C function body declares in its outermost block (two-space indented lines
+    starting with a type), initializers and array sizes skipped."""
+    names = set()
+    for line in body.splitlines():
+        found = re.match(r"^  (?:const )?(?:long|int|char|double|unsigned)\b(.*)$", line)
+        if not found:
+            continue
+        rest = found.group(1)
+        while re.search(r"\{[^{}]*\}", rest):
+            rest = re.sub(r"\{[^{}]*\}", "", rest)
+        for part in re.sub(r"\([^()]*\)", "", rest).split(","):
+            name = re.match(r"[\s*]*(?:const\s+)?[\s*]*([A-Za-z_]\w*)", part)
+            if name:
+                names.add(name.group(1))
+    return names
+
+
+def test_host_locals_name_every_local_of_the_host_launch():
+    """HOST_LOCALS (size parameters of these names are renamed in the host function) lists
+    every name the host launch declares in its outermost block: one pair, two pairs, a cut box,
+    a program of contractions, a batch of half operands."""
+    sources = [po.cuda_source(po.suite.get(name).kernel) for name in ("gemm", "syrk", "syr2k", "2mm")]
+    sources.append(po.einsum_kernel("bik,bkj->bij", (3, 20, 16), (3, 16, 24), dtype="float16", target="cuda").cuda_source)
+    for source in sources:
+        host = source[source.index("#ifndef __CUDACC_RTC__"):]
+        bodies = re.findall(r"^(?:static |extern \"C\" )(?!__global__)[^\n]*\)\n\{\n(.*?)^\}", host, flags=re.M | re.S)
+        assert bodies
+        for body in bodies:
+            assert _outermost_declarations(body) <= HOST_LOCALS
 
 
 # ----- on the GPU ----------------------------------------------------------------------------------
