@@ -933,19 +933,35 @@ class NativeFunction:
 _LLVM_LOCK = threading.Lock()
 
 
-@contextmanager
-def _ordered_reductions():
-    """LLVM's ``-force-ordered-reductions`` while our module is optimized, and off again after.
+#: LLVM's loop access analysis widens the overlap check of an inner loop to the whole range of
+#: the loop around it where that makes the check loop-invariant (``-hoist-runtime-checks``, on
+#: by default since LLVM 18). For an in-place update of a tile's rows (floyd-warshall's
+#: ``path[i][j]`` against row ``path[k]`` and ``path[i][k]``, lu's rows against its pivot row),
+#: the widened ranges span all of the tile's rows and always overlap, so the vector loop never
+#: runs; per-row checks pass on all rows but one. Off for our pipeline (docs/performance.md,
+#: "LLVM's hoisted overlap checks"). Older LLVMs lack the option (and the widening): an unknown
+#: option would end the process, so it is only set where it exists.
+_HOIST_RUNTIME_CHECKS = llvm.llvm_version_info >= (18,)
 
-    In-order floating-point reductions may then be vectorized (their adds keep their order);
-    LLVM enables that only for targets with in-order reduction instructions unless asked. The
-    option is process-wide: set only for our own pipeline and restored to LLVM's default (off)
-    right after, so other llvmlite users in the process (numba) compile as they expect."""
+
+@contextmanager
+def _pipeline_options():
+    """LLVM's process-wide options for our module's optimization, restored to LLVM's defaults
+    right after, so other llvmlite users in the process (numba) compile as they expect:
+
+    - ``-force-ordered-reductions``: in-order floating-point reductions may be vectorized (their
+      adds keep their order); LLVM enables that only for targets with in-order reduction
+      instructions unless asked;
+    - ``-hoist-runtime-checks=false``: see :data:`_HOIST_RUNTIME_CHECKS`."""
     llvm.set_option("polyopt", "-force-ordered-reductions=true")
+    if _HOIST_RUNTIME_CHECKS:
+        llvm.set_option("polyopt", "-hoist-runtime-checks=false")
     try:
         yield
     finally:
         llvm.set_option("polyopt", "-force-ordered-reductions=false")
+        if _HOIST_RUNTIME_CHECKS:
+            llvm.set_option("polyopt", "-hoist-runtime-checks=true")
 
 
 #: The optimization levels of :func:`jit_compile` (LLVM's -O0 to -O3).
@@ -968,7 +984,7 @@ def jit_compile(ir_text: str, function_name: str,
         options.slp_vectorization = level >= 2
         options.loop_unrolling = level >= 2
         builder = llvm.create_pass_builder(tm, options)
-        with _ordered_reductions():
+        with _pipeline_options():
             builder.getModulePassManager().run(module, builder)
         engine = llvm.create_mcjit_compiler(module, tm)
         if object_sink is not None:

@@ -30,6 +30,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 import sys
 import threading
 import time
@@ -173,16 +174,52 @@ def neighbourhood(kernel, limit: int | None = None) -> tuple[Candidate, ...]:
     model's decision, :mod:`polyopt.schedulers.cost`), its tile sizes with one loop's size halved
     or doubled (kept a multiple of the register tile along that loop, within
     :data:`MIN_TILE`..:data:`MAX_TILE`, and no larger than the wavefront cap where the band has
-    no parallel loop), as traces replayed onto the original order; at most ``limit`` (None:
-    :data:`MAX_CANDIDATES`)."""
-    from polyopt.schedulers import tilesize
+    no parallel loop, except its innermost loop: see :func:`_largest_tile`), as traces replayed
+    onto the original order; then the same for the bands without a parallel loop that the model
+    leaves untiled and whose loops are the statements' own iterators (floyd-warshall's ``i, j``:
+    its wavefront of 32x64 tiles is faster than its untiled loops and than 32x32), varied from
+    the sizes of pluto's ``tile="auto"`` schedule; at most ``limit`` (None: :data:`MAX_CANDIDATES`)."""
     limit = MAX_CANDIDATES if limit is None else limit
     try:
         base = schedule(kernel, DEFAULT_ALGORITHM)
     except PolyoptError:
         return ()
     costs = {cost.loops: cost for cost in getattr(base, "cost", ())}
-    steps = list(base.trace)
+    found = _varied_tiles(list(base.trace), costs, "pluto tiles")
+    untiled = {loops: cost for loops, cost in costs.items()
+               if not (cost.tile or cost.parallel) and _walks_iterators(loops)}
+    if untiled and len(found) < limit:
+        try:
+            tiled = schedule(kernel, DEFAULT_ALGORITHM, tile="auto")
+        except PolyoptError:
+            tiled = None
+        if tiled is not None:
+            found += _varied_tiles(list(tiled.trace), untiled, "pluto tiled")
+    return tuple(found[:max(0, limit)])
+
+
+def _walks_iterators(loops: tuple[str, ...]) -> bool:
+    """Whether every loop of a band is one of its statements' own iterators: named for it, not
+    ``c<depth>`` (:func:`polyopt.transform.nodes.suggested_name`), so the band is not skewed
+    (isl's AST generation of large tiles of skewed bands is what :data:`WAVEFRONT_TILE_CAP`
+    bounds)."""
+    return all(not re.fullmatch(r"c\d+", name.split("@")[0]) for name in loops)
+
+
+def _largest_tile(cost, member: int, sizes: list[int]) -> int:
+    """The largest neighbour size of a band member: :data:`MAX_TILE`, or in a band with no
+    parallel loop (a wavefront) the wavefront cap, twice that for its innermost loop where the
+    band walks its statements' iterators (longer runs of the stride-1 rows each tile reads)."""
+    from polyopt.schedulers import tilesize
+    if cost.parallel:
+        return MAX_TILE
+    cap = tilesize.WAVEFRONT_TILE_CAP
+    return 2 * cap if member == len(sizes) - 1 and _walks_iterators(cost.loops) else cap
+
+
+def _varied_tiles(steps: list[Step], costs: dict, label: str) -> list[Candidate]:
+    """Candidates replaying ``steps`` with one ``tile`` step of a band in ``costs`` changed: one
+    member's size halved or doubled (see :func:`neighbourhood`)."""
     tiled = [(index, step) for index, step in enumerate(steps) if step.primitive == "tile" and step.loops in costs]
     found: list[Candidate] = []
     for index, step in tiled:
@@ -191,7 +228,7 @@ def neighbourhood(kernel, limit: int | None = None) -> tuple[Candidate, ...]:
             continue
         for k, size in enumerate(sizes):
             unit = cost.register_plan[k] if cost.register_plan and k < len(cost.register_plan) else 1
-            largest = MAX_TILE if cost.parallel else getattr(tilesize, "WAVEFRONT_TILE_CAP", 32)
+            largest = _largest_tile(cost, k, sizes)
             for new in (size // 2, size * 2):
                 if not max(MIN_TILE, unit) <= new <= largest or new % unit:
                     continue
@@ -200,8 +237,8 @@ def neighbourhood(kernel, limit: int | None = None) -> tuple[Candidate, ...]:
                 changed = Step.make("tile", step.loops, f"autotune: the cost model's {step.loops[k]} tile "
                                     f"{size} -> {new}", sizes=varied)
                 trace = Trace(tuple(steps[:index]) + (changed,) + tuple(steps[index + 1:]))
-                found.append(Candidate(f"pluto tiles {'x'.join(map(str, varied))}{where}", "original", trace=trace))
-    return tuple(found[:max(0, limit)])
+                found.append(Candidate(f"{label} {'x'.join(map(str, varied))}{where}", "original", trace=trace))
+    return found
 
 
 def default_candidates(kernel, limit: int | None = None) -> tuple[Candidate, ...]:
@@ -365,9 +402,18 @@ def compile_tuned(kernel, *, target: str = "cpu", algorithm: str = DEFAULT_ALGOR
     return compile(kernel, num_threads=num_threads)
 
 
+#: Bumped when :func:`neighbourhood` changes which candidates it makes: a decision among the
+#: default candidates of an older list is timed again (its key names this version).
+NEIGHBOURHOOD_VERSION = 2
+
+
 def _candidates_digest(candidates: tuple[Candidate, ...] | None) -> str:
+    """The tuning database's name for a candidate list: a digest of the list given, or for the
+    default list, of :data:`DEFAULT_CANDIDATES` and :data:`NEIGHBOURHOOD_VERSION` (the
+    neighbourhood itself depends on the kernel and costs a schedule to compute)."""
     if candidates is None:
-        return "default"
+        text = json.dumps([c.to_json() for c in DEFAULT_CANDIDATES], sort_keys=True) + str(NEIGHBOURHOOD_VERSION)
+        return "default " + hashlib.sha256(text.encode()).hexdigest()[:16]
     try:
         text = json.dumps([c.to_json() for c in candidates], sort_keys=True)
     except (TypeError, ValueError):

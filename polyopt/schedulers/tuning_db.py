@@ -13,7 +13,8 @@ JSON file per decision, keyed by (:func:`entry_key`):
   environment` -- LLVM triple, CPU name and features, OpenMP -- the core count and polyopt's
   version; not polyopt's source files: a decision stays valid across edits of the scheduler,
   ``po.autotune(..., refresh=True)`` times again);
-- which candidates competed ("default", or a digest of the list given).
+- which candidates competed (a digest of the list given, or "default" with a digest of the
+  default list and its neighbourhood rule's version: a new default list is timed again).
 
 The file holds the key, the winner (label, algorithm, options, trace JSON), the seconds of each
 timed candidate, the skipped ones and why, whether the sweep was complete (not cut by a time

@@ -424,3 +424,31 @@ def test_a_corrupt_database_entry_is_a_miss(own_cache_dir):
         assert not again.stored and set(again.seconds) == set(first.seconds)
         assert json.loads(path.read_text())["best"]["label"] == again.best.label  # written anew
     assert tuning_db.STATS["corrupt"] >= 3
+
+
+def test_neighbourhood_of_an_untiled_wavefront_band_varies_pluto_tiled():
+    """floyd-warshall's ``i, j`` band has no parallel loop and the model leaves it untiled; its
+    neighbours vary the sizes ``tile="auto"`` gives it, the innermost (stride-1) loop up to twice
+    the wavefront cap, and replay to schedules the verifier accepts."""
+    from polyopt.schedulers.tilesize import WAVEFRONT_TILE_CAP
+    kernel = po.suite.get("floyd-warshall").kernel
+    found = TUNING.neighbourhood(kernel, limit=100)
+    sizes = [next(s for s in c.trace if s.primitive == "tile").kwargs["sizes"] for c in found]
+    assert [WAVEFRONT_TILE_CAP, 2 * WAVEFRONT_TILE_CAP] in sizes
+    assert all(s[0] <= WAVEFRONT_TILE_CAP and s[1] <= 2 * WAVEFRONT_TILE_CAP for s in sizes)
+    assert all(c.label.startswith("pluto tiled ") for c in found)
+    for candidate in found:
+        po.verify(kernel.scop, candidate.schedule(kernel).tree)
+
+
+def test_a_new_default_candidate_list_is_timed_again(own_cache_dir, monkeypatch):
+    """Decisions among the default candidates are stored under the list's version: the same
+    list finds its decision, a changed neighbourhood rule (its version bumped) times again."""
+    clear_decisions()
+    args = np.zeros(64), np.ones(64)
+    assert not po.autotune(triple, *args, repeats=1).stored
+    clear_decisions()
+    assert po.autotune(triple, *args, repeats=1).stored
+    clear_decisions()
+    monkeypatch.setattr(TUNING, "NEIGHBOURHOOD_VERSION", TUNING.NEIGHBOURHOOD_VERSION + 1)
+    assert not po.autotune(triple, *args, repeats=1).stored
