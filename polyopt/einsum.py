@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -535,10 +535,17 @@ def _kernel_call(plan: _Plan, sizes: dict[str, int], result: np.ndarray, num_thr
                                    num_threads or default_num_threads())
 
 
-def _device_call(plan: _Plan, buffers: dict, cupy) -> einsum_calls.DeviceCall | None:
+def _astype(dtype: np.dtype) -> Callable:
+    """The conversion of a half-precision call's float32 result into ``dtype``."""
+    return lambda value: value.astype(dtype)
+
+
+def _device_call(plan: _Plan, buffers: dict, cupy, final: Callable | None = None
+                 ) -> einsum_calls.DeviceCall | None:
     """What a repeat of a GPU call that ran ``plan``'s CUDA kernel on ``buffers`` (CuPy arrays
     by argument name) needs: the kernel's recorded launches and the result's and temporaries'
-    shapes (see :class:`polyopt.einsum_calls.DeviceCall`); None where the kernel recorded none."""
+    shapes (see :class:`polyopt.einsum_calls.DeviceCall`; ``final``: its conversion of a half
+    result); None where the kernel recorded none."""
     launches = plan.kernel.recorded(plan.kernel.call_key(plan.kernel.named((), buffers)))
     if not isinstance(launches, LaunchRecord):  # (none, or a graph per result address: no use)
         return None
@@ -546,7 +553,7 @@ def _device_call(plan: _Plan, buffers: dict, cupy) -> einsum_calls.DeviceCall | 
     operands = tuple(name for name in buffers if name.startswith("op"))
     result = buffers[OUTPUT]
     return einsum_calls.DeviceCall(launches, cupy.empty, operands, OUTPUT, temporaries, result.shape,
-                                   result.dtype)
+                                   result.dtype, final)
 
 
 def _on_cupy_views(operands: tuple, out, **options):
@@ -586,17 +593,34 @@ def _on_bf16_tensors(operands: tuple, out, like, dtype=None, **options):
     if bf16.numpy.kind != "V":
         raise TargetUnavailableError("einsum: bfloat16 tensors need ml_dtypes (pip install polyopt[bf16])")
     bits = tuple(as_cupy(v) if _is_bf16_tensor(v) else v for v in operands)
-    result = _bf16_einsum(bits, None if out is None else as_cupy(out), **options)
+    out_bits = None if out is None else as_cupy(out)
+    given = {"order": "K", "casting": "safe", "optimize": "greedy", "target": None, "num_threads": None,
+             "precision": "exact", **options}
+    key = einsum_calls.call_key(bits, out_bits, BF16_BITS, *(given[name] for name in (
+        "order", "casting", "optimize", "target", "num_threads")))
+    key = None if key is None else key + (given["precision"],)
+    known = einsum_calls.recorded(key)
+    result = None if known is None else known(bits[1:], out_bits)
+    if result is None:
+        result = _bf16_einsum(bits, out_bits, key=key, **options)
     if out is not None:
         return out
     return torch.as_tensor(result.view(cupy_module().int16), device=like.device).view(torch.bfloat16)
 
 
+#: The ``dtype`` slot of the call key (:func:`polyopt.einsum_calls.call_key`) of a bfloat16 call
+#: on the bits of PyTorch tensors: apart from an einsum of the same uint16 arrays as numbers.
+BF16_BITS = "bfloat16 bits"
+
+
 def _bf16_einsum(operands: tuple, out_bits, order: str = "K", casting: str = "safe", optimize="greedy",
-                 target: str | None = None, num_threads: int | None = None, precision: str = "exact"):
+                 target: str | None = None, num_threads: int | None = None, precision: str = "exact",
+                 key: tuple | None = None):
     """The bfloat16 einsum of :func:`_on_bf16_tensors` on CuPy uint16 arrays holding bf16 bits
     (and the interleaved form's sublists): the result's bits, a new C-contiguous CuPy array, or
-    written into ``out_bits``."""
+    written into ``out_bits``. A call without ``out_bits`` whose plan is final and whose kernel
+    recorded its launches is recorded under ``key`` (its repeats launch those and the rounding
+    kernel only), as :func:`einsum` records its calls."""
     check_precision(precision)
     if num_threads is not None:
         raise ValueError("einsum: num_threads is an option of the CPU (thread teams)")
@@ -610,13 +634,18 @@ def _bf16_einsum(operands: tuple, out_bits, order: str = "K", casting: str = "sa
     _, spec, sizes, broadcast, path, result = _prepare(subscripts, stand_ins, None, casting, out_stand_in, optimize)
     storage = _storage_dtype(result)
     pattern = (spec, broadcast, path, storage, _long_sums(spec, sizes, "cuda"), _operand_storage(result))
-    options, _ = _plan_options("cuda", precision, pattern, sizes)
+    options, final = _plan_options("cuda", precision, pattern, sizes)
     plan = _plan(*pattern[:4], DEFAULT_ALGORITHM, "cuda", options, *pattern[4:])
     buffers = {f"op{k}": cupy.ascontiguousarray(op) for k, op in enumerate(ops)}
     for name, labels in plan.temporaries:
         buffers[name] = cupy.empty(tuple(sizes[label] for label in labels), dtype=storage)
     buffers[OUTPUT] = cupy.empty(tuple(sizes[label] for label in spec.output), dtype=storage)
     plan.kernel(**buffers)
+    if final and key is not None and out_bits is None and _order(order) != "F" \
+            and all(op.flags.c_contiguous and op.dtype == np.uint16 for op in ops):
+        device_call = _device_call(plan, buffers, cupy, lambda value: bf16_bits(value, cupy))
+        if device_call is not None:
+            einsum_calls.record(key, device_call)
     rounded = bf16_bits(buffers[OUTPUT], cupy)
     if out_bits is None:
         return cupy.asfortranarray(rounded) if _order(order) == "F" else rounded
@@ -730,12 +759,14 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     if plan.kernel is not None:
         plan.kernel(**{name: value if name == "num_threads" else _kernel_array(value, storage)
                        for name, value in buffers.items()})
-        if (final and key is not None and storage == result and storage not in _COMPLEX_PARTS
-                and all(op.dtype == storage and op.flags.c_contiguous for op in ops) and (out is None or direct)):
+        half = on_gpu and result in _HALVES and out is None  # float32 sums, rounded at the end
+        if (final and key is not None and (storage == result or half) and storage not in _COMPLEX_PARTS
+                and all(op.dtype == (operands or storage) and op.flags.c_contiguous for op in ops)
+                and (out is None or direct)):
             if where == "cpu":
                 einsum_calls.record(key, _kernel_call(plan, sizes, value, num_threads))
             elif on_gpu and order != "F":
-                device_call = _device_call(plan, buffers, xp)
+                device_call = _device_call(plan, buffers, xp, _astype(result) if half else None)
                 if device_call is not None:
                     einsum_calls.record(key, device_call)
     else:

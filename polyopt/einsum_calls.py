@@ -217,7 +217,10 @@ class DeviceCall:
     the result; ``temporaries``: (name, shape) of the contraction path's intermediate arrays;
     ``shape``, ``dtype``: the result's (C order); ``empty``: ``cupy.empty``. The temporaries are
     allocated per call and stay referenced until every launch is queued; CuPy's memory pool
-    reuses their memory only for work ordered after those launches on the stream."""
+    reuses their memory only for work ordered after those launches on the stream. ``final``:
+    for a half-precision result, what turns the kernel's float32 sums into it (``astype`` for
+    float16, the rounding kernel of :func:`polyopt.types.bf16_bits` for bfloat16 bits); such a
+    call is recorded without ``out`` and replays only without it."""
 
     launch: LaunchRecord
     empty: Callable
@@ -226,18 +229,19 @@ class DeviceCall:
     temporaries: tuple[tuple[str, tuple[int, ...]], ...]
     shape: tuple[int, ...]
     dtype: np.dtype
+    final: Callable | None = None
 
     def __call__(self, operands: tuple, out):
         """The result (``out`` when given); None where ``out`` overlaps an operand (the full
-        path copies that operand first)."""
-        if out is not None and any(_device_overlap(out, op) for op in operands):
+        path copies that operand first) or the result needs ``final`` and ``out`` is given."""
+        if out is not None and (self.final is not None or any(_device_overlap(out, op) for op in operands)):
             return None
         named = dict(zip(self.operands, operands))
         named[self.output] = result = self.empty(self.shape, self.dtype) if out is None else out
         for name, shape in self.temporaries:
             named[name] = self.empty(shape, self.dtype)
         self.launch(named, fresh=self.output if out is None and not self.temporaries else None)
-        return result
+        return result if self.final is None else self.final(result)
 
 
 def _device_overlap(a, b) -> bool:

@@ -58,11 +58,32 @@ def _bfloat16_numpy() -> np.dtype:
 def bf16_bits(values, xp=np) -> np.ndarray:
     """The bfloat16 bit patterns (uint16) nearest to ``values`` (rounded to nearest, ties to
     even, from float32 as CUDA's ``__float2bfloat16`` does; NaN stays a quiet NaN); ``xp``:
-    the array module (numpy, or CuPy for GPU arrays, which has no bfloat16 dtype)."""
+    the array module (numpy, or CuPy for GPU arrays, which has no bfloat16 dtype: there one
+    element-wise kernel, :func:`_bf16_rounding`, where the steps below would launch ten)."""
     values = xp.asarray(values, dtype=np.float32)
+    if xp is not np and hasattr(xp, "ElementwiseKernel"):
+        return _bf16_rounding(xp)(values)
     bits = values.view(np.uint32).astype(np.uint64)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
     return xp.where(xp.isnan(values), (bits >> 16) | 0x40, rounded).astype(np.uint16)
+
+
+_BF16_ROUNDING: dict = {}
+
+
+def _bf16_rounding(xp):
+    """The element-wise kernel of ``xp`` (CuPy) computing :func:`bf16_bits` of float32 values in
+    one pass: the same integer steps on the 32-bit pattern (NaN excluded first, no finite or
+    infinite pattern overflows 32 bits when 0x8000 is added)."""
+    kernel = _BF16_ROUNDING.get(xp)
+    if kernel is None:
+        kernel = _BF16_ROUNDING[xp] = xp.ElementwiseKernel(
+            "float32 x", "uint16 y",
+            "unsigned int b = __float_as_uint(x);"
+            " y = isnan(x) ? (unsigned short)((b >> 16) | 0x40u)"
+            " : (unsigned short)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);",
+            "polyopt_bf16_bits")
+    return kernel
 
 
 def bf16_values(bits) -> np.ndarray:

@@ -381,6 +381,61 @@ def test_bf16_einsum_on_torch_tensors(subscripts, shapes):
 
 
 @needs_gpu
+def test_gpu_bf16_rounding_kernel_matches_the_numpy_steps():
+    """The one-kernel rounding of CuPy float32 arrays to bf16 bits gives numpy's bits for every
+    kind of value: random bit patterns (NaNs, infinities, subnormals among them), ties, the
+    largest finite values and signed zeros."""
+    import cupy
+    patterns = np.random.default_rng(11).integers(0, 2 ** 32, 200_000, dtype=np.uint64).astype(np.uint32)
+    special = np.array([0x00000000, 0x80000000, 0x3F808000, 0x3F818000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000,
+                        0xFF800000, 0x7FC00000, 0xFFFFFFFF, 0x00000001, 0x807FFFFF, 0x7F7F8000], np.uint32)
+    values = np.concatenate([patterns, special]).view(np.float32)
+    device = bf16_bits(cupy.asarray(values), cupy)
+    assert device.dtype == np.uint16
+    np.testing.assert_array_equal(cupy.asnumpy(device), bf16_bits(values))
+
+
+@needs_gpu
+def test_repeated_gpu_float16_einsum_replays_with_new_values():
+    """A repeated float16 einsum on CuPy arrays replays the recorded launches and rounds the
+    float32 sums to float16 as the first call did: results for fresh operands match a float64
+    einsum within float16's rounding, and equal the full path's bits."""
+    import cupy
+    from polyopt import einsum_calls
+    rng = np.random.default_rng(12)
+    for _ in range(3):
+        A, B = (rng.standard_normal(shape).astype(np.float16) for shape in ((48, 200), (200, 40)))
+        operands = ("ik,kj->ij", cupy.asarray(A), cupy.asarray(B))
+        C = po.einsum(*operands)
+        assert C.dtype == np.float16 and C.flags.c_contiguous
+        exact = A.astype(np.float64) @ B.astype(np.float64)
+        np.testing.assert_allclose(cupy.asnumpy(C).astype(np.float64), exact, rtol=2 ** -10, atol=2 ** -10 * np.abs(exact).max())
+        full = cupy.empty((48, 40), np.float16)  # out= takes the full path
+        po.einsum("ik,kj->ij", cupy.asarray(A), cupy.asarray(B), out=full)
+        cupy.testing.assert_array_equal(C, full)
+    key = einsum_calls.call_key(operands, None, None, "K", "safe", "greedy", None, None) + ("exact",)
+    call = einsum_calls.recorded(key)
+    assert isinstance(call, einsum_calls.DeviceCall) and call.final is not None
+
+
+@needs_gpu
+@needs_ml_dtypes
+def test_repeated_bf16_einsum_on_torch_tensors_replays_with_new_values():
+    """Repeats of a bf16 einsum on PyTorch tensors (fresh tensors each time, a float32
+    temporary in the three-operand case) give the full path's bits: the result of the same
+    call with ``out=``, which never replays."""
+    torch = pytest.importorskip("torch")
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    for subscripts, shapes in (("ik,kj->ij", [(64, 96), (96, 32)]), ("ij,jk,kl->il", [(7, 9), (9, 5), (5, 3)])):
+        for _ in range(3):
+            ops = [torch.randn(shape, device="cuda", generator=generator).to(torch.bfloat16) for shape in shapes]
+            result = po.einsum(subscripts, *ops)
+            out = torch.empty_like(result)
+            po.einsum(subscripts, *ops, out=out)
+            assert result.dtype == torch.bfloat16 and torch.equal(result, out)
+
+
+@needs_gpu
 @needs_ml_dtypes
 def test_bf16_einsum_with_other_types_and_refusals():
     """A bf16 tensor with a float32 one computes in float32 (numpy's promotion with ml_dtypes);

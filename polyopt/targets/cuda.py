@@ -458,7 +458,7 @@ class CudaKernel:
         for name, host in copy_back.items():
             device[name].get(out=host)
         if replayable and key is not None:  # (no record: too many launches; a graph replays them)
-            self._remember(key, record or GraphReplay(self, bound.params))
+            self._remember(key, record or GraphReplay.of(self, bound.params))
 
     def named(self, args: tuple, kwargs: dict) -> dict | None:
         """The call's values by argument name, device arrays as CuPy arrays; None where
@@ -674,21 +674,30 @@ class GraphReplay:
     :class:`LaunchRecord` keeps (a host loop of stencil time steps: a Python launch each would
     cost more than the kernel): the host program as a CUDA graph, captured once per argument
     set (:meth:`CudaKernel.launch` with ``graph``) and replayed; ``params``: the sizes, fixed by
-    the call's key."""
+    the call's key; ``arrays``, ``scalars``: the kernel's argument names of each kind, and
+    ``written``: the arrays it writes (all fixed by the kernel: :meth:`of`)."""
 
     kernel: "CudaKernel"
     params: dict
+    arrays: tuple[str, ...]
+    scalars: tuple[str, ...]
+    written: frozenset[str]
+
+    @staticmethod
+    def of(kernel: "CudaKernel", params: dict) -> "GraphReplay":
+        """The replay of ``kernel``'s calls with the sizes ``params``."""
+        arguments = abi_arguments(kernel.scop)
+        return GraphReplay(kernel, params, tuple(a.name for a in arguments if a.kind == "array"),
+                           tuple(a.name for a in arguments if a.kind == "scalar"),
+                           frozenset(w.array for s in kernel.scop.statements for w in s.writes))
 
     def __call__(self, named: dict, *, fresh: str | None = None) -> None:
         """Replay on the current stream with the arguments ``named`` (CuPy arrays, scalars),
         after the overlap check a :class:`LaunchRecord` makes."""
-        scop = self.kernel.scop
-        arrays = {a.name: named[a.name] for a in abi_arguments(scop) if a.kind == "array"}
-        written = {w.array for s in scop.statements for w in s.writes}
-        if len(arrays) > 1 and written != {fresh}:
-            _check_device_aliasing(scop.name, arrays, written)
-        scalars = {a.name: named[a.name] for a in abi_arguments(scop) if a.kind == "scalar"}
-        self.kernel.launch(self.params, scalars, arrays, graph=True)
+        arrays = {name: named[name] for name in self.arrays}
+        if len(arrays) > 1 and self.written != {fresh}:
+            _check_device_aliasing(self.kernel.scop.name, arrays, self.written)
+        self.kernel.launch(self.params, {name: named[name] for name in self.scalars}, arrays, graph=True)
 
 
 #: Types of scalar arguments whose identity fixes their value (a repeated call may skip them).

@@ -408,10 +408,10 @@ _GPU_CASES = [
     ("jacobi-1d", {"TSTEPS": 7, "N": 1001}, {"time_tile": 3, "tile": 128}),
     ("jacobi-1d", {"TSTEPS": 40, "N": 5000}, {}),
     ("jacobi-2d", {"TSTEPS": 5, "N": 37}, {"time_tile": 2, "tile": (8, 32)}),
-    ("jacobi-2d", {"TSTEPS": 11, "N": 250}, {}),
+    ("jacobi-2d", {"TSTEPS": 11, "N": 250}, {"time_tile": True}),  # 2-d: only where asked (DEFAULT_RANKS)
     ("jacobi-2d", {"TSTEPS": 10, "N": 301}, {"time_tile": 5, "tile": (8, 64), "block": (4, 32)}),
     ("fdtd-2d", {"TMAX": 9, "NX": 33, "NY": 47}, {"time_tile": 4, "tile": (8, 16)}),
-    ("fdtd-2d", {"TMAX": 20, "NX": 200, "NY": 240}, {}),
+    ("fdtd-2d", {"TMAX": 20, "NX": 200, "NY": 240}, {"time_tile": True}),
     ("heat-3d", {"TSTEPS": 5, "N": 21}, {"time_tile": True}),
     ("heat-3d", {"TSTEPS": 4, "N": 40}, {"time_tile": 2, "tile": 4}),
 ]
