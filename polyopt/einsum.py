@@ -564,9 +564,27 @@ def _on_cupy_views(operands: tuple, out, **options):
     like = next(v for v in (*operands, out) if is_device_array(v) and not is_cupy(v))
     if any(_is_bf16_tensor(v) for v in (*operands, out)):
         return _on_bf16_tensors(operands, out, like, **options)
+    names = ("dtype", "order", "casting", "optimize", "target", "num_threads", "precision")
+    given = {"dtype": None, "order": "K", "casting": "safe", "optimize": "greedy", "target": None,
+             "num_threads": None, "precision": "exact", **options}
+    torch_key = einsum_calls.torch_call_key(operands, out, tuple(given[name] for name in names))
+    known = einsum_calls.recorded(torch_key)
+    if known is not None:
+        return known(operands[1:])
     views = tuple(as_cupy(v) if is_device_array(v) else v for v in operands)
     result = einsum(*views, out=None if out is None else as_cupy(out), **options)
-    return out if out is not None else _same_kind(result, like)
+    if out is not None:
+        return out
+    result = _same_kind(result, like)
+    if torch_key is not None:
+        view_key = einsum_calls.call_key(views, None, *(given[name] for name in names[:-1]))
+        device_call = einsum_calls.recorded(None if view_key is None else view_key + (given["precision"],))
+        if isinstance(device_call, einsum_calls.DeviceCall):
+            import torch
+            torch_call = einsum_calls.TorchCall.of(device_call, result.dtype, torch.empty)
+            if torch_call is not None:
+                einsum_calls.record(torch_key, torch_call)
+    return result
 
 
 def _is_bf16_tensor(value) -> bool:

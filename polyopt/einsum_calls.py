@@ -16,7 +16,10 @@ operand, takes the full path.
 CuPy operands (other GPU arrays arrive as CuPy views of theirs) count with their shape, dtype,
 strides and device (:func:`polyopt.targets.cuda.array_signature`); a GPU call records the CUDA
 kernel's launches (:class:`DeviceCall`), and its repeat allocates the result and launches them
-with the new addresses.
+with the new addresses. A call on contiguous PyTorch CUDA tensors that ran one such kernel,
+with no intermediate array, is also recorded under the tensors' own signature
+(:func:`torch_call_key`, :class:`TorchCall`): its repeat makes no CuPy views, allocates the
+result with ``torch.empty`` and launches on the tensors' addresses.
 """
 from __future__ import annotations
 
@@ -244,10 +247,63 @@ class DeviceCall:
         return result if self.final is None else self.final(result)
 
 
+def _is_torch_cuda(value) -> bool:
+    return type(value).__module__.split(".")[0] == "torch" and getattr(value, "is_cuda", False)
+
+
+def torch_call_key(operands: tuple, out, options: tuple) -> tuple | None:
+    """The key of an einsum call on PyTorch CUDA tensors for :class:`TorchCall`: the subscripts,
+    each operand's shape, dtype, strides, device and whether its address is 16-byte aligned
+    (what a contraction kernel's choice depends on, as :func:`~polyopt.targets.cuda.
+    array_signature` says for CuPy), and the call's options; None where an operand is not a
+    contiguous PyTorch CUDA tensor of a type other than bfloat16 (those take their own path), or
+    ``out`` is given."""
+    if out is not None or not operands or type(operands[0]) is not str or len(operands) < 2:
+        return None
+    signature = []
+    for op in operands[1:]:
+        if not _is_torch_cuda(op) or not op.is_contiguous() or str(op.dtype) == "torch.bfloat16":
+            return None
+        signature.append((tuple(op.shape), op.dtype, op.stride(), op.device.index, op.data_ptr() % 16 == 0))
+    return ("torch", operands[0], tuple(signature)) + tuple(options)
+
+
+@dataclass(frozen=True)
+class TorchCall:
+    """Run a recorded :class:`DeviceCall`'s launches on PyTorch CUDA tensors like the recorded
+    call's: ``operands``, ``output``: the kernel's argument names; ``shape``, ``dtype``: the
+    result's (a torch dtype); ``empty``: ``torch.empty``. Only for calls whose kernel writes
+    nothing but the result (no intermediate arrays): the result is allocated here, so it overlaps
+    no operand, and the launches take the tensors' addresses without the overlap check."""
+
+    launch: LaunchRecord
+    operands: tuple[str, ...]
+    output: str
+    shape: tuple[int, ...]
+    dtype: object
+    empty: Callable
+
+    @staticmethod
+    def of(call: "DeviceCall", dtype, empty: Callable) -> "TorchCall | None":
+        """The call on tensors of the CuPy-view call ``call`` (None where it has intermediate
+        arrays, a final conversion or scalar arguments)."""
+        if call.temporaries or call.final is not None or not call.launch.by_address():
+            return None
+        return TorchCall(call.launch, call.operands, call.output, call.shape, dtype, empty)
+
+    def __call__(self, operands: tuple):
+        result = self.empty(self.shape, dtype=self.dtype, device=operands[0].device)
+        addresses = {name: op.data_ptr() for name, op in zip(self.operands, operands)}
+        addresses[self.output] = result.data_ptr()
+        self.launch.at_addresses(addresses)
+        return result
+
+
 def _device_overlap(a, b) -> bool:
     """Whether two CuPy arrays' memory ranges overlap."""
     start, other = a.data.ptr, b.data.ptr
     return bool(a.nbytes and b.nbytes) and start < other + b.nbytes and other < start + a.nbytes
 
 
-__all__ = ["DeviceCall", "KernelCall", "MAX_CALLS", "ViewCall", "call_key", "clear", "record", "recorded"]
+__all__ = ["DeviceCall", "KernelCall", "MAX_CALLS", "TorchCall", "ViewCall", "call_key", "clear", "record",
+           "recorded", "torch_call_key"]

@@ -361,6 +361,8 @@ def is_device_array(value) -> bool:
     producer's library is imported; numpy arrays (also DLPack producers, on the CPU) are not."""
     if value is None or type(value) is np.ndarray or isinstance(value, (int, float, complex, str, bytes)):
         return False
+    if type(value).__module__.split(".")[0] == "torch" and getattr(value, "is_cuda", False):
+        return True  # (PyTorch builds its __cuda_array_interface__ dict in Python on each read)
     if is_cupy(value) or hasattr(value, "__cuda_array_interface__"):
         return True
     device = getattr(value, "__dlpack_device__", None)
@@ -647,6 +649,19 @@ class LaunchRecord:
         """Launch on the current stream with the arguments ``named`` (CuPy arrays, scalars);
         ``fresh``: an array the caller has just allocated (it overlaps nothing)."""
         values = self.values(named, fresh)
+        for function, grid, block, tail in self.launches:
+            function(grid, block, (*values, *tail))
+
+    def by_address(self) -> bool:
+        """Whether the launches take only arrays and size parameters (:meth:`at_addresses`)."""
+        return all(kind != "scalar" for kind, _, _ in self.arguments)
+
+    def at_addresses(self, addresses: dict) -> None:
+        """Launch on the current stream with each array given by its device address (an int;
+        :meth:`by_address` kernels only). No overlap check: the caller guarantees that the
+        written arrays overlap nothing (:class:`polyopt.einsum_calls.TorchCall`: a result it
+        has just allocated)."""
+        values = [how if kind == "param" else np.uint64(addresses[name]) for kind, name, how in self.arguments]
         for function, grid, block, tail in self.launches:
             function(grid, block, (*values, *tail))
 

@@ -6,6 +6,9 @@ of recorded einsum calls on fake arrays, the benchmark's precision and table log
 one-line error. With CuPy and a GPU (skipped otherwise): CuPy, torch and bare
 ``__cuda_array_interface__`` operands written in place, the same kind returned, repeated calls
 replayed and their host time under 20 us."""
+import subprocess
+import sys
+import textwrap
 import time
 
 import numpy as np
@@ -128,6 +131,65 @@ def _scale_record(calls: list) -> LaunchRecord:
     return LaunchRecord("scale", (("param", "N", np.int64(8)), ("scalar", "alpha", np.float32),
                                   ("array", "A", None), ("array", "B", None)),
                         frozenset({"B"}), ((_recording_function(calls), (1, 1, 1), (32, 1, 1), (np.int64(5),)),))
+
+
+class FakeTensor:
+    """Enough of a PyTorch CUDA tensor for the keys and replays of :class:`einsum_calls.TorchCall`."""
+
+    is_cuda = True
+
+    def __init__(self, shape, ptr, dtype="torch.float32", contiguous=True):
+        self.shape, self.ptr, self.dtype, self.contiguous = tuple(shape), ptr, dtype, contiguous
+        self.device = type("Device", (), {"index": 0})()
+
+    def is_contiguous(self):
+        return self.contiguous
+
+    def stride(self):
+        return tuple(int(np.prod(self.shape[k + 1:])) for k in range(len(self.shape)))
+
+    def data_ptr(self):
+        return self.ptr
+
+
+FakeTensor.__module__ = "torch.fake"  # what einsum_calls takes for a PyTorch tensor
+
+
+def test_torch_keys_and_a_torch_replay_on_addresses():
+    """Calls on contiguous PyTorch CUDA tensors get a key of their own (shapes, dtypes, strides,
+    device, 16-byte alignment, options); bfloat16, non-contiguous, ``out=`` and foreign arrays
+    get none. A TorchCall allocates the result and launches on the addresses as uint64 values;
+    kernels with scalar arguments, temporaries or a final conversion get no TorchCall."""
+    a, b = FakeTensor((4, 8), 1 << 20), FakeTensor((8,), 1 << 21)
+    options = (None, "K", "safe", "greedy", None, None, "exact")
+    key = einsum_calls.torch_call_key(("ij,j->i", a, b), None, options)
+    assert key[:2] == ("torch", "ij,j->i") and key[-len(options):] == options
+    assert key != einsum_calls.torch_call_key(("ij,j->i", a, FakeTensor((8,), (1 << 21) + 4)), None, options)
+    for bad in (FakeTensor((8,), 64, dtype="torch.bfloat16"), FakeTensor((8,), 64, contiguous=False),
+                FakeCupy((8,), ptr=64)):
+        assert einsum_calls.torch_call_key(("ij,j->i", a, bad), None, options) is None
+    assert einsum_calls.torch_call_key(("ij,j->i", a, b), b, options) is None
+    calls = []
+    record = LaunchRecord("mv", (("param", "N", np.int64(4)), ("array", "op0", None), ("array", "op1", None),
+                                 ("array", "out", None)),
+                          frozenset({"out"}), ((_recording_function(calls), (1, 1, 1), (32, 1, 1), ()),))
+    allocated = []
+
+    def empty(shape, dtype, device):
+        allocated.append(FakeTensor(shape, 1 << 22, dtype))
+        return allocated[-1]
+
+    device_call = einsum_calls.DeviceCall(record, None, ("op0", "op1"), "out", (), (4,), np.dtype(np.float32))
+    torch_call = einsum_calls.TorchCall.of(device_call, "torch.float32", empty)
+    assert torch_call((a, b)) is allocated[0] and allocated[0].shape == (4,)
+    ((_, _, args),) = calls
+    assert args[0] == 4 and all(type(v) is np.uint64 for v in args[1:])
+    assert [int(v) for v in args[1:]] == [1 << 20, 1 << 21, 1 << 22]
+    assert einsum_calls.TorchCall.of(einsum_calls.DeviceCall(_scale_record([]), None, ("A",), "B", (), (8,),
+                                                             np.dtype(np.float32)), "torch.float32", empty) is None
+    with_temporary = einsum_calls.DeviceCall(record, None, ("op0", "op1"), "out", (("t0", (4,)),), (4,),
+                                             np.dtype(np.float32))
+    assert einsum_calls.TorchCall.of(with_temporary, "torch.float32", empty) is None
 
 
 def test_a_launch_record_replays_with_the_new_arrays_and_scalars():
@@ -397,6 +459,63 @@ def test_kernel_and_einsum_on_torch_tensors(scale_kernel):
     out = torch.empty(6, 7, device="cuda")
     assert po.einsum("ij,jk->ik", x, y, out=out) is out
     torch.testing.assert_close(out, x @ y, rtol=1e-5, atol=1e-5)
+
+
+@needs_gpu
+@pytest.mark.parametrize("subscripts, shapes", [("ij,jk->ik", [(6, 5), (5, 7)]),
+                                                ("bhqd,bhkd->bhqk", [(2, 3, 40, 16), (2, 3, 24, 16)]),
+                                                ("i,i->", [(300,), (300,)]),
+                                                ("ij->ji", [(33, 17)]),
+                                                ("ij,jk,kl->il", [(7, 9), (9, 5), (5, 3)])])  # a temporary
+def test_repeated_einsum_on_torch_tensors_replays_on_their_addresses(subscripts, shapes):
+    """Repeats of a call on contiguous PyTorch tensors launch the recorded kernel on the
+    tensors' addresses (no CuPy views; a TorchCall where the kernel writes only the result):
+    fresh tensors with other values each time, and operands at an address that is not 16-byte
+    aligned (another key: the contraction kernels copy aligned rows with cp.async), give
+    torch.einsum's result."""
+    torch = _torch()
+    generator = torch.Generator(device="cuda").manual_seed(4)
+    for round_ in range(4):
+        ops = [torch.randn(shape, device="cuda", generator=generator) for shape in shapes]
+        if round_ == 3:  # views one float past a fresh allocation: 4-byte aligned only
+            ops = [torch.cat([torch.zeros(1, device="cuda"), op.flatten()])[1:].view(op.shape) for op in ops]
+        result = po.einsum(subscripts, *ops)
+        assert isinstance(result, torch.Tensor) and result.device == ops[0].device
+        torch.testing.assert_close(result, torch.einsum(subscripts, *ops), rtol=1e-4, atol=1e-4)
+    key = einsum_calls.torch_call_key((subscripts, *ops), None, (None, "K", "safe", "greedy", None, None, "exact"))
+    recorded = einsum_calls.recorded(key)
+    assert recorded is None or isinstance(recorded, einsum_calls.TorchCall)
+    if len(shapes) == 2 and subscripts != "i,i->":
+        assert isinstance(recorded, einsum_calls.TorchCall)
+
+
+@needs_gpu
+def test_torch_replays_on_freed_and_new_tensors_in_a_child_process():
+    """Many repeats on PyTorch tensors freed and made again between calls (the caching
+    allocator hands their memory to the next ones), several shapes in turn, each result checked
+    against torch.einsum, in a child process: a launch on a stale address would crash it or give
+    wrong values."""
+    _torch()
+    program = textwrap.dedent("""
+        import gc
+        import torch
+        import polyopt as po
+        generator = torch.Generator(device="cuda").manual_seed(6)
+        for round_ in range(40):
+            n = (64, 65, 64, 200)[round_ % 4]
+            x = torch.randn(n, 48, device="cuda", generator=generator)
+            y = torch.randn(48, n, device="cuda", generator=generator)
+            z = po.einsum("ij,jk->ik", x, y)
+            torch.testing.assert_close(z, x @ y, rtol=1e-4, atol=1e-4)
+            del x, y, z
+            if round_ % 7 == 0:
+                gc.collect()
+                torch.cuda.empty_cache()
+        torch.cuda.synchronize()
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
 
 
 @needs_gpu
