@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_contractions.py                      # f32 exact, f32 tf32, f64, f16
     python benchmarks/gpu_contractions.py --mode f32-exact --json rows.json
-    python benchmarks/gpu_contractions.py --mode f64 --case ij,jk-\>ik:1000x1200,1200x1100 --all-variants
+    python benchmarks/gpu_contractions.py --mode f64 --case 'ij,jk->ik:1000x1200,1200x1100' --all-variants
 
 Each contraction is compiled as ``po.einsum`` compiles it (the default path: the contraction
 kernel, its tile chosen at launch), bound once to CuPy arrays, and launched 20 times back to

@@ -350,7 +350,8 @@ def test_in_place_tile_rows_keep_their_overlap_check_per_row():
     """A tile of floyd-warshall's in-place ``path[i][j]`` update checks its row against row
     ``path[k]`` and ``path[i][k]`` before each run of the vector loop (``vector.memcheck``):
     LLVM's widened check over all the tile's rows always overlaps, and the vector loop never ran
-    (2.7x slower at LARGE). The result is still the reference's, on one thread and on two."""
+    (about 2x slower on two threads). The result is still the reference's, on one thread and on
+    two."""
     entry = po.suite.get("floyd-warshall")
     compiled = po.compile(entry.kernel, tile=[32, 32])
     assert "vector.memcheck" in compiled.optimized_ir
