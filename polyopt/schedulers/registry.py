@@ -246,8 +246,8 @@ def _pluto(scop: Scop, deps: Dependences, options: dict) -> Scheduled:
 def _parallel_wavefronts(made: Schedule, costs: tuple, original_schedule) -> tuple:
     """The cost model's decisions with the bands the traffic leaves untiled, without a parallel
     loop, in a nest that would then run on one thread decided again for the threads available
-    (:func:`~polyopt.schedulers.cost.parallel_wavefront`: trisolv; the outermost band of such a
-    nest only, not floyd-warshall's inside its k loop). Not where no
+    (:func:`~polyopt.schedulers.cost.parallel_wavefront`: trisolv, and floyd-warshall's band
+    inside its k loop). Not where no
     band is tiled and the schedule would run sequentially while the loops as written have
     parallel loops: those run instead (fdtd-2d, jacobi-2d, heat-3d)."""
     from polyopt.schedulers import cost as cost_model

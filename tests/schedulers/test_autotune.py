@@ -426,17 +426,22 @@ def test_a_corrupt_database_entry_is_a_miss(own_cache_dir):
     assert tuning_db.STATS["corrupt"] >= 3
 
 
-def test_neighbourhood_of_an_untiled_wavefront_band_varies_pluto_tiled():
-    """floyd-warshall's ``i, j`` band has no parallel loop and the model leaves it untiled; its
-    neighbours vary the sizes ``tile="auto"`` gives it, the innermost (stride-1) loop up to twice
-    the wavefront cap, and replay to schedules the verifier accepts."""
+@pytest.mark.parametrize("threads, label", [(1, "pluto tiled "), (2, "pluto tiles ")])
+def test_neighbourhood_of_a_wavefront_band_grows_its_innermost_loop(monkeypatch, threads, label):
+    """floyd-warshall's ``i, j`` band has no parallel loop: on one thread the model leaves it
+    untiled and its neighbours vary the sizes ``tile="auto"`` gives it ("pluto tiled"); on two
+    the model tiles it as a wavefront and they vary those ("pluto tiles"). Either way the
+    innermost (stride-1) loop may grow to twice the wavefront cap, and every neighbour replays to
+    a schedule the verifier accepts."""
     from polyopt.schedulers.tilesize import WAVEFRONT_TILE_CAP
+    from polyopt.targets import arguments
+    monkeypatch.setattr(arguments, "default_num_threads", lambda: threads)
     kernel = po.suite.get("floyd-warshall").kernel
     found = TUNING.neighbourhood(kernel, limit=100)
     sizes = [next(s for s in c.trace if s.primitive == "tile").kwargs["sizes"] for c in found]
     assert [WAVEFRONT_TILE_CAP, 2 * WAVEFRONT_TILE_CAP] in sizes
     assert all(s[0] <= WAVEFRONT_TILE_CAP and s[1] <= 2 * WAVEFRONT_TILE_CAP for s in sizes)
-    assert all(c.label.startswith("pluto tiled ") for c in found)
+    assert all(c.label.startswith(label) for c in found)
     for candidate in found:
         po.verify(kernel.scop, candidate.schedule(kernel).tree)
 
