@@ -55,7 +55,8 @@ import numpy as np
 from polyopt import einsum_calls
 from polyopt.analysis import expr as E
 from polyopt.targets.contraction import check_precision
-from polyopt.targets.cuda import CudaKernel, LaunchRecord, as_cupy, cupy_module, is_cupy, is_device_array
+from polyopt.targets.cuda import (CudaKernel, LaunchRecord, as_cupy, cupy_module, is_cupy, is_device_array,
+                                  is_torch_bfloat16)
 from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, SUM_BLOCK, contraction_path, einsum_scop, is_partial_sum,
                                       iteration_count, label_sizes, merge_summed_runs, parse_subscripts, size_parameter,
@@ -556,18 +557,34 @@ def _device_call(plan: _Plan, buffers: dict, cupy, final: Callable | None = None
                                    result.dtype, final)
 
 
+#: :func:`einsum`'s options and their defaults, in the order of its call key (:func:`_call_key`).
+_OPTION_DEFAULTS = (("dtype", None), ("order", "K"), ("casting", "safe"), ("optimize", "greedy"), ("target", None),
+                    ("num_threads", None), ("precision", "exact"))
+
+
+def _with_defaults(options: dict) -> dict:
+    """:func:`einsum`'s options as given in ``options``, the rest at their defaults, in key order."""
+    return {name: options.get(name, default) for name, default in _OPTION_DEFAULTS}
+
+
+def _call_key(operands: tuple, out, dtype, order, casting, optimize, target, num_threads, precision
+              ) -> tuple | None:
+    """The key under which a call is recorded (:func:`polyopt.einsum_calls.call_key` with the
+    precision); None for a call that is never recorded."""
+    key = einsum_calls.call_key(operands, out, dtype, order, casting, optimize, target, num_threads)
+    return None if key is None else key + (precision,)
+
+
 def _on_cupy_views(operands: tuple, out, **options):
     """:func:`einsum` on GPU arrays other than CuPy's (PyTorch CUDA tensors, any
     ``__cuda_array_interface__`` or CUDA DLPack object): computed on CuPy views of the same
     memory (no copies); returns ``out`` itself when given, else the result as the kind of the
     first such operand (:func:`_same_kind`)."""
     like = next(v for v in (*operands, out) if is_device_array(v) and not is_cupy(v))
-    if any(_is_bf16_tensor(v) for v in (*operands, out)):
+    if any(is_torch_bfloat16(v) for v in (*operands, out)):
         return _on_bf16_tensors(operands, out, like, **options)
-    names = ("dtype", "order", "casting", "optimize", "target", "num_threads", "precision")
-    given = {"dtype": None, "order": "K", "casting": "safe", "optimize": "greedy", "target": None,
-             "num_threads": None, "precision": "exact", **options}
-    torch_key = einsum_calls.torch_call_key(operands, out, tuple(given[name] for name in names))
+    given = _with_defaults(options)
+    torch_key = einsum_calls.torch_call_key(operands, out, tuple(given.values()))
     known = einsum_calls.recorded(torch_key)
     if known is not None:
         return known(operands[1:])
@@ -577,18 +594,13 @@ def _on_cupy_views(operands: tuple, out, **options):
         return out
     result = _same_kind(result, like)
     if torch_key is not None:
-        view_key = einsum_calls.call_key(views, None, *(given[name] for name in names[:-1]))
-        device_call = einsum_calls.recorded(None if view_key is None else view_key + (given["precision"],))
+        device_call = einsum_calls.recorded(_call_key(views, None, *given.values()))
         if isinstance(device_call, einsum_calls.DeviceCall):
             import torch
             torch_call = einsum_calls.TorchCall.of(device_call, result.dtype, torch.empty)
             if torch_call is not None:
                 einsum_calls.record(torch_key, torch_call)
     return result
-
-
-def _is_bf16_tensor(value) -> bool:
-    return str(getattr(value, "dtype", "")) == "torch.bfloat16"
 
 
 def _on_bf16_tensors(operands: tuple, out, like, dtype=None, **options):
@@ -602,21 +614,17 @@ def _on_bf16_tensors(operands: tuple, out, like, dtype=None, **options):
     import torch
 
     ops = [v for v in operands if not isinstance(v, (str, list, tuple))]
-    if dtype not in (None, torch.bfloat16, bf16.numpy, "bfloat16") or not all(map(_is_bf16_tensor, ops)) \
-            or (out is not None and not _is_bf16_tensor(out)):
-        if out is not None and _is_bf16_tensor(out):
+    if dtype not in (None, torch.bfloat16, bf16.numpy, "bfloat16") or not all(map(is_torch_bfloat16, ops)) \
+            or (out is not None and not is_torch_bfloat16(out)):
+        if out is not None and is_torch_bfloat16(out):
             raise TypeError("einsum: a bfloat16 out needs bfloat16 operands (and no other dtype)")
-        widened = tuple(v.float() if _is_bf16_tensor(v) else v for v in operands)
+        widened = tuple(v.float() if is_torch_bfloat16(v) else v for v in operands)
         return _on_cupy_views(widened, out, dtype=dtype, **options)
     if bf16.numpy.kind != "V":
         raise TargetUnavailableError("einsum: bfloat16 tensors need ml_dtypes (pip install polyopt[bf16])")
-    bits = tuple(as_cupy(v) if _is_bf16_tensor(v) else v for v in operands)
+    bits = tuple(as_cupy(v) if is_torch_bfloat16(v) else v for v in operands)
     out_bits = None if out is None else as_cupy(out)
-    given = {"order": "K", "casting": "safe", "optimize": "greedy", "target": None, "num_threads": None,
-             "precision": "exact", **options}
-    key = einsum_calls.call_key(bits, out_bits, BF16_BITS, *(given[name] for name in (
-        "order", "casting", "optimize", "target", "num_threads")))
-    key = None if key is None else key + (given["precision"],)
+    key = _call_key(bits, out_bits, *_with_defaults({**options, "dtype": BF16_BITS}).values())
     known = einsum_calls.recorded(key)
     result = None if known is None else known(bits[1:], out_bits)
     if result is None:
@@ -704,9 +712,7 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     """
     # first a call like an earlier one (which passed every check below): see einsum_calls; a
     # key exists only where every operand is a numpy or CuPy array
-    key = einsum_calls.call_key(operands, out, dtype, order, casting, optimize, target, num_threads)
-    if key is not None:
-        key += (precision,)
+    key = _call_key(operands, out, dtype, order, casting, optimize, target, num_threads, precision)
     known = einsum_calls.recorded(key)
     if known is not None:
         result = known(operands[1:], out)

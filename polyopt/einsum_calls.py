@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from polyopt.targets.cuda import LaunchRecord, array_signature, is_cupy
+from polyopt.targets.cuda import LaunchRecord, array_signature, is_cupy, is_torch_bfloat16, is_torch_cuda
 
 #: Recorded calls kept at most (the oldest go first).
 MAX_CALLS = 1024
@@ -247,10 +247,6 @@ class DeviceCall:
         return result if self.final is None else self.final(result)
 
 
-def _is_torch_cuda(value) -> bool:
-    return type(value).__module__.split(".")[0] == "torch" and getattr(value, "is_cuda", False)
-
-
 def torch_call_key(operands: tuple, out, options: tuple) -> tuple | None:
     """The key of an einsum call on PyTorch CUDA tensors for :class:`TorchCall`: the subscripts,
     each operand's shape, dtype, strides, device and whether its address is 16-byte aligned
@@ -262,7 +258,7 @@ def torch_call_key(operands: tuple, out, options: tuple) -> tuple | None:
         return None
     signature = []
     for op in operands[1:]:
-        if not _is_torch_cuda(op) or not op.is_contiguous() or str(op.dtype) == "torch.bfloat16":
+        if not is_torch_cuda(op) or not op.is_contiguous() or is_torch_bfloat16(op):
             return None
         signature.append((tuple(op.shape), op.dtype, op.stride(), op.device.index, op.data_ptr() % 16 == 0))
     return ("torch", operands[0], tuple(signature)) + tuple(options)

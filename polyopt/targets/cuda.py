@@ -361,7 +361,7 @@ def is_device_array(value) -> bool:
     producer's library is imported; numpy arrays (also DLPack producers, on the CPU) are not."""
     if value is None or type(value) is np.ndarray or isinstance(value, (int, float, complex, str, bytes)):
         return False
-    if type(value).__module__.split(".")[0] == "torch" and getattr(value, "is_cuda", False):
+    if is_torch_cuda(value):
         return True  # (PyTorch builds its __cuda_array_interface__ dict in Python on each read)
     if is_cupy(value) or hasattr(value, "__cuda_array_interface__"):
         return True
@@ -381,16 +381,25 @@ def as_cupy(value):
     if is_cupy(value):
         return value
     cupy = cupy_module()
-    if _is_torch_bfloat16(value):  # exported by neither protocol: its bits, as bf16 on CuPy are
+    if is_torch_bfloat16(value):  # exported by neither protocol: its bits, as bf16 on CuPy are
         return cupy.asarray(value.view(sys.modules["torch"].int16)).view(cupy.uint16)
     if hasattr(value, "__cuda_array_interface__"):
         return cupy.asarray(value)
     return cupy.from_dlpack(value)
 
 
-def _is_torch_bfloat16(value) -> bool:
+def _is_torch(value) -> bool:
+    return type(value).__module__.split(".")[0] == "torch"
+
+
+def is_torch_cuda(value) -> bool:
+    """Whether ``value`` is a PyTorch tensor on a CUDA device (torch is not imported for this)."""
+    return _is_torch(value) and getattr(value, "is_cuda", False)
+
+
+def is_torch_bfloat16(value) -> bool:
     """Whether ``value`` is a PyTorch tensor of bfloat16 (torch is not imported for this)."""
-    return type(value).__module__.split(".")[0] == "torch" and str(getattr(value, "dtype", "")) == "torch.bfloat16"
+    return _is_torch(value) and str(getattr(value, "dtype", "")) == "torch.bfloat16"
 
 
 def _bits_view(array: np.ndarray) -> np.ndarray:
@@ -648,9 +657,7 @@ class LaunchRecord:
     def __call__(self, named: dict, *, fresh: str | None = None) -> None:
         """Launch on the current stream with the arguments ``named`` (CuPy arrays, scalars);
         ``fresh``: an array the caller has just allocated (it overlaps nothing)."""
-        values = self.values(named, fresh)
-        for function, grid, block, tail in self.launches:
-            function(grid, block, (*values, *tail))
+        self._launch(self.values(named, fresh))
 
     def by_address(self) -> bool:
         """Whether the launches take only arrays and size parameters (:meth:`at_addresses`)."""
@@ -661,7 +668,10 @@ class LaunchRecord:
         :meth:`by_address` kernels only). No overlap check: the caller guarantees that the
         written arrays overlap nothing (:class:`polyopt.einsum_calls.TorchCall`: a result it
         has just allocated)."""
-        values = [how if kind == "param" else np.uint64(addresses[name]) for kind, name, how in self.arguments]
+        self._launch([how if kind == "param" else np.uint64(addresses[name]) for kind, name, how in self.arguments])
+
+    def _launch(self, values: list) -> None:
+        """Each launch with the kernel arguments ``values`` and its own trailing arguments."""
         for function, grid, block, tail in self.launches:
             function(grid, block, (*values, *tail))
 
