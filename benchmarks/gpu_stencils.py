@@ -21,14 +21,15 @@ import polyopt as po
 from polyopt.targets.cuda import cupy_module
 from sanitize_cuda import option  # (this folder: KEY=VALUE as a Python literal or a word)
 
-#: The options timed per kernel besides its default compile: the sweeps (``time_tile=False``)
-#: and time tiles of a few shapes (``time_tile=K`` steps per launch, ``tile=`` per dimension).
+#: The options timed per kernel besides its default compile: the sweeps alone (``resident=False``:
+#: a launch per statement and time step; ``time_tile=False`` keeps the resident kernel) and time
+#: tiles of a few shapes (``time_tile=K`` steps per launch, ``tile=`` per dimension).
 VARIANTS = {
     "jacobi-1d": [{"time_tile": False}, {"time_tile": True}],
-    "jacobi-2d": [{"time_tile": False}, {"time_tile": True}, {"time_tile": 4, "tile": (24, 48)},
+    "jacobi-2d": [{"resident": False}, {"time_tile": True}, {"time_tile": 4, "tile": (24, 48)},
                   {"time_tile": 2, "tile": (16, 64)}],
-    "fdtd-2d": [{"time_tile": False}, {"time_tile": True}, {"time_tile": 4, "tile": (32, 32)}],
-    "heat-3d": [{"time_tile": False}, {"time_tile": True}],
+    "fdtd-2d": [{"resident": False}, {"time_tile": True}, {"time_tile": 4, "tile": (32, 32)}],
+    "heat-3d": [{"resident": False}, {"time_tile": True}],
 }
 
 

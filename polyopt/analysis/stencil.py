@@ -73,6 +73,20 @@ class StencilStatement:
         return tuple((max([0] + [-o[k] for _, o in self.reads]), max([0] + [o[k] for _, o in self.reads]))
                      for k in range(rank))
 
+    def offset_of(self, access: E.Access) -> tuple[int, ...] | None:
+        """The offset from ``x`` of the element ``access`` (one of the statement's reads, of an
+        array of the written rank) reads, where each subscript is the iterator (or constant) the
+        written element has there plus a constant; None otherwise (a transposed read)."""
+        if len(access.indices) != len(self.placement):
+            return None
+        offset = []
+        for index, (iterator, constant) in zip(access.indices, self.placement):
+            found = _iterator_plus_constant(index)
+            if found is None or found[0] != iterator:
+                return None
+            offset.append(found[1] - constant)
+        return tuple(offset)
+
     def iterator_values(self) -> dict[str, tuple[int, int]]:
         """Per spatial iterator, (element dimension, constant): its value is ``x[dim] - constant``."""
         return {it: (k, c) for k, (it, c) in enumerate(self.placement) if it is not None}

@@ -338,7 +338,7 @@ def launch(source: ContractionSource, module, abi_values: list, params: dict[str
     if not prepared.shared:
         module.get_function(prepared.name)(prepared.grid, prepared.block, args)
         return
-    _allow_dynamic_shared(module.raw_function(prepared.name) if hasattr(module, "raw_function")
+    allow_dynamic_shared(module.raw_function(prepared.name) if hasattr(module, "raw_function")
                           else module.get_function(prepared.name), prepared.shared)
     module.get_function(prepared.name)(prepared.grid, prepared.block, args, shared_mem=prepared.shared)
 
@@ -382,7 +382,7 @@ STATIC_SHARED_LIMIT = 48 * 1024
 _SHARED_ALLOWED: dict[int, tuple[object, int]] = {}
 
 
-def _allow_dynamic_shared(function, nbytes: int) -> None:
+def allow_dynamic_shared(function, nbytes: int) -> None:
     """Let CuPy kernel ``function`` launch with ``nbytes`` of dynamic shared memory: past
     :data:`STATIC_SHARED_LIMIT` a kernel has to opt in, once."""
     if nbytes <= max(STATIC_SHARED_LIMIT, _SHARED_ALLOWED.get(id(function), (None, 0))[1]):
@@ -391,6 +391,6 @@ def _allow_dynamic_shared(function, nbytes: int) -> None:
     _SHARED_ALLOWED[id(function)] = (function, nbytes)
 
 
-__all__ = ["ContractionPlan", "Launch", "array_strides", "async_aligned", "check_precision", "choose_kernel",
+__all__ = ["ContractionPlan", "Launch", "allow_dynamic_shared", "array_strides", "async_aligned", "check_precision", "choose_kernel",
            "contraction_engine", "contraction_plan", "contraction_program_plan", "describe_tiles", "launch",
            "launch_layout", "mapped_contraction", "tile_kernels"]

@@ -31,6 +31,7 @@ import numpy as np
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.cuda import CudaSource, cuda_source as emit_cuda
 from polyopt.codegen.cuda_contraction import contraction_steps
+from polyopt.codegen.cuda_resident import COOPERATIVE_INCLUDE
 from polyopt.codegen.cuda_stencil import StencilSource
 from polyopt.codegen.gpu_host import HostStatement, host_storage, host_values, run_host_statement
 from polyopt.codegen.gpu_mapping import GpuProgram, HostLoop, Kernel, coordinates_below, map_to_gpu
@@ -42,6 +43,7 @@ from polyopt.targets.cache import COMPILED, cache_key, check_given_schedule, sco
 from polyopt.targets.contraction import (check_precision, contraction_plan, contraction_program_plan,
                                          launch as launch_contraction)
 from polyopt.targets.contraction_kernels import arrays_by_name, substitute_contractions, substituted
+from polyopt.targets.resident import launch as launch_resident, resident_strips, with_resident_stencil
 from polyopt.targets.sm90a import sm90a_module
 from polyopt.targets.stencil import DEFAULT_RANKS, array_extents, launch as launch_stencil, stencil_plan
 from polyopt.types import bf16
@@ -110,19 +112,22 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     ``contraction=False`` maps it all the general way. ``precision="tf32"`` lets f32
     contractions use the TF32 tensor cores (results change: never the default, "exact").
 
-    A Jacobi-style stencil of spatial rank 1 or 2 (:mod:`polyopt.targets.stencil`: jacobi-1d,
-    jacobi-2d, fdtd-2d) compiled with the default algorithm and no mapping options runs in
-    overlapped time tiles (its schedule: the original order and
-    :meth:`~polyopt.Schedule.gpu_time_tile`, as a given schedule ending in that step does).
-    ``time_tile=K`` (time steps per launch; ``True``: the default count) asks for that path,
-    also for rank 3 (heat-3d), with ``tile=`` (the output tile per block, per spatial
-    dimension) and ``block=`` (threads per block) as its shape; ``time_tile=False`` (or 1)
-    maps a stencil the general way."""
+    A Jacobi-style stencil of spatial rank 1 (:mod:`polyopt.targets.stencil`: jacobi-1d)
+    compiled with the default algorithm and no mapping options runs in overlapped time tiles
+    (its schedule: the original order and :meth:`~polyopt.Schedule.gpu_time_tile`, as a given
+    schedule ending in that step does). ``time_tile=K`` (time steps per launch; ``True``: the
+    default count) asks for that path, also for ranks 2 and 3, with ``tile=`` (the output tile
+    per block, per spatial dimension) and ``block=`` (threads per block) as its shape;
+    ``time_tile=False`` (or 1) maps a stencil the general way. A stencil of rank 2 or 3 mapped
+    the general way (jacobi-2d, fdtd-2d, heat-3d) also gets a resident kernel
+    (:mod:`polyopt.targets.resident`), all its time steps in one cooperative launch where the
+    arrays fit the multiprocessors' shared memory; ``resident=False`` leaves it out."""
     scop = scop_of(kernel)
     time_tile = _time_tile_option(options.pop("time_tile", None))
     gpu = {k: options.pop(k) for k in GPU_OPTIONS if k in options}
     precision = check_precision(options.pop("precision", "exact"))
     as_contraction = options.pop("contraction", True)
+    resident = options.pop("resident", True)
     name = "polyopt_" + re.sub(r"\W", "_", scop.name)
     if time_tile is not False:
         plain = schedule is None and algorithm == DEFAULT_ALGORITHM and not set(options) - {"expand_scalars"}
@@ -164,6 +169,8 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     schedule, source = _with_mapping(chosen.schedule, chosen.program), emit_cuda(scop, chosen.program, name, **gpu)
     if as_contraction and not gpu:  # its kernels that are contractions run as contraction kernels
         schedule, source = substitute_contractions(scop, schedule, source, precision)
+    if resident and not gpu:  # a stencil's sweeps, and all its time steps in one launch where they fit
+        schedule, source = with_resident_stencil(scop, schedule, source)
     return CudaPlan(scop, schedule, source)
 
 
@@ -317,7 +324,8 @@ def _raw_module(source: str):
             module = sm90a_module(cupy, source)
             if module is not None:
                 _WGMMA_BUILDS.add(source)
-        _MODULES[source] = module or cupy.RawModule(code=source, options=("--std=c++14",))
+        standard = "--std=c++17" if source.startswith(COOPERATIVE_INCLUDE) else "--std=c++14"  # (the header needs 17)
+        _MODULES[source] = module or cupy.RawModule(code=source, options=(standard,))
     return _MODULES[source]
 
 
@@ -588,6 +596,8 @@ class CudaKernel:
                                    partial(contractions, module))
             else:  # (no graph asked, or one launch: nothing to capture)
                 contractions(recorder or module)
+        elif (strips := resident_strips(self.compiled, params, _sm_count())) is not None:
+            launch_resident(self.compiled, recorder or module, values, strips)  # one launch: no graph
         elif not graph:
             self._run_host(env, values, recorder or module)
         else:
@@ -809,8 +819,9 @@ class _Recorder:
     def get_function(self, name: str):
         function = self.module.get_function(name)
 
-        def launch(grid, block, args, shared_mem: int = 0):
-            run = function if not shared_mem else partial(function, shared_mem=shared_mem)
+        def launch(grid, block, args, shared_mem: int = 0, enable_cooperative_groups: bool = False):
+            run = partial(function.kernel, enable_cooperative_groups=True) if enable_cooperative_groups else function
+            run = run if not shared_mem else partial(run, shared_mem=shared_mem)
             self.launches.append((run, tuple(grid), tuple(block), tuple(args[self.leading:])))
             run(grid, block, args)
         return launch
