@@ -39,7 +39,7 @@ from polyopt.codegen.c import c_type_name
 from polyopt.codegen.cuda import CudaExpr, kernel_parameters
 
 #: Threads per block: one block per multiprocessor, as many threads as a block may have.
-RESIDENT_THREADS = 1024
+RESIDENT_THREADS = 768
 #: Spatial ranks the resident kernel is made for (rank 1 runs in overlapped time tiles).
 RESIDENT_RANKS = (2, 3)
 #: The line a translation unit with a grid-wide barrier includes (NVRTC builds it as C++17).

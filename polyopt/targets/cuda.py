@@ -43,7 +43,8 @@ from polyopt.targets.cache import COMPILED, cache_key, check_given_schedule, sco
 from polyopt.targets.contraction import (check_precision, contraction_plan, contraction_program_plan,
                                          launch as launch_contraction)
 from polyopt.targets.contraction_kernels import arrays_by_name, substitute_contractions, substituted
-from polyopt.targets.resident import launch as launch_resident, resident_strips, with_resident_stencil
+from polyopt.targets.resident import (ResidentSource, launch as launch_resident, resident_source, resident_strips,
+                                     with_resident_stencil)
 from polyopt.targets.sm90a import sm90a_module
 from polyopt.targets.stencil import DEFAULT_RANKS, array_extents, launch as launch_stencil, stencil_plan
 from polyopt.types import bf16
@@ -161,7 +162,13 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
             if found is not None:
                 return CudaPlan(scop, found.schedule, found.source)
         program = _verified(scop, map_to_gpu(scop, schedule.tree, name))
-        return CudaPlan(scop, schedule, emit_cuda(scop, program, name, **gpu))
+        source = emit_cuda(scop, program, name, **gpu)
+        if last is not None and last.primitive == "gpu_resident":
+            source = resident_source(scop, source)
+            if source is None or gpu:
+                raise CodegenError(f"CUDA: gpu_resident, but {scop.name} is no stencil of spatial rank 2 or 3 "
+                                   "(polyopt.codegen.cuda_resident), or mapping options were given")
+        return CudaPlan(scop, schedule, source)
     chosen = choose_schedule(scop, algorithm, options, lambda sched: map_to_gpu(sched.scop, sched.tree, name))
     scop = chosen.schedule.scop
     verify(scop, chosen.schedule)
@@ -596,7 +603,8 @@ class CudaKernel:
                                    partial(contractions, module))
             else:  # (no graph asked, or one launch: nothing to capture)
                 contractions(recorder or module)
-        elif (strips := resident_strips(self.compiled, params, _sm_count())) is not None:
+        elif isinstance(self.compiled, ResidentSource) and \
+                (strips := resident_strips(self.compiled, params, _sm_count())) is not None:
             launch_resident(self.compiled, recorder or module, values, strips)  # one launch: no graph
         elif not graph:
             self._run_host(env, values, recorder or module)

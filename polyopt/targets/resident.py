@@ -36,20 +36,30 @@ class ResidentSource(CudaSource):
 
 
 def with_resident_stencil(scop: Scop, schedule: Schedule, source: CudaSource) -> tuple[Schedule, CudaSource]:
-    """``schedule`` and ``source`` with the resident kernel added (a :class:`ResidentSource`
-    and a note), where ``scop`` is a stencil that kernel runs; unchanged otherwise (also for a
-    source some of whose kernels run as contraction kernels)."""
-    if type(source) is not CudaSource:
+    """The default compile's ``schedule`` and ``source`` with the resident kernel added -- the
+    schedule with the :meth:`~polyopt.Schedule.gpu_resident` step and a note, the source a
+    :class:`ResidentSource` -- where ``scop`` is a stencil that kernel runs; unchanged otherwise (also for a source some of whose kernels run as contraction
+    kernels)."""
+    made = resident_source(scop, source)
+    if made is None:
         return schedule, source
+    note = (f"GPU {made.resident.describe()}; launched where a strip of every written array fits one block's "
+            "shared memory, else the sweeps (a launch per statement and time step)")
+    resident = schedule.gpu_resident()
+    return replace(resident, notes=tuple(resident.notes) + (note,)), made
+
+
+def resident_source(scop: Scop, source: CudaSource) -> ResidentSource | None:
+    """``source`` (the general mapping's) with the resident kernel appended, or None where
+    ``scop`` is no stencil it runs (or ``source`` is no plain general source)."""
+    if type(source) is not CudaSource:
+        return None
     stencil = find_stencil(scop)
     kernel = None if stencil is None else resident_kernel(stencil, source.host_function + "_resident")
     if kernel is None:
-        return schedule, source
-    note = (f"GPU {kernel.describe()}; launched where a strip of every written array fits one block's shared "
-            "memory, else the sweeps (a launch per statement and time step)")
+        return None
     text = f"{COOPERATIVE_INCLUDE}\n{source.source}\n{resident_text(scop, kernel)}"
-    return (replace(schedule, notes=tuple(schedule.notes) + (note,)),
-            ResidentSource(source.program, text, source.shapes, source.host_function, source.wide, resident=kernel))
+    return ResidentSource(source.program, text, source.shapes, source.host_function, source.wide, resident=kernel)
 
 
 def resident_strips(source: CudaSource, params: dict[str, int], sm_count: int) -> tuple[int, int, int] | None:
@@ -89,4 +99,4 @@ def launch(source: ResidentSource, target, values: list, strips: tuple[int, int,
              enable_cooperative_groups=True)
 
 
-__all__ = ["ResidentSource", "launch", "resident_strips", "shared_limit", "with_resident_stencil"]
+__all__ = ["ResidentSource", "launch", "resident_source", "resident_strips", "shared_limit", "with_resident_stencil"]

@@ -808,6 +808,24 @@ def _gpu_time_tile(schedule, names, steps: int | None = None, tile=None, block=N
     return schedule.root
 
 
+def _gpu_resident(schedule, names) -> N.Node:
+    """The Scop's stencil (:func:`~polyopt.analysis.stencil.find_stencil`) as one cooperative
+    CUDA launch running every time step, each block's strip of rows of the written arrays
+    resident in shared memory (:mod:`polyopt.codegen.cuda_resident`), besides the sweeps the
+    schedule maps, which run where the strips do not fit. The resident kernel runs the original
+    order's sweeps (per time step, each statement's sweep in program order: the order
+    :func:`~polyopt.analysis.stencil.find_stencil` checks), whatever order the schedule has;
+    the step records the choice, which the CUDA target takes when it is the last step."""
+    if names:
+        raise ScheduleError(f"gpu_resident takes no loops (the time loop and the sweeps are found), got {', '.join(names)}")
+    found = find_stencil(schedule.scop)
+    if found is None:
+        raise ScheduleError(f"gpu_resident: {schedule.scop.name} is no Jacobi-style stencil (an outer time loop around "
+                            "sweeps writing array elements, reading written arrays at constant offsets, a statement's "
+                            "own array only at offset 0)")
+    return schedule.root
+
+
 def _gpu_promote(schedule, names, arrays, to: str) -> N.Node:
     """Place ``arrays`` in memory ``to`` in the kernel whose outermost coordinate is the named
     loop: a ``gpu_memory`` mark above its ``gpu_block`` mark (merged with one already there, the
@@ -923,7 +941,7 @@ PRIMITIVES = {
     "tile": _tile, "split": _split, "interchange": _interchange, "permute": _permute, "skew": _skew,
     "shift": _shift, "reverse": _reverse, "fuse": _fuse, "distribute": _distribute, "wavefront": _wavefront,
     "parallel": _parallel, "vectorize": _vectorize, "gpu_map": _gpu_map, "gpu_promote": _gpu_promote,
-    "gpu_contract": _gpu_contract, "gpu_time_tile": _gpu_time_tile,
+    "gpu_contract": _gpu_contract, "gpu_time_tile": _gpu_time_tile, "gpu_resident": _gpu_resident,
     "unroll": _unroll, "register_tile": _register_tile,
     "affine_schedule": _affine_schedule, "expand_scalars": _expand_scalars,
 }

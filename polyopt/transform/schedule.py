@@ -432,6 +432,21 @@ class Schedule:
         """
         return P.run(self, "gpu_time_tile", (), steps=steps, tile=tile, block=block)
 
+    def gpu_resident(self) -> "Schedule":
+        """The Scop's Jacobi-style stencil of spatial rank 2 or 3 (jacobi-2d, fdtd-2d, heat-3d)
+        also as one cooperative CUDA launch running every time step, each thread block's strip
+        of rows of the written arrays resident in shared memory; the CUDA target launches it
+        where the strips fit the GPU's shared memory, else the kernels this schedule maps. The
+        resident kernel runs the original order's sweeps (per time step, each statement's
+        sweep in program order), whatever order the schedule has. As the last step, the CUDA
+        target adds the resident kernel, as a default CUDA compile of such a stencil does:
+
+        >>> s = po.schedule(po.suite.get("jacobi-2d").kernel, "original").gpu_resident()
+        >>> print(s.trace.as_python())
+        s = s.gpu_resident()
+        """
+        return P.run(self, "gpu_resident", ())
+
     def gpu_promote(self, kernel: Loop | str, arrays: Seq[str], *, to: str) -> "Schedule":
         """Where the CUDA kernel whose outermost coordinate is loop ``kernel`` (see
         :meth:`gpu_map`) keeps ``arrays``: ``to="shared"`` stages tiles of these read-only arrays

@@ -302,3 +302,24 @@ def test_gpu_random_stencils(case, n, steps):
     po.compile(kernel, target="cuda")(**args)
     for name in ("A", "B"):
         np.testing.assert_allclose(args[name], expected[name], rtol=1e-9, atol=1e-9, err_msg=f"{name}\n{source}")
+
+
+def test_the_schedule_step_and_its_replay():
+    """The default compile records ``gpu_resident`` as its last step; the step on a given
+    schedule (the original order here) adds the resident kernel as well; replaying the default
+    trace gives the same source."""
+    kernel = po.suite.get("jacobi-2d").kernel
+    made = plan(kernel)
+    assert made.schedule.trace[-1].primitive == "gpu_resident"
+    given = plan(kernel, schedule=po.schedule(kernel, "original").gpu_resident())
+    assert isinstance(given.source, ResidentSource)
+    again = po.Trace.from_json(made.schedule.trace.to_json()).apply(po.schedule(kernel, "original"), check=False)
+    assert po.cuda_source(kernel, schedule=again) == made.source.source
+
+
+def test_refusals():
+    with pytest.raises(po.ScheduleError, match="gpu_resident: gemm is no Jacobi-style stencil"):
+        po.schedule(po.suite.get("gemm").kernel, "original").gpu_resident()
+    jacobi_1d = po.suite.get("jacobi-1d").kernel
+    with pytest.raises(po.CodegenError, match="no stencil of spatial rank 2 or 3"):
+        plan(jacobi_1d, schedule=po.schedule(jacobi_1d, "original").gpu_resident())

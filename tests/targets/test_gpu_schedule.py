@@ -86,8 +86,8 @@ def test_atax_has_no_host_loop_of_one_thread_kernels(plans):
 
 def test_the_choice_is_recorded(plans):
     for name, result in plans.items():
-        last = result.schedule.notes[-1]
-        assert last.startswith("gpu schedule: "), name
+        last = next((n for n in reversed(result.schedule.notes) if n.startswith("gpu schedule: ")), "")
+        assert last, name  # (a stencil's resident kernel adds its note after it)
         chosen = last[len("gpu schedule: "):].split(" chosen")[0]
         assert chosen.split(" ")[0] == result.schedule.algorithm, name
         assert ("not the requested" in last) == (chosen != "pluto"), name
