@@ -40,6 +40,10 @@ from polyopt.codegen.cuda import CudaExpr, kernel_parameters
 
 #: Threads per block: one block per multiprocessor, as many threads as a block may have.
 RESIDENT_THREADS = 768
+#: The fewest rows a strip has: with one, every read at a row offset leaves the strip, and the
+#: kernel is the sweeps plus grid-wide barriers (heat-3d at LARGE, 120 planes on 132
+#: multiprocessors: 12.1 ms against its sweeps' 11.0 on an H100, docs/performance.md).
+MIN_STRIP_ROWS = 2
 #: Spatial ranks the resident kernel is made for (rank 1 runs in overlapped time tiles).
 RESIDENT_RANKS = (2, 3)
 #: The line a translation unit with a grid-wide barrier includes (NVRTC builds it as C++17).
@@ -69,11 +73,12 @@ class ResidentKernel:
     def strips(self, scop: Scop, extents: tuple[int, ...], blocks: int, shared_limit: int
                ) -> tuple[int, int, int] | None:
         """(rows per strip, blocks, dynamic shared bytes) for arrays of ``extents`` over at most
-        ``blocks`` blocks, or None where a strip does not fit ``shared_limit`` (or nothing runs)."""
+        ``blocks`` blocks (fewer where that leaves strips of fewer than :data:`MIN_STRIP_ROWS`),
+        or None where a strip does not fit ``shared_limit`` (or nothing runs)."""
         n0, columns = extents[0], prod(extents[1:])
         if n0 <= 0 or columns <= 0 or blocks <= 0:
             return None
-        rows = -(-n0 // blocks)
+        rows = max(MIN_STRIP_ROWS, -(-n0 // blocks))
         shared = self.strip_bytes(scop, rows, columns)
         return (rows, -(-n0 // rows), shared) if shared <= shared_limit else None
 
@@ -259,5 +264,5 @@ def _load(scop: Scop, array: str, row: str, offset: tuple[int, ...]) -> str:
     return f"({row} >= _r0 && {row} < _r1 ? {shared} : __ldcg(&{array}[(long)({row}) * _C + {column}]))"
 
 
-__all__ = ["COOPERATIVE_INCLUDE", "RESIDENT_RANKS", "RESIDENT_THREADS", "ResidentKernel", "grid_barriers",
+__all__ = ["COOPERATIVE_INCLUDE", "MIN_STRIP_ROWS", "RESIDENT_RANKS", "RESIDENT_THREADS", "ResidentKernel", "grid_barriers",
            "resident_kernel", "resident_text"]
