@@ -194,6 +194,36 @@ def half_operands(scop, arrays: tuple[str, ...] = ("A",)):
     return replace(scop, arrays={**scop.arrays, **halves}, arguments=arguments, statements=statements)
 
 
+def check_suite_kernel_on_gpu(name: str, sizes: dict, dtype=np.float64, calls: int = 1, on_device: bool = False,
+                              expect=None, **options) -> None:
+    """Compile suite kernel ``name`` for CUDA with ``options`` (``dtype``: f64, or f32 through
+    ``with_dtype``), call it ``calls`` times on its inputs at ``sizes`` -- numpy arrays, or CuPy
+    arrays ``on_device`` -- and compare with as many calls of the numpy reference; ``expect``,
+    if given, is called with the compiled kernel first (to assert which path it takes)."""
+    entry = po.suite.get(name)
+    kernel = entry.kernel if dtype == np.float64 else entry.kernel.with_dtype("f32")
+    args = entry.inputs(sizes, dtype)
+    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    for _ in range(calls):
+        entry.reference(**expected)
+    compiled = po.compile(kernel, target="cuda", **options)
+    if expect is not None:
+        expect(compiled)
+    if on_device:
+        import cupy
+        device = {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+        for _ in range(calls):
+            compiled(**device)
+        args = {k: (v.get() if hasattr(v, "get") else v) for k, v in device.items()}
+    else:
+        for _ in range(calls):
+            compiled(**args)
+    tolerance = 1e-9 if dtype == np.float64 else 2e-4
+    for key, value in expected.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_allclose(args[key], value, rtol=tolerance, atol=tolerance, err_msg=key)
+
+
 def assert_nvcc_compiles(directory, sources: dict[str, str], arch: str, timeout: int = 900) -> None:
     """Write each CUDA source (by file stem) into ``directory`` and assert that one nvcc run
     compiles them all to objects for ``arch`` (its last errors as the failure message)."""

@@ -24,7 +24,7 @@ from polyopt.targets.cuda import plan
 import polyopt.targets.resident as resident
 from polyopt.targets.resident import ResidentSource
 
-from conftest import assert_nvcc_compiles, needs_gpu, needs_nvcc
+from conftest import assert_nvcc_compiles, check_suite_kernel_on_gpu, needs_gpu, needs_nvcc
 from test_stencil_fuzz import stencils
 
 H100 = {"sm_count": 132, "shared": 232448}
@@ -214,28 +214,11 @@ def test_emulation_finds_a_missing_barrier():
 
 def _gpu_check(name: str, sizes: dict, dtype=np.float64, calls: int = 1, on_device: bool = False,
                resident_expected: bool = True, **options):
-    entry = po.suite.get(name)
-    kernel = entry.kernel if dtype == np.float64 else entry.kernel.with_dtype("f32")
-    args = entry.inputs(sizes, dtype)
-    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
-    for _ in range(calls):
-        entry.reference(**expected)
-    compiled = po.compile(kernel, target="cuda", **options)
-    import cupy
-    sm_count = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    assert (resident.resident_strips(compiled.compiled, dict(sizes), sm_count) is not None) == resident_expected
-    if on_device:
-        device = {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
-        for _ in range(calls):
-            compiled(**device)
-        args = {k: (v.get() if hasattr(v, "get") else v) for k, v in device.items()}
-    else:
-        for _ in range(calls):
-            compiled(**args)
-    tolerance = 1e-9 if dtype == np.float64 else 2e-4
-    for key, value in expected.items():
-        if isinstance(value, np.ndarray):
-            np.testing.assert_allclose(args[key], value, rtol=tolerance, atol=tolerance, err_msg=key)
+    def takes_resident(compiled):
+        import cupy
+        sm_count = cupy.cuda.Device().attributes["MultiProcessorCount"]
+        assert (resident.resident_strips(compiled.compiled, dict(sizes), sm_count) is not None) == resident_expected
+    check_suite_kernel_on_gpu(name, sizes, dtype, calls, on_device, expect=takes_resident, **options)
 
 
 _GPU_CASES = [

@@ -25,7 +25,7 @@ from polyopt.targets.cache import scop_of
 from polyopt.targets.cuda import plan
 from polyopt.targets.stencil import DEFAULT_RANKS, launch, launch_plan, stencil_plan
 
-from conftest import StandInArray, assert_nvcc_compiles, needs_gpu, needs_nvcc
+from conftest import StandInArray, assert_nvcc_compiles, check_suite_kernel_on_gpu, needs_gpu, needs_nvcc
 
 
 def _stencil(name: str):
@@ -381,27 +381,9 @@ def test_launches_records_and_graphs_on_stand_ins(monkeypatch):
 # ----- on a GPU --------------------------------------------------------------------------------
 
 def _gpu_check(name: str, sizes: dict, dtype=np.float64, calls: int = 1, on_device: bool = False, **options):
-    entry = po.suite.get(name)
-    kernel = entry.kernel if dtype == np.float64 else entry.kernel.with_dtype("f32")
-    args = entry.inputs(sizes, dtype)
-    expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
-    for _ in range(calls):
-        entry.reference(**expected)
-    compiled = po.compile(kernel, target="cuda", **options)
-    assert isinstance(compiled.compiled, StencilSource)
-    if on_device:
-        import cupy
-        device = {k: (cupy.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
-        for _ in range(calls):
-            compiled(**device)
-        args = {k: (v.get() if hasattr(v, "get") else v) for k, v in device.items()}
-    else:
-        for _ in range(calls):
-            compiled(**args)
-    tolerance = 1e-9 if dtype == np.float64 else 2e-4
-    for key, value in expected.items():
-        if isinstance(value, np.ndarray):
-            np.testing.assert_allclose(args[key], value, rtol=tolerance, atol=tolerance, err_msg=key)
+    def tiled(compiled):
+        assert isinstance(compiled.compiled, StencilSource)
+    check_suite_kernel_on_gpu(name, sizes, dtype, calls, on_device, expect=tiled, **options)
 
 
 _GPU_CASES = [
