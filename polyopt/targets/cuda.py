@@ -120,9 +120,10 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     default count) asks for that path, also for ranks 2 and 3, with ``tile=`` (the output tile
     per block, per spatial dimension) and ``block=`` (threads per block) as its shape;
     ``time_tile=False`` (or 1) maps a stencil the general way. A stencil of rank 2 or 3 mapped
-    the general way (jacobi-2d, fdtd-2d, heat-3d) also gets a resident kernel
-    (:mod:`polyopt.targets.resident`), all its time steps in one cooperative launch where the
-    arrays fit the multiprocessors' shared memory; ``resident=False`` leaves it out."""
+    the general way (jacobi-2d, fdtd-2d, heat-3d) with the default algorithm and no scheduling
+    or mapping options also gets a resident kernel (:mod:`polyopt.targets.resident`), all its
+    time steps in one cooperative launch where the arrays fit the multiprocessors' shared
+    memory; ``resident=False`` leaves it out."""
     scop = scop_of(kernel)
     time_tile = _time_tile_option(options.pop("time_tile", None))
     gpu = {k: options.pop(k) for k in GPU_OPTIONS if k in options}
@@ -176,7 +177,9 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     schedule, source = _with_mapping(chosen.schedule, chosen.program), emit_cuda(scop, chosen.program, name, **gpu)
     if as_contraction and not gpu:  # its kernels that are contractions run as contraction kernels
         schedule, source = substitute_contractions(scop, schedule, source, precision)
-    if resident and not gpu:  # a stencil's sweeps, and all its time steps in one launch where they fit
+    if resident and not gpu and algorithm == DEFAULT_ALGORITHM and not set(options) - {"expand_scalars"}:
+        # a stencil's sweeps, and all its time steps in one launch where they fit (the resident
+        # kernel runs the original order: not where a scheduler or its options were asked for)
         schedule, source = with_resident_stencil(scop, schedule, source)
     return CudaPlan(scop, schedule, source)
 

@@ -5,8 +5,8 @@ as sweeps -- a launch per statement per time step -- also carries the resident k
 block's rows of the written arrays in shared memory.
 
 Which of the two runs is chosen per call from the sizes and the GPU
-(:func:`resident_strips`): the resident kernel where a strip of ``ceil(rows / SMs)`` rows of
-every written array fits one block's shared memory (the arrays fit the GPU's shared memory as
+(:func:`resident_strips`): the resident kernel where a strip of ``ceil(rows / SMs)`` rows (two
+at least) of every written array fits one block's shared memory (the arrays fit the GPU's shared memory as
 a whole, as PolyBench's LARGE stencils do on an H100), else the sweeps (EXTRALARGE). The
 schedule value's note says so; ``resident=False`` compiles the sweeps alone. The nvcc host
 function runs the sweeps.
@@ -22,7 +22,8 @@ from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.stencil import find_stencil
 from polyopt.codegen.cuda import CudaSource
-from polyopt.codegen.cuda_resident import COOPERATIVE_INCLUDE, RESIDENT_THREADS, ResidentKernel, resident_kernel, resident_text
+from polyopt.codegen.cuda_resident import (COOPERATIVE_INCLUDE, RESIDENT_THREADS, ResidentKernel, resident_kernel,
+                                           resident_text)
 from polyopt.targets.contraction import allow_dynamic_shared
 from polyopt.transform.schedule import Schedule
 
@@ -38,8 +39,8 @@ class ResidentSource(CudaSource):
 def with_resident_stencil(scop: Scop, schedule: Schedule, source: CudaSource) -> tuple[Schedule, CudaSource]:
     """The default compile's ``schedule`` and ``source`` with the resident kernel added -- the
     schedule with the :meth:`~polyopt.Schedule.gpu_resident` step and a note, the source a
-    :class:`ResidentSource` -- where ``scop`` is a stencil that kernel runs; unchanged otherwise (also for a source some of whose kernels run as contraction
-    kernels)."""
+    :class:`ResidentSource` -- where ``scop`` is a stencil that kernel runs; unchanged otherwise
+    (also for a source some of whose kernels run as contraction kernels)."""
     made = resident_source(scop, source)
     if made is None:
         return schedule, source

@@ -309,3 +309,9 @@ def test_refusals():
     jacobi_1d = po.suite.get("jacobi-1d").kernel
     with pytest.raises(po.CodegenError, match="no stencil of spatial rank 2 or 3"):
         plan(jacobi_1d, schedule=po.schedule(jacobi_1d, "original").gpu_resident())
+
+
+def test_only_for_the_default_algorithm():
+    """The resident kernel runs the original order: a compile asking for a scheduler keeps that
+    scheduler's kernels alone."""
+    assert not isinstance(_plan("jacobi-2d", algorithm="feautrier").source, ResidentSource)
