@@ -338,8 +338,7 @@ def launch(source: ContractionSource, module, abi_values: list, params: dict[str
     if not prepared.shared:
         module.get_function(prepared.name)(prepared.grid, prepared.block, args)
         return
-    allow_dynamic_shared(module.raw_function(prepared.name) if hasattr(module, "raw_function")
-                          else module.get_function(prepared.name), prepared.shared)
+    allow_dynamic_shared(module, prepared.name, prepared.shared)
     module.get_function(prepared.name)(prepared.grid, prepared.block, args, shared_mem=prepared.shared)
 
 
@@ -382,9 +381,11 @@ STATIC_SHARED_LIMIT = 48 * 1024
 _SHARED_ALLOWED: dict[int, tuple[object, int]] = {}
 
 
-def allow_dynamic_shared(function, nbytes: int) -> None:
-    """Let CuPy kernel ``function`` launch with ``nbytes`` of dynamic shared memory: past
+def allow_dynamic_shared(module, name: str, nbytes: int) -> None:
+    """Let kernel ``name`` of the built ``module`` (or of the module a recorder stands in for:
+    its ``raw_function``) launch with ``nbytes`` of dynamic shared memory: past
     :data:`STATIC_SHARED_LIMIT` a kernel has to opt in, once."""
+    function = module.raw_function(name) if hasattr(module, "raw_function") else module.get_function(name)
     if nbytes <= max(STATIC_SHARED_LIMIT, _SHARED_ALLOWED.get(id(function), (None, 0))[1]):
         return
     function.max_dynamic_shared_size_bytes = nbytes

@@ -93,7 +93,7 @@ def launch(source: ResidentSource, target, values: list, strips: tuple[int, int,
     recorder standing in)."""
     rows, blocks, shared = strips
     name = source.resident.name
-    allow_dynamic_shared(getattr(target, "raw_function", target.get_function)(name), shared)
+    allow_dynamic_shared(target, name, shared)
     function = target.get_function(name)
     launcher = getattr(function, "kernel", function)  # (a CuPy RawKernel launches cooperatively through its kernel)
     launcher((blocks, 1, 1), (RESIDENT_THREADS, 1, 1), (*values, np.int64(rows)), shared_mem=shared,
