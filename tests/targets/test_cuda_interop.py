@@ -418,11 +418,16 @@ def test_repeated_calls_of_a_host_loop_replay_one_graph(cp):
     inputs = entry.inputs(entry.sizes("MINI"))
     expected = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
     device = {k: (cp.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
-    compiled = po.compile(entry.kernel, target="cuda")
+    compiled = po.compile(entry.kernel, target="cuda", resident=False)  # sweeps: a host loop of launches
     for _ in range(4):  # the full path, the recorded launches, then the repeat as a graph
         compiled(**device)
         entry.reference(**expected)
     assert compiled._last is not None and compiled._last.graph is not None
+    resident = po.compile(entry.kernel, target="cuda")  # the default: one cooperative launch, no graph
+    for _ in range(3):
+        resident(**device)
+        entry.reference(**expected)
+    assert resident._last is not None and resident._last.graph is None and len(resident._last.launches) == 1
     for key, value in expected.items():
         if isinstance(value, np.ndarray):
             np.testing.assert_allclose(cp.asnumpy(device[key]), value, rtol=1e-9, atol=1e-9)
