@@ -215,6 +215,26 @@ def test_nvcc_builds_every_engine(tmp_path):
     assert len(list(tmp_path.glob("*.o"))) == len(sources)
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_nvcc_builds_the_tma_gemm_probe_for_sm90a(tmp_path):
+    """benchmarks/gpu_tma_probe.py (the TMA + setmaxnreg design the wgmma kernels are to take)
+    builds for sm_90a without spills: its figures in docs/performance.md stay reproducible."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_tma_probe.py"
+    spec = importlib.util.spec_from_file_location("gpu_tma_probe", path)
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    (tmp_path / "probe.cu").write_text(probe.source())
+    result = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-Xptxas", "-v", "probe.cu", "-o", "probe.cubin"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    kernels = re.findall(r"Compiling entry function '(tma_\w+)'", result.stderr)
+    assert len(kernels) == len(probe.CONFIGS)
+    assert not re.search(r"[1-9]\d* bytes spill", result.stderr)
+
+
 def _outermost_declarations(body: str) -> set[str]:
     """The names a C function body declares in its outermost block (two-space indented lines
     starting with a type), initializers and array sizes skipped."""
