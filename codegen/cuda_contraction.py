@@ -587,20 +587,34 @@ def _tile_loads(pair: tuple[Operand, Operand], scop: Scop, v: Variant, t: str, u
         else:
             decl.append(f"    const int _r{name} = threadIdx.x / {v.bk}, _k{name} = threadIdx.x % {v.bk};")
             r, kk = f"(_r{name} + _q * {v.threads // v.bk})", f"_k{name}"
+        step = f"{v.threads // rows} * {s_k}" if walk_rows else f"{v.threads // v.bk} * {s_row}"
         decl.append(f"    {t} _g{name}[{count}];")
         pointer = f"_p{name}"
         loads.append(f"      {{ const {t} *__restrict__ {pointer} = {operand.array} + {off} + {koff} + "
                      f"{row0} * {s_row} + _nk0 * {s_k};")
-        loads.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++) {{")
-        element = f"{pointer}[(long){r} * {s_row} + (long){kk} * {s_k}]"
-        value = element if v.engine == "hmma" else scalar_text(scop, operand.value, element)  # halves as they are
+        # a tile wholly inside the array: no bound checks, one address per thread and a uniform
+        # step per element (the checked form spent most of the K loop's non-FMA instructions)
+        first = f"{pointer}_0"
+        loads.append(f"      if ({row0} + {rows} <= {total} && _nk0 + {v.bk} <= _K) {{")
+        loads.append(f"        const {t} *__restrict__ {first} = {pointer} + (long)_r{name} * {s_row} + "
+                     f"(long)_k{name} * {s_k};")
+        loads.append(f"        #pragma unroll\n        for (int _q = 0; _q < {count}; _q++) "
+                     f"_g{name}[_q] = {_staged_value(scop, v, operand, f'{first}[(long)_q * ({step})]')};")
+        loads.append(f"      }} else {{\n      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++) {{")
+        value = _staged_value(scop, v, operand, f"{pointer}[(long){r} * {s_row} + (long){kk} * {s_k}]")
         loads.append(f"        _g{name}[_q] = ({row0} + {r} < {total} && _nk0 + {kk} < _K) ? {value} : ({t})0;")
-        loads.append("      } }")
+        loads.append("      } } }")
         stores.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++)")
         target = f"{buf}[_st][{kk}][{r}]" if k_major_store else f"{buf}[_st][{r}][{kk}]"
         value = f"_g{name}[_q]" if v.engine != "tf32" else f"pl_tf32(_g{name}[_q])"
         stores.append(f"        {target} = {value};")
     return decl, loads, stores
+
+
+def _staged_value(scop: Scop, v: Variant, operand: Operand, element: str) -> str:
+    """The value staged for ``element`` of ``operand``: the operand's expression on it (halves
+    as they are: the ``hmma`` fragments take the array's elements)."""
+    return element if v.engine == "hmma" else scalar_text(scop, operand.value, element)
 
 
 def _pipeline(loads: list[str], stores: list[str], compute, slots: Slots) -> list[str]:
