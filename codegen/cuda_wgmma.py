@@ -428,9 +428,10 @@ def _specialized(c: Contraction, v, layouts, init, store, advance, copies, k_sta
     out += init + [_tile_count(slots.pairs)] + keep
     out += ["      for (long _tile = 0; _tile < _NT; _tile++, _it++) {",
             f"        const int _cs = _it % {s};",
-            f"        pl_mb_wait(&_full[_cs], (_it / {s}) & 1);",
-            "        pl_proxy_fence();",
-            "        pl_wg_fence();"]
+            f"        pl_mb_wait(&_full[_cs], (_it / {s}) & 1);"]
+    if not v.tma:  # (tensor copies write through the async proxy that wgmma reads)
+        out.append("        pl_proxy_fence();")
+    out += ["        pl_wg_fence();"]
     out += _mma_steps(c, v, layouts)
     out += ["        pl_wg_commit();",
             "        pl_wg_wait<1>();",
