@@ -18,7 +18,6 @@ Needs CuPy, torch and an sm_90 GPU. The measured rows are in docs/performance.md
 """
 import argparse
 import json
-import statistics
 
 import numpy as np
 
@@ -113,23 +112,6 @@ def operand_map(array, dims, box):
     return tensor_map(cp, array.data.ptr, spec)
 
 
-def timed(fn, launches=20, runs=5):
-    """Median milliseconds of one launch of ``fn``: 20 back to back between CUDA events, 5 such runs."""
-    import cupy as cp
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(runs):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        for _ in range(launches):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) / launches)
-    return statistics.median(times)
-
-
 def kernel_text(engine, bn, s, tb, reg):
     """(name, source) of the kernel for engine (hmma: f16, tf32), tile N, stages, B N-major, setmaxnreg."""
     name = f"tma_{engine}_{bn}_{s}_{tb}_{reg}"
@@ -154,6 +136,10 @@ def source():
 def main():
     import cupy as cp
     import torch
+    from gpu_contractions import per_launch_ms  # (this folder: the script's own)
+
+    def timed(run):
+        return per_launch_ms(cp, run)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4096, help="M = N = K")
     parser.add_argument("--json", help="write the rows here")
