@@ -52,12 +52,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) NAME(const void *mapA, cons
           const int s = it % S;
           pl_mb_wait(&empty[s], ((it / S) & 1) ^ 1);
           pl_mb_expect(&full[s], (BM + BN) * 128);
-          pl_tma2(As + s * BM * 128, mapA, kt * @BKE@, tm * BM, &full[s]);
+          pl_tma3(As + s * BM * 128, mapA, kt * @BKE@, tm * BM, 0, &full[s]);
 #if @TB@
           #pragma unroll
-          for (int j = 0; j < BN / 64; j++) pl_tma2(Bs + s * BN * 128 + j * 64 * 128, mapB, tn * BN + 64 * j, kt * 64, &full[s]);
+          for (int j = 0; j < BN / 64; j++) pl_tma3(Bs + s * BN * 128 + j * 64 * 128, mapB, tn * BN + 64 * j, kt * 64, 0, &full[s]);
 #else
-          pl_tma2(Bs + s * BN * 128, mapB, kt * @BKE@, tn * BN, &full[s]);
+          pl_tma3(Bs + s * BN * 128, mapB, kt * @BKE@, tn * BN, 0, &full[s]);
 #endif
         }
       }
@@ -106,9 +106,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) NAME(const void *mapA, cons
 
 
 def operand_map(array, dims, box):
-    """The tensor map of a C-contiguous f16/f32 CuPy array as 2-D (inner dimension first)."""
+    """The tensor map of a C-contiguous f16/f32 CuPy array as 2-D (inner dimension first; a third of one)."""
     import cupy as cp
-    spec = MapSpec("f16" if array.itemsize == 2 else "f32", dims, dims[0] * array.itemsize, box)
+    row = dims[0] * array.itemsize
+    spec = MapSpec("f16" if array.itemsize == 2 else "f32", (*dims, 1), (row, row * dims[1]), (*box, 1))
     return tensor_map(cp, array.data.ptr, spec)
 
 

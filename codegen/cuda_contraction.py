@@ -97,8 +97,8 @@ class Variant:
     blocks_per_sm: int = 0
     #: Warp-specialized ``wgmma`` whose producer is one thread issuing TMA tensor copies (two
     #: tensor maps as the last kernel arguments, :mod:`polyopt.targets.tensor_maps`), with
-    #: ``setmaxnreg`` between the roles; launched only where the operands are plain 2-D views
-    #: (:func:`polyopt.targets.contraction.tma_specs`).
+    #: ``setmaxnreg`` between the roles; launched only where each operand is a 3-D view (run,
+    #: rows, batch: :func:`polyopt.targets.contraction.tma_specs`).
     tma: bool = False
 
     @property

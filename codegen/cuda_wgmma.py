@@ -30,7 +30,7 @@ Warp-specialized variants (``Variant.specialized``, 384 threads, :func:`_special
 producer warpgroup issues the copies, two consumer warpgroups only the ``wgmma`` and the epilogue;
 full/empty mbarriers per ring slot replace the block barriers, so the producer fills slots
 while the consumers compute and store. Their TMA form (``Variant.tma``): one producer thread
-issues a 2-D tensor copy per operand and K tile (``cp.async.bulk.tensor`` into the same
+issues a 3-D tensor copy per operand and K tile (``cp.async.bulk.tensor`` into the same
 128-byte-swizzled layout, the hardware zero-filling what lies outside the operand), and
 ``setmaxnreg`` gives the consumers the producer warpgroup's registers.
 
@@ -172,15 +172,15 @@ def wgmma_helpers(engines: set[str], half: str | None, shapes: set[tuple[str, in
            '                 : "=r"(ok) : "r"(a), "r"(parity) : "memory");',
            "}",
            "/* TMA (warp-specialized TMA kernels): the producer's arrival announcing a slot's bytes, a",
-           "   2-D tensor copy completing on that mbarrier (a tensor map in global memory, coordinates",
-           "   inner first), and the map's prefetch */",
+           "   3-D tensor copy completing on that mbarrier (a tensor map in global memory, coordinates",
+           "   inner first: the contiguous run, the rows, the batch), and the map's prefetch */",
            "__device__ inline void pl_mb_expect(uint64_t *b, unsigned bytes) {",
            '  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" '
            ':: "r"((unsigned)__cvta_generic_to_shared(b)), "r"(bytes) : "memory");',
            "}",
-           "__device__ inline void pl_tma2(void *dst, const void *map, int c0, int c1, uint64_t *b) {",
-           '  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"',
-           '               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(map), "r"(c0), "r"(c1),',
+           "__device__ inline void pl_tma3(void *dst, const void *map, int c0, int c1, int c2, uint64_t *b) {",
+           '  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"',
+           '               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2),',
            '                  "r"((unsigned)__cvta_generic_to_shared(b)) : "memory");',
            "}",
            '__device__ inline void pl_tma_prefetch(const void *map) { asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory"); }',
@@ -454,23 +454,24 @@ def _tma_producer(c: Contraction, v, layouts: tuple[bool, bool], advance: list[s
                   t: str) -> list[str]:
     """The producer of a TMA kernel: its warpgroup lowers its registers, and thread 0 walks the
     block's tiles as the consumers do; per K tile it waits for the ring slot to be empty,
-    announces the slot's bytes on its full mbarrier and issues one 2-D tensor copy per operand
+    announces the slot's bytes on its full mbarrier and issues one 3-D tensor copy per operand
     (K-major: the box of ``BK`` K values by the tile's rows; MN-major, halves: one box of 64
     M/N indices by ``BK`` K rows per block of 64), which complete on that mbarrier. The tensor
-    maps (``_tmL``, ``_tmR``: the operands as 2-D arrays, inner dimension first, 128-byte
-    swizzle) zero-fill what lies outside the operand, so edge tiles need no checks; the
-    launch takes these kernels only without batch or outer-K slots and with one operand pair
-    (the operands start at the arrays' first element)."""
+    maps (``_tmL``, ``_tmR``: the operands as 3-D arrays, inner dimension first, the batch
+    ``_z`` last, 128-byte swizzle) zero-fill what lies outside the operand, so edge tiles need
+    no checks; the launch takes these kernels only where the batch slots in use are one
+    dimension of both operands, without outer-K slots, with one operand pair
+    (:func:`polyopt.targets.contraction.tma_specs`)."""
     s = v.stages
     copies = []
     for buf, rows, k_major, tensor_map, row0 in (("_As", v.bm, layouts[0], "_tmL", "_m0"),
                                                  ("_Bs", v.bn, layouts[1], "_tmR", "_n0")):
         slot = f"{buf} + _ls * {tile_bytes(v, rows)}"
         if k_major:
-            copies.append(f"        pl_tma2({slot}, {tensor_map}, (int)_nk0, (int){row0}, &_full[_ls]);")
+            copies.append(f"        pl_tma3({slot}, {tensor_map}, (int)_nk0, (int){row0}, (int)_z, &_full[_ls]);")
         else:
-            copies += [f"        pl_tma2({slot} + {j * v.bk * ROW_BYTES}, {tensor_map}, (int)({row0} + {64 * j}), "
-                       f"(int)_nk0, &_full[_ls]);" for j in range(rows // 64)]
+            copies += [f"        pl_tma3({slot} + {j * v.bk * ROW_BYTES}, {tensor_map}, (int)({row0} + {64 * j}), "
+                       f"(int)_nk0, (int)_z, &_full[_ls]);" for j in range(rows // 64)]
     out = [f'  asm volatile("setmaxnreg.dec.sync.aligned.u32 {TMA_PRODUCER_REGISTERS};");',
            "  if (threadIdx.x == 0) {",
            "  pl_tma_prefetch(_tmL); pl_tma_prefetch(_tmR);"]

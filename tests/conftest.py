@@ -175,7 +175,7 @@ def force_contraction_tile(monkeypatch, tile: int) -> list:
         if variant.asynchronous and not contraction.async_aligned(source.contraction, variant, layout, aligned_operands):
             pytest.skip("cp.async kernel, operands not in whole 16-byte vectors")
         if variant.tma and not (tma and contraction.tma_specs(source, variant, layout)):
-            pytest.skip("TMA kernel, this launch has no tensor maps (a batch or outer-K slot, or a graph capture)")
+            pytest.skip("TMA kernel, this launch has no tensor maps (batch slots that are no one dimension, an outer-K slot, a capture)")
         taken.append(name)
         return name, variant, layout
     monkeypatch.setattr(contraction, "choose_kernel", forced)

@@ -31,7 +31,7 @@ from polyopt.analysis.contraction import (ELEMENT, PRECISIONS, Contraction, epil
 from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
-from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED,
+from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED, RUN_ARGUMENTS,
                                               VARIANTS, ContractionProgramSource, ContractionSource, Variant,
                                               contraction_source, engine_for,
                                               WGMMA_MIN_K, operand_stride_positions, shared_bytes, staged_tiles)
@@ -269,23 +269,37 @@ def async_aligned(c: Contraction, variant: Variant, layout: Launch, aligned_oper
 
 def tma_specs(source: ContractionSource, variant: Variant, layout: Launch) -> tuple[MapSpec, MapSpec] | None:
     """The tensor maps TMA kernel ``variant`` of ``source`` reads its operands through for this
-    launch (left, right), None where it may not run it: a batch or outer-K slot in use (the
-    kernel's copies address the operands from their first element), or a map the driver does
-    not take (a row stride that is no whole number of 16-byte vectors, or too large). A
-    K-major operand (K run contiguous) is the 2-D array (K, rows) with boxes of ``BK`` by the
-    tile's rows; an MN-major one (halves) (rows, K) with boxes of 64 by ``BK``."""
+    launch (left, right), None where it may not run it: an outer-K slot in use, batch slots in
+    use that are not one dimension of both operands (each operand's stride in a slot the
+    extent of the next slot times its stride there, none 0: the copies address the batch by the
+    block's ``_z``), or a map the driver does not take (a stride that is no whole number of
+    16-byte vectors, or too large). Each operand is 3-D: a K-major one (K run contiguous)
+    (K, rows, batch) with boxes of ``BK`` by the tile's rows; an MN-major one (halves) (rows,
+    K, batch) with boxes of 64 by ``BK``."""
     m, n, k, s_lm, s_lk, s_rk, s_rn = layout.arguments[:7]
-    if layout.arguments[9] != 1 or layout.arguments[10] != 1:
+    z, ko = layout.arguments[9], layout.arguments[10]
+    if ko != 1:
         return None
+    slots = [layout.arguments[len(RUN_ARGUMENTS) + 4 * j:len(RUN_ARGUMENTS) + 4 * j + 4]
+             for j in range(Slots.of(source.contraction).batch)]
+    used = [(extent, left, right) for extent, left, right, _ in slots if extent > 1]
+    for (_, outer_left, outer_right), (extent, left, right) in zip(used, used[1:]):
+        if outer_left != extent * left or outer_right != extent * right:
+            return None
     c = source.contraction
     dtype = source.program.scop.arrays[c.left.array].dtype.name
     size = ROW_BYTES // variant.bk
     k_major = wgmma_layouts(c, variant)
-    specs = tuple(MapSpec(dtype, (k, rows), row_stride * size, (variant.bk, tile)) if by_k
-                  else MapSpec(dtype, (rows, k), k_stride * size, (64, variant.bk))
-                  for by_k, rows, tile, row_stride, k_stride in ((k_major[0], m, variant.bm, s_lm, s_lk),
-                                                                 (k_major[1], n, variant.bn, s_rn, s_rk)))
-    return specs if all(spec.allowed() for spec in specs) else None
+    specs = []
+    for side, by_k, rows, tile, row_stride, k_stride in ((1, k_major[0], m, variant.bm, s_lm, s_lk),
+                                                         (2, k_major[1], n, variant.bn, s_rn, s_rk)):
+        # no batch: any valid stride over a dimension of one (the whole operand's)
+        outer = used[-1][side] if used else (rows * row_stride if by_k else k * k_stride)
+        if by_k:
+            specs.append(MapSpec(dtype, (k, rows, z), (row_stride * size, outer * size), (variant.bk, tile, 1)))
+        else:
+            specs.append(MapSpec(dtype, (rows, k, z), (k_stride * size, outer * size), (64, variant.bk, 1)))
+    return (specs[0], specs[1]) if all(spec.allowed() for spec in specs) else None
 
 
 def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dict[str, tuple[int, ...]],
@@ -424,7 +438,8 @@ def _prepared(source: ContractionSource, params: dict[str, int], arrays: dict, s
         if maps is None:
             raise ValueError(f"contraction kernel {name}: a TMA kernel chosen for a launch without tensor maps")
         if grid is not None and grid[0] <= sm_count:
-            grid = (grid[0], max(1, min(grid[1], sm_count // grid[0])), grid[2])
+            rows = max(1, min(grid[1], sm_count // grid[0]))
+            grid = (grid[0], rows, max(1, min(grid[2], sm_count // (grid[0] * rows))))
     return _Prepared(name, grid, (variant.threads, 1, 1), shared_bytes(c, variant),
                      tuple(np.int64(v) for v in layout.arguments), maps)
 

@@ -42,17 +42,19 @@ MAX_MAPS = 256
 
 @dataclass(frozen=True)
 class MapSpec:
-    """One operand as a 2-D tensor: element type, dimensions (inner first: the contiguous one),
-    the bytes between consecutive outer indices, and the box one copy moves (inner first)."""
+    """One operand as a tensor: element type, dimensions (inner first: the contiguous one),
+    the bytes between consecutive indices of each dimension after the first, and the box one
+    copy moves (inner first)."""
 
     dtype: str
-    dims: tuple[int, int]
-    stride: int
-    box: tuple[int, int]
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
 
     def allowed(self) -> bool:
         """Whether the driver can encode this map (its limits on strides and sizes)."""
-        return (self.stride % 16 == 0 and 0 < self.stride < MAX_STRIDE
+        return (len(self.strides) == len(self.dims) - 1 == len(self.box) - 1
+                and all(s % 16 == 0 and 0 < s < MAX_STRIDE for s in self.strides)
                 and all(0 < d <= MAX_DIMENSION for d in self.dims))
 
 
@@ -71,9 +73,10 @@ def tensor_map(cupy, address: int, spec: MapSpec):
     host = np.zeros(MAP_BYTES + MAP_ALIGN, np.uint8)
     start = (-host.ctypes.data) % MAP_ALIGN
     encoded = host[start:start + MAP_BYTES]
-    status = _encoder()(ctypes.c_void_p(encoded.ctypes.data), DATA_TYPES[spec.dtype], 2, ctypes.c_void_p(address),
-                        (ctypes.c_uint64 * 2)(*spec.dims), (ctypes.c_uint64 * 1)(spec.stride),
-                        (ctypes.c_uint32 * 2)(*spec.box), (ctypes.c_uint32 * 2)(1, 1),
+    rank = len(spec.dims)
+    status = _encoder()(ctypes.c_void_p(encoded.ctypes.data), DATA_TYPES[spec.dtype], rank, ctypes.c_void_p(address),
+                        (ctypes.c_uint64 * rank)(*spec.dims), (ctypes.c_uint64 * (rank - 1))(*spec.strides),
+                        (ctypes.c_uint32 * rank)(*spec.box), (ctypes.c_uint32 * rank)(*(1,) * rank),
                         0, SWIZZLE_128B, L2_PROMOTION_256B, 0)
     if status != 0:
         raise RuntimeError(f"cuTensorMapEncodeTiled refused the tensor map {spec} (CUresult {status})")

@@ -42,17 +42,17 @@ def encoder(monkeypatch):
     return calls
 
 
-SPEC = MapSpec("f16", (4096, 2048), 8192, (64, 128))
+SPEC = MapSpec("f16", (4096, 2048, 1), (8192, 2**24), (64, 128, 1))
 
 
 def test_a_map_is_encoded_once_per_address_and_layout(encoder):
     cupy = _FakeCupy()
     first = tensor_map(cupy, 0x7000, SPEC)
-    assert encoder == [(6, 2, 0x7000, (4096, 2048), (8192,), (64, 128), tensor_maps.SWIZZLE_128B)]
+    assert encoder == [(6, 3, 0x7000, (4096, 2048, 1), (8192, 2**24), (64, 128, 1), tensor_maps.SWIZZLE_128B)]
     assert int(np.frombuffer(first.host[:8].tobytes(), np.uint64)[0]) == 0x7000
     assert tensor_map(cupy, 0x7000, SPEC) is first and len(encoder) == 1
     assert tensor_map(cupy, 0x8000, SPEC) is not first  # another array: another map
-    tensor_map(cupy, 0x7000, MapSpec("bf16", (4096, 2048), 8192, (64, 128)))
+    tensor_map(cupy, 0x7000, MapSpec("bf16", (4096, 2048, 1), (8192, 2**24), (64, 128, 1)))
     assert [call[0] for call in encoder] == [6, 6, 9]
 
 
@@ -74,16 +74,17 @@ def test_a_refused_map_is_a_clear_error(monkeypatch):
 
 def test_the_driver_limits_are_checked_before_encoding():
     assert SPEC.allowed()
-    assert not MapSpec("f16", (4096, 2048), 8200, (64, 128)).allowed()  # rows off 16-byte vectors
-    assert not MapSpec("f16", (4096, 2048), 2**41, (64, 128)).allowed()
-    assert not MapSpec("f16", (0, 2048), 8192, (64, 128)).allowed()
+    assert not MapSpec("f16", (4096, 2048, 1), (8200, 2**24), (64, 128, 1)).allowed()  # rows off 16-byte vectors
+    assert not MapSpec("f16", (4096, 2048, 1), (2**41, 2**42), (64, 128, 1)).allowed()
+    assert not MapSpec("f16", (0, 2048, 1), (8192, 2**24), (64, 128, 1)).allowed()
+    assert not MapSpec("f16", (4096, 2048, 4), (8192, 0), (64, 128, 1)).allowed()  # a broadcast batch
 
 
 def test_a_recorded_tma_launch_maps_the_arrays_of_each_call(encoder):
     """A recorded launch replayed on other arrays (addresses, as a RepeatedCall holds them, or
     CuPy arrays) gets those arrays' maps after its arguments, not the recorded call's."""
     cupy, launched = _FakeCupy(), []
-    right = MapSpec("f16", (2048, 4096), 4096, (64, 64))
+    right = MapSpec("f16", (2048, 4096, 1), (4096, 2**24), (64, 64, 1))
     launch = TmaLaunch(cupy, lambda grid, block, args: launched.append(args), (1, 2), (SPEC, right))
     launch((1,), (384,), (np.int64(5), _FakeArray(0x1000), _FakeArray(0x2000), np.int64(7)))
     launch((1,), (384,), (np.int64(5), np.uint64(0x3000), np.uint64(0x4000), np.int64(7)))

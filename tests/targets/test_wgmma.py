@@ -90,18 +90,26 @@ def test_tma_kernels_are_chosen_where_the_operands_are_plain_2d_views():
     name, variant, layout = choose_kernel(source, extent, squares, 132, wgmma=True, tma=True)
     assert variant == WGMMA_VARIANTS["hmma"][0] and variant.tma and variant.bn == 256
     left, right = contraction.tma_specs(source, variant, layout)
-    assert (left.dtype, left.dims, left.stride, left.box) == ("f16", (4096, 4096), 8192, (64, 128))  # (K, M)
-    assert (right.dims, right.stride, right.box) == ((4096, 4096), 8192, (64, 64))  # (N, K): 64-wide boxes
-    # a batch slot in use: the maps would need the batch coordinate; the cp.async kernels run
-    batched = _source("bij,bjk->bik", [(8, 8, 8), (8, 8, 8)])
-    shapes = {"op0": (8, 1024, 1024), "op1": (8, 1024, 1024), "out": (8, 1024, 1024)}
-    chosen = choose_kernel(batched, {"i_b": 8, "i_i": 1024, "i_j": 1024, "i_k": 1024}, shapes, 132, wgmma=True,
-                           tma=True)[1]
-    assert chosen.wgmma and not chosen.tma
+    assert (left.dtype, left.dims, left.strides, left.box) == ("f16", (4096, 4096, 1), (8192, 2**25), (64, 128, 1))
+    assert (right.dims, right.strides, right.box) == ((4096, 4096, 1), (8192, 2**25), (64, 64, 1))  # (N, K)
+    # batch slots: one dimension of both operands (b and h of attention adjacent), the block's _z
+    attention = _source("bhqd,bhkd->bhqk", [(2, 2, 8, 64), (2, 2, 8, 64)])
+    shapes = {"op0": (4, 8, 1024, 512), "op1": (4, 8, 1024, 512), "out": (4, 8, 1024, 1024)}
+    extent = {"i_b": 4, "i_h": 8, "i_q": 1024, "i_k": 1024, "i_d": 512}
+    _, variant, layout = choose_kernel(attention, extent, shapes, 132, wgmma=True, tma=True)
+    assert variant.tma
+    left, right = contraction.tma_specs(attention, variant, layout)
+    assert left.dims == (512, 1024, 32) and left.strides == (1024, 2**20) and right.dims == (512, 1024, 32)
+    # the 1x1 convolution: n is a batch slot that the weights do not have (a stride of 0)
+    convolution = _source("nchw,kc->nkhw", [(2, 8, 4, 4), (8, 8)])
+    shapes = {"op0": (32, 256, 28, 28), "op1": (256, 256), "out": (32, 256, 28, 28)}
+    chosen = choose_kernel(convolution, {"i_n": 32, "i_c": 256, "i_h": 28, "i_w": 28, "i_k": 256}, shapes, 132,
+                           wgmma=True, tma=True)
+    assert chosen[1].wgmma and not chosen[1].tma and chosen[2].arguments[9] == 32
     tf32 = _source("ik,jk->ij", [(8, 8), (8, 8)], "float32", "tf32")  # both K-major: TF32 TMA kernels
     _, variant, layout = choose_kernel(tf32, {"i_i": 4096, "i_j": 4096, "i_k": 4096}, squares, 132, wgmma=True,
                                        tma=True)
-    assert variant.tma and contraction.tma_specs(tf32, variant, layout)[1].box == (32, 256)
+    assert variant.tma and contraction.tma_specs(tf32, variant, layout)[1].box == (32, 256, 1)
     # syr2k's two operand pairs: the tensor copies address one pair's operands
     two_pairs = find_contraction(scop_of(po.suite.get("syr2k").kernel))
     assert len(two_pairs.pairs) == 2 and not tma_layouts(two_pairs, WGMMA_VARIANTS["hmma"][0])
@@ -113,8 +121,8 @@ def test_the_tma_kernel_text():
     text = _source("ij,jk->ik", [(8, 8), (8, 8)]).source
     assert 'setmaxnreg.dec.sync.aligned.u32 40' in text and 'setmaxnreg.inc.sync.aligned.u32 232' in text
     assert "pl_mb_expect(&_full[_ls], 49152);" in text  # (128 + 256) rows of 128 bytes
-    assert "pl_tma2(_As + _ls * 16384, _tmL, (int)_nk0, (int)_m0, &_full[_ls]);" in text
-    assert "pl_tma2(_Bs + _ls * 32768 + 24576, _tmR, (int)(_n0 + 192), (int)_nk0, &_full[_ls]);" in text
+    assert "pl_tma3(_As + _ls * 16384, _tmL, (int)_nk0, (int)_m0, (int)_z, &_full[_ls]);" in text
+    assert "pl_tma3(_Bs + _ls * 32768 + 24576, _tmR, (int)(_n0 + 192), (int)_nk0, (int)_z, &_full[_ls]);" in text
     assert "const void *_tmL,\n    const void *_tmR)" in text
 
 
@@ -179,7 +187,7 @@ def _force_wgmma(monkeypatch, which: int) -> list:
         if not async_aligned(source.contraction, variant, layout, aligned_operands):
             pytest.skip("operands not in whole 16-byte vectors")
         if variant.tma and not (tma and contraction.tma_specs(source, variant, layout)):
-            pytest.skip("TMA kernel, this launch has no tensor maps (a batch or outer-K slot)")
+            pytest.skip("TMA kernel, this launch has no tensor maps (batch slots that are no one dimension, an outer-K slot)")
         taken.append(name)
         return name, variant, layout
     monkeypatch.setattr(contraction, "choose_kernel", forced)
