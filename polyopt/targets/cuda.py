@@ -132,8 +132,11 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     as_contraction = options.pop("contraction", True)
     resident = options.pop("resident", True)
     name = "polyopt_" + re.sub(r"\W", "_", scop.name)
+    # the default scheduler with no options but scalar expansion: where the stencil, contraction
+    # and resident paths (which run the original order) may stand in for it
+    default_scheduling = algorithm == DEFAULT_ALGORITHM and not set(options) - {"expand_scalars"}
     if time_tile is not False:
-        plain = schedule is None and algorithm == DEFAULT_ALGORITHM and not set(options) - {"expand_scalars"}
+        plain = schedule is None and default_scheduling
         if time_tile is not None and not (plain and set(gpu) <= {"tile", "block"}):
             raise CodegenError("CUDA: time_tile takes no schedule, algorithm or scheduling options, and of the "
                                "mapping options only tile= and block=")
@@ -145,8 +148,7 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
             if time_tile is not None:
                 raise CodegenError(f"CUDA: time_tile={time_tile!r}, but {scop.name} is no Jacobi-style stencil "
                                    "(polyopt.analysis.stencil.find_stencil)")
-    if as_contraction and schedule is None and not gpu and not set(options) - {"expand_scalars"} \
-            and algorithm == DEFAULT_ALGORITHM:  # (a contraction has no local scalar to expand)
+    if as_contraction and schedule is None and not gpu and default_scheduling:  # (a contraction has no scalar to expand)
         found = contraction_plan(scop, name, precision) or contraction_program_plan(scop, name, precision)
         if found is not None:
             return CudaPlan(scop, found.schedule, found.source)
@@ -178,7 +180,7 @@ def plan(kernel, *, algorithm: str = DEFAULT_ALGORITHM, schedule: Schedule | Non
     schedule, source = _with_mapping(chosen.schedule, chosen.program), emit_cuda(scop, chosen.program, name, **gpu)
     if as_contraction and not gpu:  # its kernels that are contractions run as contraction kernels
         schedule, source = substitute_contractions(scop, schedule, source, precision)
-    if resident and not gpu and algorithm == DEFAULT_ALGORITHM and not set(options) - {"expand_scalars"}:
+    if resident and not gpu and default_scheduling:
         # a stencil's sweeps, and all its time steps in one launch where they fit (the resident
         # kernel runs the original order: not where a scheduler or its options were asked for)
         schedule, source = with_resident_stencil(scop, schedule, source)
