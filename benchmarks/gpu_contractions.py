@@ -80,8 +80,12 @@ def measure(cp, torch, subscripts: str, shapes, dtype: str, precision: str, all_
             for name, variant in made.source.variants:
                 contraction.choose_kernel = forced(name, variant)
                 label = f"{variant.bm}x{variant.bn}x{variant.bk}/{variant.threads}" + \
-                    "".join(f" {k}" for k in ("asynchronous", "wgmma", "specialized") if getattr(variant, k, False))
-                variants[f"{name} {label}"] = per_launch_ms(cp, lambda: kernel.launch(bound.params, bound.scalars, device))
+                    "".join(f" {k}" for k in ("asynchronous", "wgmma", "specialized", "tma") if getattr(variant, k, False))
+                try:
+                    variants[f"{name} {label}"] = per_launch_ms(cp, lambda: kernel.launch(bound.params, bound.scalars,
+                                                                                          device))
+                except ValueError as exc:  # a TMA kernel where the launch has no tensor maps
+                    variants[f"{name} {label}"] = str(exc)
         finally:
             contraction.choose_kernel = chooser
     kernel.launch(bound.params, bound.scalars, device)

@@ -7,37 +7,25 @@ data and checked against a float64 product:
     python benchmarks/gpu_tma_probe.py                 # 4096^3, f16 and TF32
     python benchmarks/gpu_tma_probe.py --n 4000 --json rows.json
 
-It reuses the generator's ``wgmma``/mbarrier helpers (:func:`polyopt.codegen.cuda_wgmma.
-wgmma_helpers`) and sm_90a build (:func:`polyopt.targets.sm90a.sm90a_module`); only the kernel
-body and the tensor maps (``cuTensorMapEncodeTiled`` through ctypes, the map kept in GPU memory
-and passed by address) are new. A = [M, K] row-major, B = [N, K] (K-major, ``b_n_major`` 0) or
-[K, N] (f16 only: read transposed by ``wgmma``), C = A B^T in float32; M, N, K need rows in
+It reuses the generator's ``wgmma``, mbarrier and TMA helpers (:func:`polyopt.codegen.cuda_wgmma.
+wgmma_helpers`), sm_90a build (:func:`polyopt.targets.sm90a.sm90a_module`) and tensor maps
+(:func:`polyopt.targets.tensor_maps.tensor_map`); the kernel body is the hand-written one the
+generated TMA kernels (``Variant.tma``) were modelled on. A = [M, K] row-major, B = [N, K]
+(K-major, ``b_n_major`` 0) or [K, N] (f16 only: read transposed by ``wgmma``), C = A B^T in
+float32; M, N, K need rows in
 whole 16-byte vectors (TMA's stride rule); the tiles at the edges are zero-filled by TMA.
 Needs CuPy, torch and an sm_90 GPU. The measured rows are in docs/performance.md.
 """
 import argparse
-import ctypes
 import json
 
 import numpy as np
 
 from polyopt.codegen.cuda_wgmma import wgmma_helpers
 from polyopt.targets.sm90a import sm90a_module
+from polyopt.targets.tensor_maps import MapSpec, tensor_map
 
 PRELUDE = "typedef unsigned long long uint64_t;\ntypedef unsigned int uint32_t;\n"
-TMA = r'''
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ inline void pl_mb_expect(uint64_t *b, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"((unsigned)__cvta_generic_to_shared(b)), "r"(bytes) : "memory");
-}
-__device__ inline void pl_tma2(void *dst, const void *map, int c0, int c1, uint64_t *b) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-    :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(map), "r"(c0), "r"(c1), "r"((unsigned)__cvta_generic_to_shared(b)) : "memory");
-}
-__device__ inline void pl_tma_prefetch(const void *map) { asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory"); }
-#endif
-'''
-
 KERNEL = r'''
 extern "C" __global__ void __launch_bounds__(384, 1) NAME(const void *mapA, const void *mapB, float *C, int M, int N, int K)
 {
@@ -64,12 +52,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) NAME(const void *mapA, cons
           const int s = it % S;
           pl_mb_wait(&empty[s], ((it / S) & 1) ^ 1);
           pl_mb_expect(&full[s], (BM + BN) * 128);
-          pl_tma2(As + s * BM * 128, mapA, kt * @BKE@, tm * BM, &full[s]);
+          pl_tma3(As + s * BM * 128, mapA, kt * @BKE@, tm * BM, 0, &full[s]);
 #if @TB@
           #pragma unroll
-          for (int j = 0; j < BN / 64; j++) pl_tma2(Bs + s * BN * 128 + j * 64 * 128, mapB, tn * BN + 64 * j, kt * 64, &full[s]);
+          for (int j = 0; j < BN / 64; j++) pl_tma3(Bs + s * BN * 128 + j * 64 * 128, mapB, tn * BN + 64 * j, kt * 64, 0, &full[s]);
 #else
-          pl_tma2(Bs + s * BN * 128, mapB, kt * @BKE@, tn * BN, &full[s]);
+          pl_tma3(Bs + s * BN * 128, mapB, kt * @BKE@, tn * BN, 0, &full[s]);
 #endif
         }
       }
@@ -115,28 +103,14 @@ extern "C" __global__ void __launch_bounds__(384, 1) NAME(const void *mapA, cons
 }
 '''
 
-#: cuTensorMapEncodeTiled's enumerators: data types float16, float32; 128-byte swizzle; 256-byte L2 promotion.
-F16, F32, SWIZZLE_128B, L2_256B = 6, 7, 3, 3
 
 
-def tensor_map(array, dims, box):
-    """A 2-D tensor map (inner dim first) of a C-contiguous f16/f32 array, in GPU memory."""
+def operand_map(array, dims, box):
+    """The tensor map of a C-contiguous f16/f32 CuPy array as 2-D (inner dimension first; a third of one)."""
     import cupy as cp
-    host = np.zeros(256, np.uint8)
-    offset = (-host.ctypes.data) % 64
-    view = host[offset:offset + 128]
-    d = (ctypes.c_uint64 * 2)(*dims)
-    st = (ctypes.c_uint64 * 1)(dims[0] * array.itemsize)
-    bx = (ctypes.c_uint32 * 2)(*box)
-    es = (ctypes.c_uint32 * 2)(1, 1)
-    encode = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
-    encode.restype = ctypes.c_int
-    rc = encode(ctypes.c_void_p(view.ctypes.data), F16 if array.itemsize == 2 else F32, 2,
-                ctypes.c_void_p(array.data.ptr), d, st, bx, es, 0, SWIZZLE_128B, L2_256B, 0)
-    assert rc == 0, f"cuTensorMapEncodeTiled: {rc}"
-    dev = cp.empty(128, cp.uint8)
-    dev.set(view)
-    return dev
+    row = dims[0] * array.itemsize
+    spec = MapSpec("f16" if array.itemsize == 2 else "f32", (*dims, 1), (row, row * dims[1]), (*box, 1))
+    return tensor_map(cp, array.data.ptr, spec)
 
 
 def kernel_text(engine, bn, s, tb, reg):
@@ -156,7 +130,7 @@ CONFIGS = ([("hmma", bn, s, tb, reg) for bn in (256, 128) for tb in (0, 1) for r
 def source():
     """The translation unit: the generator's helpers, the TMA helpers, every configuration's kernel."""
     shapes = {(e, bn, 0, tb) for e, bn, s, tb, reg in CONFIGS}
-    return PRELUDE + wgmma_helpers({"hmma", "tf32"}, "f16", shapes) + TMA + "\n".join(
+    return PRELUDE + wgmma_helpers({"hmma", "tf32"}, "f16", shapes) + "\n".join(
         kernel_text(*c)[1] for c in CONFIGS)
 
 
@@ -193,7 +167,7 @@ def main():
         rows.append(dict(what=f"torch {engine} A@B (B [K,N])", ms=t_nn, tflops=flops / t_nn / 1e9))
         print(rows[-2], rows[-1], flush=True)
         bke = 64 if engine == "hmma" else 32
-        map_a = tensor_map(a, (K, M), (bke, 128))
+        map_a = operand_map(a, (K, M), (bke, 128))
         for config in CONFIGS:
             e, bn, s, tb, reg = config
             if e != engine:
@@ -202,7 +176,7 @@ def main():
             fn = module.get_function(name)
             smem = s * (128 + bn) * 128 + 1024 + 16 * s
             fn.max_dynamic_shared_size_bytes = smem
-            map_b = tensor_map(b_nk, (K, N), (bke, bn)) if not tb else tensor_map(b_kn, (N, K), (64, 64))
+            map_b = operand_map(b_nk, (K, N), (bke, bn)) if not tb else operand_map(b_kn, (N, K), (64, 64))
             c = cp.zeros((M, N), cp.float32)
             tiles = -(-M // 128) * -(-N // bn)
             grid = (min(tiles, sms),)

@@ -95,6 +95,11 @@ class Variant:
     specialized: bool = False
     #: Blocks per SM the kernel is built for (``__launch_bounds__``' second argument; 0: none).
     blocks_per_sm: int = 0
+    #: Warp-specialized ``wgmma`` whose producer is one thread issuing TMA tensor copies (two
+    #: tensor maps as the last kernel arguments, :mod:`polyopt.targets.tensor_maps`), with
+    #: ``setmaxnreg`` between the roles; launched only where each operand is a 3-D view (run,
+    #: rows, batch: :func:`polyopt.targets.contraction.tma_specs`).
+    tma: bool = False
 
     @property
     def asynchronous(self) -> bool:
@@ -139,8 +144,12 @@ def contraction_steps(source: CudaSource) -> tuple[ContractionSource, ...]:
 
 
 #: The ``wgmma`` kernels (sm_90a) per engine, listed after the others (the launch takes them
-#: only from a module built for sm_90a, :func:`polyopt.targets.contraction.choose_kernel`):
-#: 128 x 256 (4 stages of 48 KiB, one wgmma group in flight) and 128 x 128 (4 stages of 32 KiB,
+#: only from a module built for sm_90a, :func:`polyopt.targets.contraction.choose_kernel`).
+#: First the TMA kernels (warp-specialized, one producer thread issuing tensor copies,
+#: ``setmaxnreg``), 128 x 256 and 128 x 128 in 4 stages, taken where the operands allow tensor
+#: maps (a hand-written kernel of this design ran f16 4096^3 in 0.234 ms and TF32 in 0.419 on
+#: an H100, against 0.342 and 0.631 for the kernels below: docs/performance.md, "TMA copies").
+#: Then 128 x 256 (4 stages of 48 KiB, one wgmma group in flight) and 128 x 128 (4 stages of 32 KiB,
 #: none), K tiles of 128 bytes; then the warp-specialized ones (384 threads, a producer
 #: warpgroup and mbarriers, :func:`polyopt.codegen.cuda_wgmma._specialized`): 128 x 256 in
 #: 4 stages, 128 x 128 in 6; last 128 x 128 in 3 stages of 32 KiB built for two blocks per SM
@@ -148,12 +157,20 @@ def contraction_steps(source: CudaSource) -> tuple[ContractionSource, ...]:
 #: forced: 0.38, 0.45, 0.49, 0.66 and 0.43 ms in this order (TF32 alike): the last three are
 #: taken only where forced (docs/performance.md, "Contractions").
 WGMMA_VARIANTS = {
-    "hmma": (Variant("hmma", 128, 256, 64, 256, stages=4, wgmma=True, inflight=1),
+    "hmma": (Variant("hmma", 128, 256, 64, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1,
+                     tma=True),
+             Variant("hmma", 128, 128, 64, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1,
+                     tma=True),
+             Variant("hmma", 128, 256, 64, 256, stages=4, wgmma=True, inflight=1),
              Variant("hmma", 128, 128, 64, 256, stages=4, wgmma=True),
              Variant("hmma", 128, 256, 64, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1),
              Variant("hmma", 128, 128, 64, 384, stages=6, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1),
              Variant("hmma", 128, 128, 64, 256, stages=3, wgmma=True, blocks_per_sm=2)),
-    "tf32": (Variant("tf32", 128, 256, 32, 256, stages=4, wgmma=True, inflight=1),
+    "tf32": (Variant("tf32", 128, 256, 32, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1,
+                     tma=True),
+             Variant("tf32", 128, 128, 32, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1,
+                     tma=True),
+             Variant("tf32", 128, 256, 32, 256, stages=4, wgmma=True, inflight=1),
              Variant("tf32", 128, 128, 32, 256, stages=4, wgmma=True),
              Variant("tf32", 128, 256, 32, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1),
              Variant("tf32", 128, 128, 32, 384, stages=6, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1),
@@ -229,6 +246,8 @@ def engine_for(dtype_name: str, precision: str, operand_name: str | None = None)
     return None
 
 
+#: The tensor maps of the left and right operand a TMA kernel takes after the others.
+TMA_MAP_ARGUMENTS = ("_tmL", "_tmR")
 #: The launch arguments after the kernel's own (size parameters, scalars, arrays), in order.
 RUN_ARGUMENTS = ("_M", "_N", "_K", "_sLm", "_sLk", "_sRk", "_sRn", "_sCm", "_sCn", "_Z", "_KO")
 
@@ -554,6 +573,8 @@ def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str
         body = (_simt_body if variant.engine == "simt" else _mma_body)(scop, c, variant, t)
     slots = Slots.of(c)
     params = kernel_parameters(scop, {c.output}) + [f"long {a}" for a in extra_arguments(slots)]
+    if variant.tma:
+        params += [f"const void *{name}" for name in TMA_MAP_ARGUMENTS]
     lines = [f'extern "C" __global__ void __launch_bounds__({variant.threads}{f", {variant.blocks_per_sm}" if variant.blocks_per_sm else ""}) {name}(',
              "    " + ",\n    ".join(params) + ")", "{"]
     return lines + _prologue(c, slots, UnitStrides.of(c)) + body + ["}"]

@@ -29,7 +29,10 @@ operands, f32 accumulation) and ``tf32`` engines (``Variant.wgmma``):
 Warp-specialized variants (``Variant.specialized``, 384 threads, :func:`_specialized`): a
 producer warpgroup issues the copies, two consumer warpgroups only the ``wgmma`` and the epilogue;
 full/empty mbarriers per ring slot replace the block barriers, so the producer fills slots
-while the consumers compute and store.
+while the consumers compute and store. Their TMA form (``Variant.tma``): one producer thread
+issues a 3-D tensor copy per operand and K tile (``cp.async.bulk.tensor`` into the same
+128-byte-swizzled layout, the hardware zero-filling what lies outside the operand), and
+``setmaxnreg`` gives the consumers the producer warpgroup's registers.
 
 The kernels are compiled only where ``__CUDA_ARCH_FEAT_SM90_ALL`` is defined (``-arch=sm_90a``);
 built for any other target their body is empty, and the launch selection takes them only from a
@@ -94,6 +97,13 @@ def transposed_copies(c: Contraction, v) -> tuple[bool, bool]:
     return tuple(bool(layouts and layouts[i] and not k_unit) for i, k_unit in enumerate((unit.lk, unit.rk)))
 
 
+def tma_layouts(c: Contraction, v) -> bool:
+    """Whether the TMA kernel ``v`` can compute ``c``: one operand pair, each operand a tile
+    the tensor copies write as the ``wgmma`` reads it (a TF32 operand transposed on its way in
+    cannot be: TMA moves boxes, it does not transpose 4-byte elements)."""
+    return len(c.pairs) == 1 and wgmma_layouts(c, v) is not None and not any(transposed_copies(c, v))
+
+
 def tile_bytes(v, rows: int) -> int:
     """Bytes of one operand's K tile (``rows`` M or N indices by 128 bytes of K)."""
     return rows * ROW_BYTES
@@ -118,7 +128,7 @@ def check_variant(v, operand_bytes: int) -> None:
     threads = (3 if v.specialized else 2) * WARPGROUP_THREADS
     if (v.bm != 2 * WARPGROUP_ROWS or v.threads != threads or v.bk != per_row
             or v.bn % 64 or not 64 <= v.bn <= 256 or v.stages < 2 + v.inflight or v.inflight not in (0, 1)
-            or (v.specialized and v.inflight != 1)
+            or (v.specialized and v.inflight != 1) or (v.tma and not v.specialized)
             or any(rows * ROW_BYTES % (16 * copy_threads(v)) for rows in (v.bm, v.bn))):
         raise ValueError(f"wgmma contraction tile {v}: needs BM = 128, 256 threads (384 warp-specialized, "
                          "one wgmma group in flight), BK = 128 bytes, BN a multiple of 64 up to 256")
@@ -161,6 +171,19 @@ def wgmma_helpers(engines: set[str], half: str | None, shapes: set[tuple[str, in
            '    asm volatile("{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}\\n"',
            '                 : "=r"(ok) : "r"(a), "r"(parity) : "memory");',
            "}",
+           "/* TMA (warp-specialized TMA kernels): the producer's arrival announcing a slot's bytes, a",
+           "   3-D tensor copy completing on that mbarrier (a tensor map in global memory, coordinates",
+           "   inner first: the contiguous run, the rows, the batch), and the map's prefetch */",
+           "__device__ inline void pl_mb_expect(uint64_t *b, unsigned bytes) {",
+           '  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" '
+           ':: "r"((unsigned)__cvta_generic_to_shared(b)), "r"(bytes) : "memory");',
+           "}",
+           "__device__ inline void pl_tma3(void *dst, const void *map, int c0, int c1, int c2, uint64_t *b) {",
+           '  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"',
+           '               :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2),',
+           '                  "r"((unsigned)__cvta_generic_to_shared(b)) : "memory");',
+           "}",
+           '__device__ inline void pl_tma_prefetch(const void *map) { asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory"); }',
            ]
     for engine, n, ta, tb in sorted(shapes):
         regs = n // 2
@@ -376,22 +399,97 @@ def _specialized(c: Contraction, v, layouts, init, store, advance, copies, k_sta
     waits for all. The consumers walk every pair's tiles in one loop. A consumer keeps one
     ``wgmma`` group in flight and frees the slot of the tile before once that group is done; the
     producer goes on to the next block tile's copies while the consumers store theirs. No
-    ``setmaxnreg``: the consumers fit the 168 registers of 384 threads (128 accumulators at BN =
-    256), and with it ptxas must fit the producer's copies into what the producer keeps (40 to
-    88 registers: it spilled)."""
+    ``setmaxnreg`` with ``cp.async`` copies: the consumers fit the 168 registers of 384 threads
+    (128 accumulators at BN = 256), and with it ptxas must fit the producer's copies into what
+    the producer keeps (40 to 88 registers: it spilled). A TMA kernel (``Variant.tma``) has one
+    producer thread issuing tensor copies (:func:`_tma_producer`): the full mbarriers then count
+    its one arrival and the copies' bytes, and the roles trade registers (``setmaxnreg``)."""
     slots = Slots.of(c)
     s = v.stages
     out = [f"  uint64_t *const _full = (uint64_t *)(_Bs + {s * tile_bytes(v, v.bn)}), *const _empty = _full + {s};",
            "  if (threadIdx.x == 0) {",
-           f"    for (int _s = 0; _s < {s}; _s++) {{ pl_mb_init(&_full[_s], {WARPGROUP_THREADS}); "
+           f"    for (int _s = 0; _s < {s}; _s++) {{ pl_mb_init(&_full[_s], {1 if v.tma else WARPGROUP_THREADS}); "
            f"pl_mb_init(&_empty[_s], {2 * WARPGROUP_THREADS}); }}",
            '    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");',
            "  }",
            "  __syncthreads();",
            "  unsigned _it = 0;  /* tiles through the ring so far */",
-           f"  if (threadIdx.x < {WARPGROUP_THREADS}) {{  /* producer */",
-           "  const int _ct = threadIdx.x;"]
+           f"  if (threadIdx.x < {WARPGROUP_THREADS}) {{  /* producer */"]
+    if v.tma:
+        out += _tma_producer(c, v, layouts, advance, k_state, t)
+    else:
+        out += ["  const int _ct = threadIdx.x;"] + _copying_producer(c, v, advance, copies, k_state, t)
+    out += ["  } else {  /* consumers */"]
+    if v.tma:
+        out.append(f'  asm volatile("setmaxnreg.inc.sync.aligned.u32 {TMA_CONSUMER_REGISTERS};");')
+    out += [f"  const int _wg = threadIdx.x / {WARPGROUP_THREADS} - 1, _wq = (threadIdx.x % {WARPGROUP_THREADS}) / 32;",
+            "  const int _lane = threadIdx.x % 32, _g = _lane / 4, _tg = _lane % 4;"]
     out += grid_loops(c, slots, t)
+    out += init + [_tile_count(slots.pairs)] + keep
+    out += ["      for (long _tile = 0; _tile < _NT; _tile++, _it++) {",
+            f"        const int _cs = _it % {s};",
+            f"        pl_mb_wait(&_full[_cs], (_it / {s}) & 1);"]
+    if not v.tma:  # (tensor copies write through the async proxy that wgmma reads)
+        out.append("        pl_proxy_fence();")
+    out += ["        pl_wg_fence();"]
+    out += _mma_steps(c, v, layouts)
+    out += ["        pl_wg_commit();",
+            "        pl_wg_wait<1>();",
+            f"        if (_tile > 0) pl_mb_arrive(&_empty[(_it - 1) % {s}]);",
+            "      }",
+            "      pl_wg_wait<0>();"] + keep + [
+            f"      if (_NT > 0) pl_mb_arrive(&_empty[(_it - 1) % {s}]);"]
+    out += store + ["    }", "    }", "  }", "  }", "#endif"]
+    return out
+
+
+#: Registers per thread of a TMA kernel's roles after ``setmaxnreg``: the producer warpgroup
+#: (one thread issues every copy) gives registers up to the two consumer warpgroups
+#: (128 x 40 + 256 x 232 = 64,512 of the SM's 65,536).
+TMA_PRODUCER_REGISTERS = 40
+TMA_CONSUMER_REGISTERS = 232
+
+
+def _tma_producer(c: Contraction, v, layouts: tuple[bool, bool], advance: list[str], k_state: list[str],
+                  t: str) -> list[str]:
+    """The producer of a TMA kernel: its warpgroup lowers its registers, and thread 0 walks the
+    block's tiles as the consumers do; per K tile it waits for the ring slot to be empty,
+    announces the slot's bytes on its full mbarrier and issues one 3-D tensor copy per operand
+    (K-major: the box of ``BK`` K values by the tile's rows; MN-major, halves: one box of 64
+    M/N indices by ``BK`` K rows per block of 64), which complete on that mbarrier. The tensor
+    maps (``_tmL``, ``_tmR``: the operands as 3-D arrays, inner dimension first, the batch
+    ``_z`` last, 128-byte swizzle) zero-fill what lies outside the operand, so edge tiles need
+    no checks; the launch takes these kernels only where the batch slots in use are one
+    dimension of both operands, without outer-K slots, with one operand pair
+    (:func:`polyopt.targets.contraction.tma_specs`)."""
+    s = v.stages
+    copies = []
+    for buf, rows, k_major, tensor_map, row0 in (("_As", v.bm, layouts[0], "_tmL", "_m0"),
+                                                 ("_Bs", v.bn, layouts[1], "_tmR", "_n0")):
+        slot = f"{buf} + _ls * {tile_bytes(v, rows)}"
+        if k_major:
+            copies.append(f"        pl_tma3({slot}, {tensor_map}, (int)_nk0, (int){row0}, (int)_z, &_full[_ls]);")
+        else:
+            copies += [f"        pl_tma3({slot} + {j * v.bk * ROW_BYTES}, {tensor_map}, (int)({row0} + {64 * j}), "
+                       f"(int)_nk0, (int)_z, &_full[_ls]);" for j in range(rows // 64)]
+    out = [f'  asm volatile("setmaxnreg.dec.sync.aligned.u32 {TMA_PRODUCER_REGISTERS};");',
+           "  if (threadIdx.x == 0) {",
+           "  pl_tma_prefetch(_tmL); pl_tma_prefetch(_tmR);"]
+    out += grid_loops(c, Slots.of(c), t)
+    out += k_state + [
+        "      for (long _tile = 0; _tile < _NT; _tile++, _it++) {",
+        f"        const int _ls = _it % {s};",
+        f"        pl_mb_wait(&_empty[_ls], ((_it / {s}) & 1) ^ 1);",
+        f"        pl_mb_expect(&_full[_ls], {tile_bytes(v, v.bm) + tile_bytes(v, v.bn)});"] + copies + advance + [
+        "      }"]
+    return out + ["    }", "    }", "  }", "  }"]
+
+
+def _copying_producer(c: Contraction, v, advance: list[str], copies, k_state: list[str], t: str) -> list[str]:
+    """The producer of a warp-specialized ``cp.async`` kernel (:func:`_specialized`): all 128
+    threads copy, and mark a slot full one tile late."""
+    s = v.stages
+    out = grid_loops(c, Slots.of(c), t)
 
     def produce(pair: tuple[Operand, Operand]) -> list[str]:
         return k_state + [
@@ -408,23 +506,4 @@ def _specialized(c: Contraction, v, layouts, init, store, advance, copies, k_sta
             "      pl_cp_wait<0>();",
             "      pl_proxy_fence();",
             f"      if (_NT > 0) pl_mb_arrive(&_full[(_it - 1) % {s}]);"]
-    out += pair_k_loops(c, produce) + ["    }", "    }", "  }"]
-    out += ["  } else {  /* consumers */",
-            f"  const int _wg = threadIdx.x / {WARPGROUP_THREADS} - 1, _wq = (threadIdx.x % {WARPGROUP_THREADS}) / 32;",
-            "  const int _lane = threadIdx.x % 32, _g = _lane / 4, _tg = _lane % 4;"]
-    out += grid_loops(c, slots, t)
-    out += init + [_tile_count(slots.pairs)] + keep
-    out += ["      for (long _tile = 0; _tile < _NT; _tile++, _it++) {",
-            f"        const int _cs = _it % {s};",
-            f"        pl_mb_wait(&_full[_cs], (_it / {s}) & 1);",
-            "        pl_proxy_fence();",
-            "        pl_wg_fence();"]
-    out += _mma_steps(c, v, layouts)
-    out += ["        pl_wg_commit();",
-            "        pl_wg_wait<1>();",
-            f"        if (_tile > 0) pl_mb_arrive(&_empty[(_it - 1) % {s}]);",
-            "      }",
-            "      pl_wg_wait<0>();"] + keep + [
-            f"      if (_NT > 0) pl_mb_arrive(&_empty[(_it - 1) % {s}]);"]
-    out += store + ["    }", "    }", "  }", "  }", "#endif"]
-    return out
+    return out + pair_k_loops(c, produce) + ["    }", "    }", "  }"]

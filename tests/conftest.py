@@ -159,13 +159,13 @@ CONTRACTION_TILES = range(max(len(variants) for variants in VARIANTS.values()))
 def force_contraction_tile(monkeypatch, tile: int) -> list:
     """Make every contraction launch take kernel ``tile`` of its source (a ``wgmma`` one only
     from an sm_90a build, an asynchronous one only where the operands are in whole 16-byte
-    vectors: else the test is skipped), with no replays of an earlier test's recorded launches;
+    vectors, a TMA one only where the launch has tensor maps: else the test is skipped), with no replays of an earlier test's recorded launches;
     the kernels launched are noted in the list returned."""
     monkeypatch.setattr(CudaKernel, "recorded", lambda self, key: None)
     einsum_calls.clear()
     taken = []
 
-    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False):
+    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False, tma=False):
         if tile >= len(source.variants):
             pytest.skip(f"the source has {len(source.variants)} kernels")
         name, variant = source.variants[tile]
@@ -174,6 +174,8 @@ def force_contraction_tile(monkeypatch, tile: int) -> list:
         layout = contraction.launch_layout(source.contraction, variant, extent, shapes)
         if variant.asynchronous and not contraction.async_aligned(source.contraction, variant, layout, aligned_operands):
             pytest.skip("cp.async kernel, operands not in whole 16-byte vectors")
+        if variant.tma and not (tma and contraction.tma_specs(source, variant, layout)):
+            pytest.skip("TMA kernel, this launch has no tensor maps (batch slots that are no one dimension, an outer-K slot, a capture)")
         taken.append(name)
         return name, variant, layout
     monkeypatch.setattr(contraction, "choose_kernel", forced)

@@ -18,6 +18,8 @@ program order (each nest runs whole before the next, as in the program).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
+from importlib import import_module
 from math import prod
 
 import islpy as isl
@@ -29,14 +31,15 @@ from polyopt.analysis.contraction import (ELEMENT, PRECISIONS, Contraction, epil
 from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
-from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED,
+from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED, RUN_ARGUMENTS,
                                               VARIANTS, ContractionProgramSource, ContractionSource, Variant,
                                               contraction_source, engine_for,
                                               WGMMA_MIN_K, operand_stride_positions, shared_bytes, staged_tiles)
 from polyopt.codegen.contraction_text import Slots
-from polyopt.codegen.cuda_wgmma import wgmma_layouts
+from polyopt.codegen.cuda_wgmma import ROW_BYTES, tma_layouts, wgmma_layouts
 from polyopt.codegen.gpu_mapping import GpuProgram, map_to_gpu
 from polyopt.errors import IllegalScheduleError, ScheduleError
+from polyopt.targets.tensor_maps import MapSpec, TmaLaunch
 from polyopt.schedulers.registry import schedule as run_scheduler
 from polyopt.transform.contraction_tree import coordinate_tree, program_tree
 from polyopt.transform.schedule import Schedule
@@ -162,7 +165,8 @@ def tile_kernels(scop: Scop, c: Contraction, engine: str, kernel: str) -> tuple[
     """The kernels of ``c`` by ``engine``: (name, tile shape) per tile shape that can compute
     it, named ``kernel``, ``kernel_1``, ..."""
     variants = [v for v in VARIANTS[(engine, scop.arrays[c.left.array].dtype.name)]
-                if ((wgmma_layouts(c, v) is not None) if v.wgmma else (not v.asynchronous or staged_tiles(c, v)))]
+                if ((wgmma_layouts(c, v) is not None and (not v.tma or tma_layouts(c, v)))
+                    if v.wgmma else (not v.asynchronous or staged_tiles(c, v)))]
     return tuple((kernel if k == 0 else f"{kernel}_{k}", v) for k, v in enumerate(variants))
 
 
@@ -263,8 +267,44 @@ def async_aligned(c: Contraction, variant: Variant, layout: Launch, aligned_oper
     return all(layout.arguments[p] % per_vector == 0 for p in operand_stride_positions(c))
 
 
+def tma_specs(source: ContractionSource, variant: Variant, layout: Launch) -> tuple[MapSpec, MapSpec] | None:
+    """The tensor maps TMA kernel ``variant`` of ``source`` reads its operands through for this
+    launch (left, right), None where it may not run it: an outer-K slot in use, batch slots in
+    use that are not one dimension of both operands (each operand's stride in a slot the
+    extent of the next slot times its stride there, none 0: the copies address the batch by the
+    block's ``_z``), or a map the driver does not take (a stride that is no whole number of
+    16-byte vectors, or too large). Each operand is 3-D: a K-major one (K run contiguous)
+    (K, rows, batch) with boxes of ``BK`` by the tile's rows; an MN-major one (halves) (rows,
+    K, batch) with boxes of 64 by ``BK``."""
+    m, n, k, s_lm, s_lk, s_rk, s_rn = layout.arguments[:7]
+    z, ko = layout.arguments[9], layout.arguments[10]
+    if ko != 1:
+        return None
+    slots = [layout.arguments[len(RUN_ARGUMENTS) + 4 * j:len(RUN_ARGUMENTS) + 4 * j + 4]
+             for j in range(Slots.of(source.contraction).batch)]
+    used = [(extent, left, right) for extent, left, right, _ in slots if extent > 1]
+    for (_, outer_left, outer_right), (extent, left, right) in zip(used, used[1:]):
+        if outer_left != extent * left or outer_right != extent * right:
+            return None
+    c = source.contraction
+    dtype = source.program.scop.arrays[c.left.array].dtype.name
+    size = ROW_BYTES // variant.bk
+    k_major = wgmma_layouts(c, variant)
+    specs = []
+    for side, by_k, rows, tile, row_stride, k_stride in ((1, k_major[0], m, variant.bm, s_lm, s_lk),
+                                                         (2, k_major[1], n, variant.bn, s_rn, s_rk)):
+        # no batch: any valid stride over a dimension of one (the whole operand's)
+        outer = used[-1][side] if used else (rows * row_stride if by_k else k * k_stride)
+        if by_k:
+            specs.append(MapSpec(dtype, (k, rows, z), (row_stride * size, outer * size), (variant.bk, tile, 1)))
+        else:
+            specs.append(MapSpec(dtype, (rows, k, z), (k_stride * size, outer * size), (64, variant.bk, 1)))
+    return (specs[0], specs[1]) if all(spec.allowed() for spec in specs) else None
+
+
 def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dict[str, tuple[int, ...]],
-                  sm_count: int, aligned_operands: bool = True, wgmma: bool = False) -> tuple[str, Variant, Launch]:
+                  sm_count: int, aligned_operands: bool = True, wgmma: bool = False,
+                  tma: bool = False) -> tuple[str, Variant, Launch]:
     """The kernel of ``source`` to launch (name, tile shape, layout). The candidates are the
     asynchronous kernels where the launch lets them run (:func:`async_aligned`), else the
     register-staged ones (measured on an H100, the ``cp.async`` kernels were as fast or faster on
@@ -277,7 +317,9 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
     ``wgmma``: the module was built for sm_90a (an H100/H200); its ``wgmma`` kernels are then
     the candidates where the operands allow ``cp.async`` as above, the sum has
     :data:`~polyopt.codegen.cuda_contraction.WGMMA_MIN_K` terms or more and 128 x 128 tiles
-    make at least one block per SM; otherwise they never are."""
+    make at least one block per SM; otherwise they never are. ``tma``: the launch may take the
+    TMA kernels (not while a stream captures a graph); among the ``wgmma`` kernels they are
+    then the candidates where :func:`tma_specs` allows them, else the others."""
     c = source.contraction
     hopper = [v for _, v in source.variants if v.wgmma] if wgmma else []
     if hopper:
@@ -285,7 +327,9 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
         m, n, k, z, ko = (layout.arguments[i] for i in (0, 1, 2, 9, 10))
         if (k * ko >= WGMMA_MIN_K and -(-m // 128) * -(-n // 128) * z >= sm_count
                 and async_aligned(c, hopper[0], layout, aligned_operands)):
-            return _best(source, extent, shapes, sm_count, lambda v: v.wgmma)
+            mapped = [v for v in hopper if v.tma] if tma else []
+            use_tma = bool(mapped) and tma_specs(source, mapped[0], layout) is not None
+            return _best(source, extent, shapes, sm_count, lambda v: v.wgmma and v.tma == use_tma)
     asynchronous = [v for _, v in source.variants if v.asynchronous and not v.wgmma]
     use_async = bool(asynchronous) and async_aligned(
         c, asynchronous[0], launch_layout(c, asynchronous[0], extent, shapes), aligned_operands)
@@ -323,12 +367,14 @@ def launch(source: ContractionSource, module, abi_values: list, params: dict[str
     c = source.contraction
     shapes = tuple(arrays[name].shape for name in (*c.operand_arrays, c.output))
     aligned = all(arrays[name].data.ptr % COPY_BYTES == 0 for name in c.operand_arrays)
-    key = (id(source), tuple(params.items()), shapes, sm_count, aligned, wgmma)
+    cupy = import_module("cupy") if wgmma else None
+    tma = wgmma and not _capturing(cupy)
+    key = (id(source), tuple(params.items()), shapes, sm_count, aligned, wgmma, tma)
     known = _CHOSEN.get(key)
     if known is not None and known[0] is source and known[1] is choose_kernel:
         prepared = known[2]
     else:
-        prepared = _prepared(source, params, arrays, sm_count, aligned, wgmma)
+        prepared = _prepared(source, params, arrays, sm_count, aligned, wgmma, tma)
         if len(_CHOSEN) >= MAX_CHOSEN:
             _CHOSEN.clear()
         _CHOSEN[key] = (source, choose_kernel, prepared)
@@ -339,7 +385,27 @@ def launch(source: ContractionSource, module, abi_values: list, params: dict[str
         module.get_function(prepared.name)(prepared.grid, prepared.block, args)
         return
     allow_dynamic_shared(module, prepared.name, prepared.shared)
-    module.get_function(prepared.name)(prepared.grid, prepared.block, args, shared_mem=prepared.shared)
+    function = module.get_function(prepared.name)
+    if prepared.maps is None:
+        function(prepared.grid, prepared.block, args, shared_mem=prepared.shared)
+        return
+    positions = tuple(next(p for p, value in enumerate(abi_values) if value is arrays[operand.array])
+                      for operand in c.pairs[0])
+    if hasattr(module, "raw_function"):  # a recorder: it records the launch as a TmaLaunch
+        function(prepared.grid, prepared.block, args, shared_mem=prepared.shared,
+                 tensor_maps=(cupy, positions, prepared.maps))
+    else:
+        TmaLaunch(cupy, partial(function, shared_mem=prepared.shared), positions, prepared.maps)(
+            prepared.grid, prepared.block, args)
+
+
+def _capturing(cupy) -> bool:
+    """Whether the current stream captures a CUDA graph (which would hold the addresses of
+    tensor maps that the cache may drop: :mod:`polyopt.targets.tensor_maps`)."""
+    try:
+        return bool(cupy.cuda.get_current_stream().is_capturing())
+    except AttributeError:  # a CuPy without capture queries
+        return True
 
 
 @dataclass(frozen=True)
@@ -353,17 +419,29 @@ class _Prepared:
     block: tuple[int, int, int]
     shared: int
     arguments: tuple
+    #: A TMA kernel's tensor map layouts (left, right operand), None for the others.
+    maps: tuple[MapSpec, MapSpec] | None = None
 
 
 def _prepared(source: ContractionSource, params: dict[str, int], arrays: dict, sm_count: int, aligned: bool,
-              wgmma: bool) -> _Prepared:
-    """The launch :func:`choose_kernel` chooses for these parameter values and arrays."""
+              wgmma: bool, tma: bool) -> _Prepared:
+    """The launch :func:`choose_kernel` chooses for these parameter values and arrays (a TMA
+    kernel's grid at most one block per SM: each block walks its tiles, the producer copying
+    the next tile's operands while the consumers store the last one)."""
     c = source.contraction
     extent = {i: int(evaluate(e, params, {})) for i, e in c.extent.items()}
     shapes = {name: tuple(arrays[name].shape) for name in (*c.operand_arrays, c.output)}
-    name, variant, layout = choose_kernel(source, extent, shapes, sm_count, aligned, wgmma=wgmma)
-    return _Prepared(name, layout.grid, (variant.threads, 1, 1), shared_bytes(c, variant),
-                     tuple(np.int64(v) for v in layout.arguments))
+    name, variant, layout = choose_kernel(source, extent, shapes, sm_count, aligned, wgmma=wgmma, tma=tma)
+    grid, maps = layout.grid, None
+    if variant.tma:
+        maps = tma_specs(source, variant, layout)
+        if maps is None:
+            raise ValueError(f"contraction kernel {name}: a TMA kernel chosen for a launch without tensor maps")
+        if grid is not None and grid[0] <= sm_count:
+            rows = max(1, min(grid[1], sm_count // grid[0]))
+            grid = (grid[0], rows, max(1, min(grid[2], sm_count // (grid[0] * rows))))
+    return _Prepared(name, grid, (variant.threads, 1, 1), shared_bytes(c, variant),
+                     tuple(np.int64(v) for v in layout.arguments), maps)
 
 
 #: The launch :func:`launch` prepared (:class:`_Prepared`), by source (its identity: the source
@@ -394,4 +472,4 @@ def allow_dynamic_shared(module, name: str, nbytes: int) -> None:
 
 __all__ = ["ContractionPlan", "Launch", "allow_dynamic_shared", "array_strides", "async_aligned", "check_precision", "choose_kernel",
            "contraction_engine", "contraction_plan", "contraction_program_plan", "describe_tiles", "launch",
-           "launch_layout", "mapped_contraction", "tile_kernels"]
+           "launch_layout", "mapped_contraction", "tile_kernels", "tma_specs"]

@@ -47,6 +47,7 @@ from polyopt.targets.resident import (ResidentSource, launch as launch_resident,
                                      with_resident_stencil)
 from polyopt.targets.sm90a import sm90a_module
 from polyopt.targets.stencil import DEFAULT_RANKS, array_extents, launch as launch_stencil, stencil_plan
+from polyopt.targets.tensor_maps import TmaLaunch
 from polyopt.types import bf16
 from polyopt.schedulers.registry import schedule as run_scheduler
 from polyopt.schedulers import gpu as gpu_choice
@@ -781,8 +782,7 @@ class RepeatedCall:
                                                             for v in given):
             return None
         values = [np.uint64(v.data.ptr) if is_cupy(v) else v for v in record.values(named)]
-        launches = tuple((function, grid, block, (*values, *tail))
-                         for function, grid, block, tail in record.launches)
+        launches = tuple(_bound(function, grid, block, (*values, *tail)) for function, grid, block, tail in record.launches)
         return cls(tuple(kwargs), tuple(map(id, given)), tuple(v for v in given if not is_cupy(v)),
                    _layouts(given), launches)
 
@@ -832,9 +832,12 @@ class _Recorder:
     def get_function(self, name: str):
         function = self.module.get_function(name)
 
-        def launch(grid, block, args, shared_mem: int = 0, enable_cooperative_groups: bool = False):
+        def launch(grid, block, args, shared_mem: int = 0, enable_cooperative_groups: bool = False,
+                   tensor_maps: tuple | None = None):
             run = partial(function.kernel, enable_cooperative_groups=True) if enable_cooperative_groups else function
             run = run if not shared_mem else partial(run, shared_mem=shared_mem)
+            if tensor_maps is not None:  # (cupy, operand positions, map layouts): the maps per call
+                run = TmaLaunch(tensor_maps[0], run, *tensor_maps[1:])
             self.launches.append((run, tuple(grid), tuple(block), tuple(args[self.leading:])))
             run(grid, block, args)
         return launch
@@ -852,6 +855,14 @@ class _Recorder:
                           for a in abi_arguments(scop))
         written = frozenset(w.array for s in scop.statements for w in s.writes)
         return LaunchRecord(scop.name, arguments, written, tuple(self.launches))
+
+
+def _bound(function, grid: tuple, block: tuple, args: tuple) -> tuple:
+    """A launch of a :class:`RepeatedCall`: a TMA launch with the tensor maps of its arrays
+    bound, held with the launch (and so with a graph captured from it)."""
+    if isinstance(function, TmaLaunch):
+        function, args = function.bound(args)
+    return function, grid, block, args
 
 
 def _load(module, names) -> None:

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 import polyopt as po
+from polyopt.analysis.contraction import find_contraction
 from polyopt.codegen.cuda_contraction import WGMMA_VARIANTS, ContractionSource
+from polyopt.codegen.cuda_wgmma import tma_layouts
 from polyopt.targets import contraction
 from polyopt.targets.contraction import async_aligned, choose_kernel, launch_layout
 from polyopt.targets.cache import scop_of
@@ -47,7 +49,8 @@ def test_the_source_has_wgmma_kernels_where_the_operands_allow():
     nt = _source("ik,jk->ij", [(64, 64), (64, 64)], "float32", "tf32").source
     assert "m64n128k8.f32.tf32.tf32" in nt and "pl_cp4(_" not in nt
     nn = _source("ij,jk->ik", [(64, 64), (64, 64)], "float32", "tf32")
-    assert sum(v.wgmma for _, v in nn.variants) == len(WGMMA_VARIANTS["tf32"]) and "pl_cp4(_d0" in nn.source
+    assert sum(v.wgmma for _, v in nn.variants) == sum(not v.tma for v in WGMMA_VARIANTS["tf32"])  # no TMA ones
+    assert "pl_cp4(_d0" in nn.source
     assert "_s0 = op1 + _offR" in nn.source and "_s0 = op0" not in nn.source  # B only
     assert "mbarrier.try_wait.parity" in nn.source  # warp-specialized
     assert "wgmma" not in _source("ij,jk->ik", [(64, 64), (64, 64)], "float32").source  # exact f32: SIMT
@@ -71,10 +74,56 @@ def test_wgmma_kernels_are_chosen_only_from_an_sm90a_build():
     assert not by_size(4096, 4096, 128).wgmma  # a sum of fewer than WGMMA_MIN_K terms
     assert not by_size(1024, 1024, 4096).wgmma  # 64 tiles of 128 x 128 leave SMs idle
     assert not choose_kernel(source, extent, {"op0": (4096,) * 2, "op1": (4096,) * 2, "out": (4096,) * 2}, 132)[1].wgmma
-    assert chosen() == WGMMA_VARIANTS["hmma"][0]  # the warp-specialized ones only where forced (not yet measured)
+    first_copying = next(v for v in WGMMA_VARIANTS["hmma"] if not v.tma)
+    assert chosen() == first_copying  # no TMA asked for (a graph capture): the cp.async kernels
     tf32 = _source("ij,jk->ik", [(8, 8), (8, 8)], "float32", "tf32")  # B by K rows: transposed into its tiles
-    assert choose_kernel(tf32, extent, {"op0": (4096,) * 2, "op1": (4096,) * 2, "out": (4096,) * 2}, 132,
-                         wgmma=True)[1] == WGMMA_VARIANTS["tf32"][0]
+    squares = {"op0": (4096,) * 2, "op1": (4096,) * 2, "out": (4096,) * 2}
+    assert not any(v.tma for _, v in tf32.variants)  # TMA does not transpose 4-byte elements
+    assert choose_kernel(tf32, extent, squares, 132, wgmma=True, tma=True)[1] == \
+        next(v for v in WGMMA_VARIANTS["tf32"] if not v.tma)
+
+
+def test_tma_kernels_are_chosen_where_the_operands_are_plain_2d_views():
+    source = _source("ij,jk->ik", [(8, 8), (8, 8)])  # A K-major, B N-major (read transposed)
+    squares = {"op0": (4096,) * 2, "op1": (4096,) * 2, "out": (4096,) * 2}
+    extent = {"i_i": 4096, "i_j": 4096, "i_k": 4096}
+    name, variant, layout = choose_kernel(source, extent, squares, 132, wgmma=True, tma=True)
+    assert variant == WGMMA_VARIANTS["hmma"][0] and variant.tma and variant.bn == 256
+    left, right = contraction.tma_specs(source, variant, layout)
+    assert (left.dtype, left.dims, left.strides, left.box) == ("f16", (4096, 4096, 1), (8192, 2**25), (64, 128, 1))
+    assert (right.dims, right.strides, right.box) == ((4096, 4096, 1), (8192, 2**25), (64, 64, 1))  # (N, K)
+    # batch slots: one dimension of both operands (b and h of attention adjacent), the block's _z
+    attention = _source("bhqd,bhkd->bhqk", [(2, 2, 8, 64), (2, 2, 8, 64)])
+    shapes = {"op0": (4, 8, 1024, 512), "op1": (4, 8, 1024, 512), "out": (4, 8, 1024, 1024)}
+    extent = {"i_b": 4, "i_h": 8, "i_q": 1024, "i_k": 1024, "i_d": 512}
+    _, variant, layout = choose_kernel(attention, extent, shapes, 132, wgmma=True, tma=True)
+    assert variant.tma
+    left, right = contraction.tma_specs(attention, variant, layout)
+    assert left.dims == (512, 1024, 32) and left.strides == (1024, 2**20) and right.dims == (512, 1024, 32)
+    # the 1x1 convolution: n is a batch slot that the weights do not have (a stride of 0)
+    convolution = _source("nchw,kc->nkhw", [(2, 8, 4, 4), (8, 8)])
+    shapes = {"op0": (32, 256, 28, 28), "op1": (256, 256), "out": (32, 256, 28, 28)}
+    chosen = choose_kernel(convolution, {"i_n": 32, "i_c": 256, "i_h": 28, "i_w": 28, "i_k": 256}, shapes, 132,
+                           wgmma=True, tma=True)
+    assert chosen[1].wgmma and not chosen[1].tma and chosen[2].arguments[9] == 32
+    tf32 = _source("ik,jk->ij", [(8, 8), (8, 8)], "float32", "tf32")  # both K-major: TF32 TMA kernels
+    _, variant, layout = choose_kernel(tf32, {"i_i": 4096, "i_j": 4096, "i_k": 4096}, squares, 132, wgmma=True,
+                                       tma=True)
+    assert variant.tma and contraction.tma_specs(tf32, variant, layout)[1].box == (32, 256, 1)
+    # syr2k's two operand pairs: the tensor copies address one pair's operands
+    two_pairs = find_contraction(scop_of(po.suite.get("syr2k").kernel))
+    assert len(two_pairs.pairs) == 2 and not tma_layouts(two_pairs, WGMMA_VARIANTS["hmma"][0])
+
+
+def test_the_tma_kernel_text():
+    """One producer thread announces each slot's bytes and issues the tensor copies (K-major:
+    one box per operand; MN-major: a box per 64 indices); the roles trade registers."""
+    text = _source("ij,jk->ik", [(8, 8), (8, 8)]).source
+    assert 'setmaxnreg.dec.sync.aligned.u32 40' in text and 'setmaxnreg.inc.sync.aligned.u32 232' in text
+    assert "pl_mb_expect(&_full[_ls], 49152);" in text  # (128 + 256) rows of 128 bytes
+    assert "pl_tma3(_As + _ls * 16384, _tmL, (int)_nk0, (int)_m0, (int)_z, &_full[_ls]);" in text
+    assert "pl_tma3(_Bs + _ls * 32768 + 24576, _tmR, (int)(_n0 + 192), (int)_nk0, (int)_z, &_full[_ls]);" in text
+    assert "const void *_tmL,\n    const void *_tmR)" in text
 
 
 _NVCC_SOURCES = {
@@ -127,13 +176,18 @@ def _force_wgmma(monkeypatch, which: int) -> list:
     einsum_calls.clear()
     taken = []
 
-    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False):
+    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False, tma=False):
         if not wgmma:
             pytest.skip("the module is not an sm_90a build")
-        name, variant = [(n, v) for n, v in source.variants if v.wgmma][which]
+        kernels = [(n, v) for n, v in source.variants if v.wgmma]
+        if which >= len(kernels):
+            pytest.skip(f"the source has {len(kernels)} wgmma kernels (no TMA ones for these operands)")
+        name, variant = kernels[which]
         layout = launch_layout(source.contraction, variant, extent, shapes)
         if not async_aligned(source.contraction, variant, layout, aligned_operands):
             pytest.skip("operands not in whole 16-byte vectors")
+        if variant.tma and not (tma and contraction.tma_specs(source, variant, layout)):
+            pytest.skip("TMA kernel, this launch has no tensor maps (batch slots that are no one dimension, an outer-K slot)")
         taken.append(name)
         return name, variant, layout
     monkeypatch.setattr(contraction, "choose_kernel", forced)
@@ -264,3 +318,36 @@ def test_bf16_wgmma_matches_float64(subscripts, shapes, which, monkeypatch):
     kernel.launch(bound.params, bound.scalars, device)
     assert taken
     assert _relative_error(out.get(), expected) < 2e-3
+
+
+@needs_gpu
+def test_repeated_tma_calls_follow_their_operands(monkeypatch):
+    """The tensor maps hold the operands' addresses: calls on new arrays of the same shapes
+    (the recorded launches of po.einsum), the same arrays again (a RepeatedCall), and PyTorch
+    tensors each get the maps of their own operands; a ragged size is zero-filled at the edges."""
+    import cupy
+
+    if not _hopper():
+        pytest.skip("wgmma needs compute capability 9.0")
+    chooser, taken = contraction.choose_kernel, []
+
+    def noting(*args, **kwargs):
+        chosen = chooser(*args, **kwargs)
+        taken.append(chosen[1].tma)
+        return chosen
+    monkeypatch.setattr(contraction, "choose_kernel", noting)
+    einsum_calls.clear()
+    rng = np.random.default_rng(9)
+    for m, k, n in ((1536, 512, 1536), (1536, 512, 1536), (1544, 520, 1528)):
+        a, b = rng.standard_normal((m, k)).astype(np.float16), rng.standard_normal((k, n)).astype(np.float16)
+        expected = a.astype(float) @ b.astype(float)
+        da, db = cupy.asarray(a), cupy.asarray(b)
+        for _ in range(3):
+            assert _relative_error(po.einsum("ij,jk->ik", da, db).get(), expected) < 2e-3
+    assert taken and all(taken), taken
+    torch = pytest.importorskip("torch")
+    for _ in range(2):
+        a, b = (torch.randn(s, device="cuda", dtype=torch.float16) for s in ((1536, 512), (1536, 512)))
+        result = po.einsum("ij,kj->ik", a, b)
+        expected = a.double() @ b.double().T
+        assert float(torch.linalg.norm(result.double() - expected) / torch.linalg.norm(expected)) < 2e-3
