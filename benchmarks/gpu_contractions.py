@@ -1,6 +1,6 @@
 """Kernel time of polyopt's GPU contraction kernels against torch.einsum, on the issue's shapes.
 
-    python benchmarks/gpu_contractions.py                      # f32 exact, f32 tf32, f64, f16
+    python benchmarks/gpu_contractions.py                      # f32 exact, f32 tf32, f64, f16, bf16
     python benchmarks/gpu_contractions.py --mode f32-exact --json rows.json
     python benchmarks/gpu_contractions.py --mode f64 --case 'ij,jk->ik:1000x1200,1200x1100' --all-variants
 
@@ -9,7 +9,8 @@ kernel, its tile chosen at launch), bound once to CuPy arrays, and launched 20 t
 back between two CUDA events (median of 5 such runs per launch; 3 warm-up runs), so the figure
 is the kernel's time, not Python's: the host cost of a ``po.einsum`` call is measured by
 ``polyopt bench --einsum --target cuda``. torch.einsum runs the same way on the same data
-(TF32 as the mode says). Each result is checked against a float64 einsum (normwise relative
+(TF32 as the mode says). bf16 operands are made by torch and handed to the kernel as CuPy
+uint16 views of their bits (CuPy has no bfloat16), as ``po.einsum`` does. Each result is checked against a float64 einsum (normwise relative
 error). ``--case`` replaces the issue's shapes; ``--all-variants`` also times every tile shape
 the kernel's source holds, each forced in turn (what the launch-time choice chooses among).
 Needs CuPy, torch and a GPU.
@@ -37,7 +38,7 @@ CASES = [("bhqd,bhkd->bhqk", [(8, 16, 512, 64), (8, 16, 512, 64)]),
          ("nchw,kc->nkhw", [(32, 256, 28, 28), (256, 256)])]
 #: mode -> (dtype, precision)
 MODES = {"f32-exact": ("float32", "exact"), "f32-tf32": ("float32", "tf32"), "f64": ("float64", "exact"),
-         "f16": ("float16", "exact")}
+         "f16": ("float16", "exact"), "bf16": ("bfloat16", "exact")}
 
 
 def per_launch_ms(cp, run, launches: int = 20, repeats: int = 5) -> float:
@@ -65,7 +66,16 @@ def forced(name: str, variant):
 
 def measure(cp, torch, subscripts: str, shapes, dtype: str, precision: str, all_variants: bool = False) -> dict:
     rng = np.random.default_rng(0)
-    operands = [cp.asarray(rng.standard_normal(s).astype(dtype)) for s in shapes]
+    values = [rng.standard_normal(s) for s in shapes]
+    if dtype == "bfloat16":  # torch rounds; the kernel reads the bits
+        if torch is None:
+            raise SystemExit("gpu_contractions: the bf16 mode needs torch (it makes the bf16 operands)")
+        tensors = [torch.as_tensor(v, device="cuda").to(torch.bfloat16) for v in values]
+        operands = [cp.asarray(t.view(torch.int16)).view(cp.uint16) for t in tensors]
+        wide = [cp.asarray(t.to(torch.float64)) for t in tensors]
+    else:
+        operands = [cp.asarray(v.astype(dtype)) for v in values]
+        wide = [o.astype(cp.float64) for o in operands]
     scop = po.einsum_kernel(subscripts, *shapes, dtype=dtype, target="cuda", contraction=False).scop
     made = plan(scop, precision=precision)
     kernel = CudaKernel(made.scop, made.schedule, made.source)
@@ -89,14 +99,15 @@ def measure(cp, torch, subscripts: str, shapes, dtype: str, precision: str, all_
         finally:
             contraction.choose_kernel = chooser
     kernel.launch(bound.params, bound.scalars, device)
-    expected = cp.einsum(subscripts, *(o.astype(cp.float64) for o in operands))
+    expected = cp.einsum(subscripts, *wide)
     row = {"case": subscripts, "dtype": dtype, "precision": precision, "polyopt_ms": ours,
            "rel_error": float(cp.linalg.norm(result - expected) / cp.linalg.norm(expected)),
            "engine": made.schedule.notes[-1].split("(")[1].split(",")[0]}
     if variants:
         row["variants_ms"] = variants
     if torch is not None:
-        tensors = [torch.as_tensor(o, device="cuda") for o in operands]
+        if dtype != "bfloat16":
+            tensors = [torch.as_tensor(o, device="cuda") for o in operands]
         torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
         row["torch_ms"] = per_launch_ms(cp, lambda: torch.einsum(subscripts, *tensors))
         torch.backends.cuda.matmul.allow_tf32 = False

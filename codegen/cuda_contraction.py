@@ -190,9 +190,12 @@ WGMMA_MIN_K = 256
 #: the SMs busy (:func:`polyopt.targets.contraction.choose_kernel`). The tensor-core engines
 #: list their ``cp.async`` kernels (for operands in whole 16-byte vectors) and then the
 #: register-staged ones (for the others). Chosen on an H100 against the alternatives
-#: (docs/performance.md, "Contractions").
+#: (docs/performance.md, "Contractions"). The f32 SIMT 128 x 128 tile is built for two blocks
+#: per SM: with an init statement read into its 64 accumulators (gemm's ``beta * C``) nvcc gave
+#: it 173 registers and one block per SM, and PolyBench's gemm ran 1.65x slower than the same
+#: kernel without the init (127 registers).
 VARIANTS = {
-    ("simt", "f32"): (Variant("simt", 128, 128, 8, 256, tm=8, tn=8),
+    ("simt", "f32"): (Variant("simt", 128, 128, 8, 256, tm=8, tn=8, blocks_per_sm=2),
                       Variant("simt", 64, 128, 16, 128, tm=8, tn=8),
                       Variant("simt", 128, 64, 8, 128, tm=8, tn=8)),
     ("simt", "f64"): (Variant("simt", 64, 64, 8, 256, tm=4, tn=4),

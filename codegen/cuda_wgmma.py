@@ -44,6 +44,7 @@ from polyopt.analysis import expr as E
 from polyopt.analysis.contraction import ELEMENT, Contraction, Operand
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.contraction_text import (Slots, UnitStrides, element_store, element_test, grid_loops, init_text,
+                                              scalar_text,
                                               outer_k_offsets, pair_k_loops)
 
 #: Bytes of one row of a swizzled tile (the 128-byte swizzle's width) and of one 8-row atom.
@@ -69,13 +70,46 @@ def operand_plain(value: E.Expr) -> bool:
     return isinstance(value, E.Var) and value.name == ELEMENT
 
 
+def _factor(value: E.Expr) -> E.Expr | None:
+    """The factor of an operand read as ``factor * element`` or ``element * factor`` (the
+    element plain, :func:`operand_plain`; the factor an expression of scalars and parameters),
+    else None."""
+    if not (isinstance(value, E.Binary) and value.op == "*"):
+        return None
+    for element, factor in ((value.rhs, value.lhs), (value.lhs, value.rhs)):
+        if operand_plain(element) and not any(isinstance(x, (E.Access, E.Var)) and
+                                              (isinstance(x, E.Access) or x.kind == "iter" or x.name == ELEMENT)
+                                              for x in E.walk(factor)):
+            return factor
+    return None
+
+
+def sum_scale(c: Contraction) -> E.Expr | None | bool:
+    """The factor a ``wgmma`` kernel applies to the finished sum: where each operand pair reads
+    one operand as ``factor * element`` (gemm's ``alpha * A[i][k]``) and every pair the same
+    factor, that factor (``wgmma`` reads the elements from shared memory, with no place to compute
+    on them; the kernel sums the plain products from zero and stores ``init + factor * sum``, as
+    cuBLAS applies alpha: the products' rounding moves, as the tensor cores' order of the sum
+    already moves it). None where every operand is plain; False where no factor serves."""
+    scales = []
+    for pair in c.pairs:
+        factors = [None if operand_plain(o.value) else _factor(o.value) for o in pair]
+        if any(f is None and not operand_plain(o.value) for f, o in zip(factors, pair)) or all(factors):
+            return False
+        scales.append(factors[0] or factors[1])
+    if all(f is None for f in scales):
+        return None
+    return scales[0] if all(f == scales[0] for f in scales) else False
+
+
 def wgmma_layouts(c: Contraction, v) -> tuple[bool, bool] | None:
     """Per operand (left, right), whether its tile is K-major in shared memory; None where the
     ``wgmma`` variant ``v`` cannot compute ``c`` (an operand with neither run contiguous, a
-    TF32 operand whose K run is not contiguous, an operand computed on; with several operand
-    pairs, the runs contiguous in every pair, :class:`UnitStrides`)."""
+    TF32 operand whose K run is not contiguous, an operand computed on other than by a factor
+    :func:`sum_scale` takes out of the sum; with several operand pairs, the runs contiguous in
+    every pair, :class:`UnitStrides`)."""
     unit = UnitStrides.of(c)
-    if not all(operand_plain(o.value) for pair in c.pairs for o in pair):
+    if sum_scale(c) is False:
         return None
     layouts = []
     for k_unit, run_unit in ((unit.lk, unit.lm), (unit.rk, unit.rn)):
@@ -99,9 +133,10 @@ def transposed_copies(c: Contraction, v) -> tuple[bool, bool]:
 
 def tma_layouts(c: Contraction, v) -> bool:
     """Whether the TMA kernel ``v`` can compute ``c``: one operand pair, each operand a tile
-    the tensor copies write as the ``wgmma`` reads it (a TF32 operand transposed on its way in
-    cannot be: TMA moves boxes, it does not transpose 4-byte elements)."""
-    return len(c.pairs) == 1 and wgmma_layouts(c, v) is not None and not any(transposed_copies(c, v))
+    the ``wgmma`` reads (a TF32 operand whose M/N run is contiguous is read K-major from a
+    transposed copy the launch makes first: TMA moves boxes, it does not transpose 4-byte
+    elements, :class:`polyopt.targets.tensor_maps.MapSpec`)."""
+    return len(c.pairs) == 1 and wgmma_layouts(c, v) is not None
 
 
 def tile_bytes(v, rows: int) -> int:
@@ -316,18 +351,24 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
            "  extern __shared__ __align__(1024) unsigned char _wsmem[];",
            "  const unsigned _pad = (1024u - ((unsigned)__cvta_generic_to_shared(_wsmem) % 1024u)) % 1024u;",
            f"  unsigned char *const _As = _wsmem + _pad, *const _Bs = _As + {v.stages * tile_bytes(v, v.bm)};"]
-    init = [f"      float _acc[{regs}];",
-            f"      #pragma unroll\n      for (int _j = 0; _j < {v.bn // 8}; _j++)",
-            "        #pragma unroll\n        for (int _r = 0; _r < 4; _r++) {",
-            f"          const long _m = _m0 + {row}, _n = _n0 + {col};",
-            f"          _acc[_j * 4 + _r] = (_m < _M && _n < _N{element_test(c)}) ? "
-            f"{init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : 0.0f;",
-            "        }"]
+    start = init_text(scop, c, f"{c.output}[_offC + _m * sCm + _n * sCn]")
+    scale, finished = sum_scale(c), "_acc[_j * 4 + _r]"
+    if scale is None:
+        init = [f"      float _acc[{regs}];",
+                f"      #pragma unroll\n      for (int _j = 0; _j < {v.bn // 8}; _j++)",
+                "        #pragma unroll\n        for (int _r = 0; _r < 4; _r++) {",
+                f"          const long _m = _m0 + {row}, _n = _n0 + {col};",
+                f"          _acc[_j * 4 + _r] = (_m < _M && _n < _N{element_test(c)}) ? {start} : 0.0f;",
+                "        }"]
+    else:  # the plain products summed from zero, the factor applied to the sum (sum_scale)
+        init = [f"      float _acc[{regs}];",
+                f"      #pragma unroll\n      for (int _j = 0; _j < {regs}; _j++) _acc[_j] = 0.0f;"]
+        finished = f"(({start}) + ({scalar_text(scop, scale, '0')}) * {finished})"
     store = [f"      #pragma unroll\n      for (int _j = 0; _j < {v.bn // 8}; _j++)",
              "        #pragma unroll\n        for (int _r = 0; _r < 4; _r++) {",
              f"          const long _m = _m0 + {row}, _n = _n0 + {col};",
              f"          if (_m < _M && _n < _N{element_test(c)}) {{",
-             *element_store(scop, c, "_acc[_j * 4 + _r]", t), "          }",
+             *element_store(scop, c, finished, t), "          }",
              "        }"]
     advance = ["        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] + \
               (outer_k_offsets(slots) if slots.outer_k else []) + ["        }"]

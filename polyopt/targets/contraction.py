@@ -36,7 +36,7 @@ from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLO
                                               contraction_source, engine_for,
                                               WGMMA_MIN_K, operand_stride_positions, shared_bytes, staged_tiles)
 from polyopt.codegen.contraction_text import Slots
-from polyopt.codegen.cuda_wgmma import ROW_BYTES, tma_layouts, wgmma_layouts
+from polyopt.codegen.cuda_wgmma import ROW_BYTES, tma_layouts, transposed_copies, wgmma_layouts
 from polyopt.codegen.gpu_mapping import GpuProgram, map_to_gpu
 from polyopt.errors import IllegalScheduleError, ScheduleError
 from polyopt.targets.tensor_maps import MapSpec, TmaLaunch
@@ -275,7 +275,8 @@ def tma_specs(source: ContractionSource, variant: Variant, layout: Launch) -> tu
     block's ``_z``), or a map the driver does not take (a stride that is no whole number of
     16-byte vectors, or too large). Each operand is 3-D: a K-major one (K run contiguous)
     (K, rows, batch) with boxes of ``BK`` by the tile's rows; an MN-major one (halves) (rows,
-    K, batch) with boxes of 64 by ``BK``."""
+    K, batch) with boxes of 64 by ``BK``; a TF32 operand whose M/N run is contiguous is read
+    from a K-major copy each launch makes first (``MapSpec.copied_from``)."""
     m, n, k, s_lm, s_lk, s_rk, s_rn = layout.arguments[:7]
     z, ko = layout.arguments[9], layout.arguments[10]
     if ko != 1:
@@ -289,13 +290,16 @@ def tma_specs(source: ContractionSource, variant: Variant, layout: Launch) -> tu
     c = source.contraction
     dtype = source.program.scop.arrays[c.left.array].dtype.name
     size = ROW_BYTES // variant.bk
-    k_major = wgmma_layouts(c, variant)
+    k_major, copied = wgmma_layouts(c, variant), transposed_copies(c, variant)
     specs = []
-    for side, by_k, rows, tile, row_stride, k_stride in ((1, k_major[0], m, variant.bm, s_lm, s_lk),
-                                                         (2, k_major[1], n, variant.bn, s_rn, s_rk)):
+    for side, by_k, by_copy, rows, tile, row_stride, k_stride in (
+            (1, k_major[0], copied[0], m, variant.bm, s_lm, s_lk), (2, k_major[1], copied[1], n, variant.bn, s_rn, s_rk)):
         # no batch: any valid stride over a dimension of one (the whole operand's)
-        outer = used[-1][side] if used else (rows * row_stride if by_k else k * k_stride)
-        if by_k:
+        outer = used[-1][side] if used else (rows * row_stride if by_k and not by_copy else k * k_stride)
+        if by_copy:  # read from a K-major copy, its rows padded to whole 16-byte vectors
+            row = -(-k * size // 16) * 16
+            specs.append(MapSpec(dtype, (k, rows, z), (row, rows * row), (variant.bk, tile, 1), (k_stride, outer)))
+        elif by_k:
             specs.append(MapSpec(dtype, (k, rows, z), (row_stride * size, outer * size), (variant.bk, tile, 1)))
         else:
             specs.append(MapSpec(dtype, (rows, k, z), (k_stride * size, outer * size), (64, variant.bk, 1)))

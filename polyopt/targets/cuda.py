@@ -47,6 +47,7 @@ from polyopt.targets.resident import (ResidentSource, launch as launch_resident,
                                      with_resident_stencil)
 from polyopt.targets.sm90a import sm90a_module
 from polyopt.targets.stencil import DEFAULT_RANKS, array_extents, launch as launch_stencil, stencil_plan
+from polyopt.targets.device import device_attribute
 from polyopt.targets.tensor_maps import TmaLaunch
 from polyopt.types import bf16
 from polyopt.schedulers.registry import schedule as run_scheduler
@@ -355,14 +356,8 @@ def module_has_wgmma(source: str) -> bool:
 
 def _sm_count() -> int:
     """Streaming multiprocessors of the current GPU (the grid's blocks spread over them)."""
-    cupy = cupy_module()
-    device = cupy.cuda.Device().id
-    if device not in _SM_COUNTS:
-        _SM_COUNTS[device] = cupy.cuda.Device(device).attributes["MultiProcessorCount"]
-    return _SM_COUNTS[device]
-
-
-_SM_COUNTS: dict[int, int] = {}
+    cupy_module()  # a clear error where CuPy or the GPU is missing
+    return device_attribute("MultiProcessorCount")
 
 
 def is_cupy(value) -> bool:

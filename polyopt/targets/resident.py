@@ -25,6 +25,7 @@ from polyopt.codegen.cuda import CudaSource
 from polyopt.codegen.cuda_resident import (COOPERATIVE_INCLUDE, RESIDENT_THREADS, ResidentKernel, resident_kernel,
                                            resident_text)
 from polyopt.targets.contraction import allow_dynamic_shared
+from polyopt.targets.device import device_attribute
 from polyopt.transform.schedule import Schedule
 
 
@@ -77,14 +78,7 @@ def resident_strips(source: CudaSource, params: dict[str, int], sm_count: int) -
 
 def shared_limit() -> int:
     """The dynamic shared memory one block of the current GPU may opt in to (bytes)."""
-    import cupy
-    device = cupy.cuda.Device().id
-    if device not in _SHARED_LIMITS:
-        _SHARED_LIMITS[device] = int(cupy.cuda.Device(device).attributes["MaxSharedMemoryPerBlockOptin"])
-    return _SHARED_LIMITS[device]
-
-
-_SHARED_LIMITS: dict[int, int] = {}
+    return device_attribute("MaxSharedMemoryPerBlockOptin")
 
 
 def launch(source: ResidentSource, target, values: list, strips: tuple[int, int, int]) -> None:

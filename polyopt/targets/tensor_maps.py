@@ -50,6 +50,11 @@ class MapSpec:
     dims: tuple[int, ...]
     strides: tuple[int, ...]
     box: tuple[int, ...]
+    #: For an operand whose M/N run is contiguous that the kernel reads K-major (TF32: TMA does
+    #: not transpose 4-byte elements, and ``wgmma`` reads TF32 tiles K-major only): its K stride
+    #: and batch stride in elements. The map then reads a K-major copy (dims (K, rows, batch))
+    #: that each launch makes first (:func:`k_major_copy_into`); None: the map reads the operand.
+    copied_from: tuple[int, int] | None = None
 
     def allowed(self) -> bool:
         """Whether the driver can encode this map (its limits on strides and sizes)."""
@@ -87,6 +92,43 @@ def tensor_map(cupy, address: int, spec: MapSpec):
     return device
 
 
+#: A tiled transpose of 4-byte elements: ``src`` holds ``z`` matrices of ``rows`` x ``k``
+#: elements with the rows contiguous (element (r, kk) at ``kk * k_stride + r``, matrix ``b`` at
+#: ``b * outer``); ``dst`` gets them K-major, each row ``row`` elements apart. 32 x 32 tiles
+#: through shared memory (padded against bank conflicts), so both sides are read and written
+#: in whole 128-byte lines.
+K_MAJOR_COPY = r"""
+extern "C" __global__ void polyopt_k_major_copy(const unsigned *src, unsigned *dst, long rows, long k, long z,
+                                               long k_stride, long outer, long row) {
+  __shared__ unsigned tile[32][33];
+  const long r0 = (long)blockIdx.x * 32, k0 = (long)blockIdx.y * 32;
+  for (long b = blockIdx.z; b < z; b += gridDim.z) {
+    for (int j = threadIdx.y; j < 32; j += 8)
+      if (k0 + j < k && r0 + threadIdx.x < rows)
+        tile[j][threadIdx.x] = src[b * outer + (k0 + j) * k_stride + r0 + threadIdx.x];
+    __syncthreads();
+    for (int j = threadIdx.y; j < 32; j += 8)
+      if (r0 + j < rows && k0 + threadIdx.x < k)
+        dst[(b * rows + r0 + j) * row + k0 + threadIdx.x] = tile[threadIdx.x][j];
+    __syncthreads();
+  }
+}
+"""
+_COPY_KERNEL: list = []
+
+
+def k_major_copy_into(cupy, address: int, copy, spec: MapSpec) -> None:
+    """Copy the operand at device ``address`` K-major into ``copy`` (a CuPy array of the
+    layout ``spec`` reads, ``spec.copied_from`` the operand's strides), on the current stream."""
+    k, rows, z = spec.dims
+    k_stride, outer = spec.copied_from
+    if not _COPY_KERNEL:
+        _COPY_KERNEL.append(cupy.RawKernel(K_MAJOR_COPY, "polyopt_k_major_copy"))
+    grid = (-(-rows // 32), -(-k // 32), min(z, 65535))
+    _COPY_KERNEL[0](grid, (32, 8, 1), (np.uint64(address), copy, *(np.int64(v) for v in (
+        rows, k, z, k_stride, outer, spec.strides[0] // 4))))
+
+
 _ENCODE: list = []
 
 
@@ -121,9 +163,35 @@ class TmaLaunch:
         function(grid, block, bound)
 
     def bound(self, args) -> tuple[object, tuple]:
-        """The plain launch function and ``args`` with this call's tensor maps appended."""
-        maps = tuple(tensor_map(self.cupy, address_of(args[p]), spec) for p, spec in zip(self.positions, self.specs))
-        return self.function, (*args, *maps)
+        """The launch function for the arrays of ``args`` and ``args`` with their tensor maps
+        appended: the plain function, or where an operand is read from a K-major copy a
+        :class:`CopyingLaunch` that makes the copy (held with it) before each launch."""
+        maps, copies = [], []
+        for position, spec in zip(self.positions, self.specs):
+            address = address_of(args[position])
+            if spec.copied_from is not None:
+                copy = self.cupy.empty(spec.dims[2] * spec.dims[1] * spec.strides[0] // 4, self.cupy.uint32)
+                copies.append((address, copy, spec))
+                address = copy.data.ptr
+            maps.append(tensor_map(self.cupy, address, spec))
+        function = CopyingLaunch(self.cupy, self.function, tuple(copies)) if copies else self.function
+        return function, (*args, *maps)
 
 
-__all__ = ["DATA_TYPES", "MapSpec", "TmaLaunch", "address_of", "tensor_map"]
+@dataclass(frozen=True)
+class CopyingLaunch:
+    """A TMA kernel's launch that first copies operands K-major (:data:`K_MAJOR_COPY`):
+    ``copies`` holds (operand address, the copy's array, its map's layout)."""
+
+    cupy: object
+    function: object
+    copies: tuple
+
+    def __call__(self, grid, block, args) -> None:
+        for address, copy, spec in self.copies:
+            k_major_copy_into(self.cupy, address, copy, spec)
+        self.function(grid, block, args)
+
+
+__all__ = ["DATA_TYPES", "CopyingLaunch", "K_MAJOR_COPY", "MapSpec", "TmaLaunch", "address_of", "k_major_copy_into",
+           "tensor_map"]

@@ -95,3 +95,37 @@ def test_a_recorded_tma_launch_maps_the_arrays_of_each_call(encoder):
     function, bound = launch.bound((np.int64(5), np.uint64(0x3000), np.uint64(0x4000), np.int64(7)))
     assert bound[4:] == second[4:] and function is launch.function  # what a RepeatedCall holds
     assert address_of(_FakeArray(12)) == 12 and address_of(np.uint64(13)) == 13
+
+
+def test_an_operand_read_from_a_k_major_copy_is_copied_before_each_launch(encoder, monkeypatch):
+    """A TF32 operand whose M/N run is contiguous: the map reads a K-major copy (rows padded to
+    16-byte vectors) that the bound launch makes before each launch, the copy held with it."""
+    events = []
+
+    class CopyingCupy(_FakeCupy):
+        uint32 = np.uint32
+
+        def empty(self, size, dtype):
+            events.append(("empty", size))
+            return _FakeArray(0x9000 + 0x1000 * len(events))
+
+        def RawKernel(self, code, name):
+            assert "polyopt_k_major_copy" in code
+            return lambda grid, block, args: events.append(("copy", grid, int(args[0]), args[1].data.ptr,
+                                                            tuple(map(int, args[2:]))))
+
+    monkeypatch.setattr(tensor_maps, "_COPY_KERNEL", [])
+    # B of ij,jk: 72 x 204 (K x N, N contiguous), read as (K, N, 1) K-major with rows of 80 elements
+    copied = MapSpec("f32", (72, 204, 1), (320, 204 * 320), (32, 256, 1), copied_from=(204, 72 * 204))
+    assert copied.allowed()
+    cupy = CopyingCupy()
+    launch = TmaLaunch(cupy, lambda grid, block, args: events.append(("launch", args[3:])), (1, 2), (SPEC, copied))
+    function, bound = launch.bound((np.int64(5), np.uint64(0x1000), np.uint64(0x2000)))
+    assert events == [("empty", 204 * 80)] and isinstance(function, tensor_maps.CopyingLaunch)
+    copy_address = function.copies[0][1].data.ptr
+    assert [call[2] for call in encoder] == [0x1000, copy_address]  # the map reads the copy
+    for _ in range(2):
+        function((1,), (384,), bound)
+    assert [e[0] for e in events] == ["empty", "copy", "launch", "copy", "launch"]
+    assert events[1] == ("copy", (7, 3, 1), 0x2000, copy_address, (204, 72, 1, 204, 72 * 204, 80))
+    assert events[2][1] == bound[3:]  # the maps: the left operand's, the copy's

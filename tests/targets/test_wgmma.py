@@ -13,7 +13,8 @@ import pytest
 import polyopt as po
 from polyopt.analysis.contraction import find_contraction
 from polyopt.codegen.cuda_contraction import WGMMA_VARIANTS, ContractionSource
-from polyopt.codegen.cuda_wgmma import tma_layouts
+from polyopt.codegen.cuda_wgmma import sum_scale, tma_layouts
+from polyopt.analysis import expr as E
 from polyopt.targets import contraction
 from polyopt.targets.contraction import async_aligned, choose_kernel, launch_layout
 from polyopt.targets.cache import scop_of
@@ -49,7 +50,7 @@ def test_the_source_has_wgmma_kernels_where_the_operands_allow():
     nt = _source("ik,jk->ij", [(64, 64), (64, 64)], "float32", "tf32").source
     assert "m64n128k8.f32.tf32.tf32" in nt and "pl_cp4(_" not in nt
     nn = _source("ij,jk->ik", [(64, 64), (64, 64)], "float32", "tf32")
-    assert sum(v.wgmma for _, v in nn.variants) == sum(not v.tma for v in WGMMA_VARIANTS["tf32"])  # no TMA ones
+    assert sum(v.wgmma for _, v in nn.variants) == len(WGMMA_VARIANTS["tf32"])  # TMA ones read a K-major copy
     assert "pl_cp4(_d0" in nn.source
     assert "_s0 = op1 + _offR" in nn.source and "_s0 = op0" not in nn.source  # B only
     assert "mbarrier.try_wait.parity" in nn.source  # warp-specialized
@@ -78,8 +79,13 @@ def test_wgmma_kernels_are_chosen_only_from_an_sm90a_build():
     assert chosen() == first_copying  # no TMA asked for (a graph capture): the cp.async kernels
     tf32 = _source("ij,jk->ik", [(8, 8), (8, 8)], "float32", "tf32")  # B by K rows: transposed into its tiles
     squares = {"op0": (4096,) * 2, "op1": (4096,) * 2, "out": (4096,) * 2}
-    assert not any(v.tma for _, v in tf32.variants)  # TMA does not transpose 4-byte elements
-    assert choose_kernel(tf32, extent, squares, 132, wgmma=True, tma=True)[1] == \
+    # TMA does not transpose 4-byte elements: the TMA kernels read B from a K-major copy
+    _, variant, layout = choose_kernel(tf32, extent, squares, 132, wgmma=True, tma=True)
+    assert variant == WGMMA_VARIANTS["tf32"][0]
+    left, right = contraction.tma_specs(tf32, variant, layout)
+    assert left.copied_from is None and right.copied_from == (4096, 4096 * 4096)
+    assert (right.dims, right.strides, right.box) == ((4096, 4096, 1), (16384, 4096 * 16384), (32, 256, 1))
+    assert choose_kernel(tf32, extent, squares, 132, wgmma=True, tma=False)[1] == \
         next(v for v in WGMMA_VARIANTS["tf32"] if not v.tma)
 
 
@@ -274,6 +280,47 @@ def test_wgmma_init_and_epilogues_match_float64(which, monkeypatch):
         np.float32(1.5), np.float32(0.5), cupy.asarray(a), cupy.asarray(b), cupy.asarray(bias), device_c)
     assert taken
     assert _relative_error(device_c.get(), expected) < 5e-3
+
+
+@needs_gpu
+@pytest.mark.parametrize("which", range(len(WGMMA_VARIANTS["tf32"])))
+@pytest.mark.parametrize("name", ["gemm", "syr2k"])
+def test_a_factor_of_an_operand_scales_the_wgmma_sum(name, which, monkeypatch):
+    """PolyBench's gemm (``C += alpha * A[i][k] * B[k][j]``, B read from a K-major copy by the TMA
+    kernels) and syr2k (two operand pairs, each with the factor alpha): the kernels sum the
+    plain products and store ``beta * C + alpha * sum``; checked against float64 with every
+    ``wgmma`` kernel forced, at ragged sizes."""
+    import cupy
+
+    if not _hopper():
+        pytest.skip("wgmma needs compute capability 9.0")
+    taken = _force_wgmma(monkeypatch, which)
+    rng = np.random.default_rng(12)
+    n, m = 203, 264  # ragged N; K (and syr2k's M) a whole number of 16-byte vectors
+    kernel = po.suite.get(name).kernel.with_dtype("f32")
+    alpha, beta = np.float32(1.5), np.float32(0.5)
+    if name == "gemm":
+        a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((n, m), (m, 200), (n, 200)))
+        expected = beta * c.astype(float) + alpha * (a.astype(float) @ b.astype(float))
+    else:
+        a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((n, m), (n, m), (n, n)))
+        product = a.astype(float) @ b.astype(float).T
+        full = beta * c.astype(float) + alpha * (product + product.T)
+        expected = np.where(np.tril(np.ones((n, n), bool)), full, c)
+    device_c = cupy.asarray(c)
+    po.compile(kernel, target="cuda", precision="tf32")(alpha, beta, device_c, cupy.asarray(a), cupy.asarray(b))
+    assert taken
+    assert _relative_error(device_c.get(), expected) < 5e-3
+
+
+def test_the_factor_of_an_operand_is_applied_to_the_sum():
+    """gemm's ``alpha * A[i][k]``: the wgmma kernels (TF32) sum from zero and scale the sum."""
+    source = po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32"), precision="tf32")
+    assert "wgmma.mma_async" in source and "pl_tma3(" in source
+    assert "((C[_offC + _m * sCm + _n * sCn] * beta) + (alpha) * _acc[_j * 4 + _r])" in source
+    assert sum_scale(find_contraction(scop_of(po.suite.get("gemm").kernel))) == E.Var("alpha", "scalar", po.f64)
+    assert sum_scale(find_contraction(scop_of(po.suite.get("syr2k").kernel))).name == "alpha"  # both pairs
+    assert sum_scale(find_contraction(scop_of(po.suite.get("syrk").kernel))) is not False
 
 
 @needs_gpu
