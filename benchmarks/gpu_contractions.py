@@ -18,8 +18,10 @@ Needs CuPy, torch and a GPU.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
+import time
 
 import numpy as np
 
@@ -41,10 +43,22 @@ MODES = {"f32-exact": ("float32", "exact"), "f32-tf32": ("float32", "tf32"), "f6
          "f16": ("float16", "exact"), "bf16": ("bfloat16", "exact")}
 
 
+#: Seconds of back-to-back runs before a timing: after a compile or another library's runs the
+#: GPU idled and its clocks fell, and three warm-up runs of a 40 us kernel did not bring them
+#: back (the same kernel timed 0.045 and 0.065 ms in one process on an H200).
+WARM_SECONDS = 0.2
+
+
 def per_launch_ms(cp, run, launches: int = 20, repeats: int = 5) -> float:
-    """Median over ``repeats`` of the time of ``launches`` back-to-back runs, per run (ms)."""
-    for _ in range(3):
+    """Median over ``repeats`` of the time of ``launches`` back-to-back runs, per run (ms),
+    after :data:`WARM_SECONDS` (at least 3 runs) of warm-up."""
+    warm_until = time.perf_counter() + WARM_SECONDS
+    for count in itertools.count():
         run()
+        if count >= 2 and count % 10 == 2:
+            cp.cuda.get_current_stream().synchronize()
+            if time.perf_counter() >= warm_until:
+                break
     times = []
     for _ in range(repeats):
         start, stop = cp.cuda.Event(), cp.cuda.Event()
