@@ -594,13 +594,24 @@ def _on_cupy_views(operands: tuple, out, **options):
         return out
     result = _same_kind(result, like)
     if torch_key is not None:
-        device_call = einsum_calls.recorded(_call_key(views, None, *given.values()))
-        if isinstance(device_call, einsum_calls.DeviceCall):
-            import torch
-            torch_call = einsum_calls.TorchCall.of(device_call, result.dtype, torch.empty)
-            if torch_call is not None:
-                einsum_calls.record(torch_key, torch_call)
+        _record_torch_call(torch_key, einsum_calls.recorded(_call_key(views, None, *given.values())), result.dtype)
     return result
+
+
+def _record_torch_call(torch_key: tuple, device_call, dtype) -> None:
+    """Record under ``torch_key`` the :class:`~polyopt.einsum_calls.TorchCall` of the call on
+    CuPy views that ``device_call`` replays (where it is a recorded launch that allows one), its
+    result a tensor of torch dtype ``dtype``: for a half-precision result the kernel's float32
+    sums rounded by torch (``Tensor.to``, to nearest even as the CuPy path rounds), so a repeat
+    makes no CuPy views and no CuPy kernel."""
+    if not isinstance(device_call, einsum_calls.DeviceCall):
+        return
+    import torch
+    half = device_call.final is not None
+    final = (lambda value: value.to(dtype)) if half else None
+    torch_call = einsum_calls.TorchCall.of(device_call, torch.float32 if half else dtype, torch.empty, final)
+    if torch_call is not None:
+        einsum_calls.record(torch_key, torch_call)
 
 
 def _on_bf16_tensors(operands: tuple, out, like, dtype=None, **options):
@@ -622,6 +633,11 @@ def _on_bf16_tensors(operands: tuple, out, like, dtype=None, **options):
         return _on_cupy_views(widened, out, dtype=dtype, **options)
     if bf16.numpy.kind != "V":
         raise TargetUnavailableError("einsum: bfloat16 tensors need ml_dtypes (pip install polyopt[bf16])")
+    given = _with_defaults({**options, "dtype": dtype})
+    torch_key = einsum_calls.torch_call_key(operands, out, tuple(given.values()))
+    known = einsum_calls.recorded(torch_key)
+    if known is not None:
+        return known(operands[1:])
     bits = tuple(as_cupy(v) if is_torch_bfloat16(v) else v for v in operands)
     out_bits = None if out is None else as_cupy(out)
     key = _call_key(bits, out_bits, *_with_defaults({**options, "dtype": BF16_BITS}).values())
@@ -631,6 +647,8 @@ def _on_bf16_tensors(operands: tuple, out, like, dtype=None, **options):
         result = _bf16_einsum(bits, out_bits, key=key, **options)
     if out is not None:
         return out
+    if torch_key is not None:
+        _record_torch_call(torch_key, einsum_calls.recorded(key), torch.bfloat16)
     return torch.as_tensor(result.view(cupy_module().int16), device=like.device).view(torch.bfloat16)
 
 

@@ -19,7 +19,9 @@ kernel's launches (:class:`DeviceCall`), and its repeat allocates the result and
 with the new addresses. A call on contiguous PyTorch CUDA tensors that ran one such kernel,
 with no intermediate array, is also recorded under the tensors' own signature
 (:func:`torch_call_key`, :class:`TorchCall`): its repeat makes no CuPy views, allocates the
-result with ``torch.empty`` and launches on the tensors' addresses.
+result with ``torch.empty`` and launches on the tensors' addresses; a float16 or bfloat16 call
+then rounds the kernel's float32 sums with torch (``Tensor.to``: to nearest even, as the CuPy
+path; a NaN becomes torch's quiet NaN).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from polyopt.targets.cuda import LaunchRecord, array_signature, is_cupy, is_torch_bfloat16, is_torch_cuda
+from polyopt.targets.cuda import LaunchRecord, array_signature, is_cupy, is_torch_cuda
 
 #: Recorded calls kept at most (the oldest go first).
 MAX_CALLS = 1024
@@ -252,13 +254,12 @@ def torch_call_key(operands: tuple, out, options: tuple) -> tuple | None:
     each operand's shape, dtype, strides, device and whether its address is 16-byte aligned
     (what a contraction kernel's choice depends on, as :func:`~polyopt.targets.cuda.
     array_signature` says for CuPy), and the call's options; None where an operand is not a
-    contiguous PyTorch CUDA tensor of a type other than bfloat16 (those take their own path), or
-    ``out`` is given."""
+    contiguous PyTorch CUDA tensor, or ``out`` is given."""
     if out is not None or not operands or type(operands[0]) is not str or len(operands) < 2:
         return None
     signature = []
     for op in operands[1:]:
-        if not is_torch_cuda(op) or not op.is_contiguous() or is_torch_bfloat16(op):
+        if not is_torch_cuda(op) or not op.is_contiguous():
             return None
         signature.append((tuple(op.shape), op.dtype, op.stride(), op.device.index, op.data_ptr() % 16 == 0))
     return ("torch", operands[0], tuple(signature)) + tuple(options)
@@ -268,9 +269,12 @@ def torch_call_key(operands: tuple, out, options: tuple) -> tuple | None:
 class TorchCall:
     """Run a recorded :class:`DeviceCall`'s launches on PyTorch CUDA tensors like the recorded
     call's: ``operands``, ``output``: the kernel's argument names; ``shape``, ``dtype``: the
-    result's (a torch dtype); ``empty``: ``torch.empty``. Only for calls whose kernel writes
-    nothing but the result (no intermediate arrays): the result is allocated here, so it overlaps
-    no operand, and the launches take the tensors' addresses without the overlap check."""
+    kernel's result's (a torch dtype); ``empty``: ``torch.empty``; ``final``: for a
+    half-precision call, the torch conversion of the kernel's float32 sums into the call's type
+    (``Tensor.to``, rounding to nearest even as the recorded call's :attr:`DeviceCall.final`
+    does), else None. Only for calls whose kernel writes nothing but the result (no
+    intermediate arrays): the result is allocated here, so it overlaps no operand, and the
+    launches take the tensors' addresses without the overlap check."""
 
     launch: LaunchRecord
     operands: tuple[str, ...]
@@ -278,21 +282,22 @@ class TorchCall:
     shape: tuple[int, ...]
     dtype: object
     empty: Callable
+    final: Callable | None = None
 
     @staticmethod
-    def of(call: "DeviceCall", dtype, empty: Callable) -> "TorchCall | None":
+    def of(call: "DeviceCall", dtype, empty: Callable, final: Callable | None = None) -> "TorchCall | None":
         """The call on tensors of the CuPy-view call ``call`` (None where it has intermediate
-        arrays, a final conversion or scalar arguments)."""
-        if call.temporaries or call.final is not None or not call.launch.by_address():
+        arrays or scalar arguments, or a final conversion and no ``final`` in torch)."""
+        if call.temporaries or (call.final is not None) != (final is not None) or not call.launch.by_address():
             return None
-        return TorchCall(call.launch, call.operands, call.output, call.shape, dtype, empty)
+        return TorchCall(call.launch, call.operands, call.output, call.shape, dtype, empty, final)
 
     def __call__(self, operands: tuple):
         result = self.empty(self.shape, dtype=self.dtype, device=operands[0].device)
         addresses = {name: op.data_ptr() for name, op in zip(self.operands, operands)}
         addresses[self.output] = result.data_ptr()
         self.launch.at_addresses(addresses)
-        return result
+        return result if self.final is None else self.final(result)
 
 
 def _device_overlap(a, b) -> bool:

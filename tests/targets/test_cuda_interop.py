@@ -159,14 +159,17 @@ def test_torch_keys_and_a_torch_replay_on_addresses():
     """Calls on contiguous PyTorch CUDA tensors get a key of their own (shapes, dtypes, strides,
     device, 16-byte alignment, options); bfloat16, non-contiguous, ``out=`` and foreign arrays
     get none. A TorchCall allocates the result and launches on the addresses as uint64 values;
-    kernels with scalar arguments, temporaries or a final conversion get no TorchCall."""
+    kernels with scalar arguments or temporaries get no TorchCall, nor a call with a final
+    conversion (half-precision results) without one in torch."""
     a, b = FakeTensor((4, 8), 1 << 20), FakeTensor((8,), 1 << 21)
     options = (None, "K", "safe", "greedy", None, None, "exact")
     key = einsum_calls.torch_call_key(("ij,j->i", a, b), None, options)
     assert key[:2] == ("torch", "ij,j->i") and key[-len(options):] == options
     assert key != einsum_calls.torch_call_key(("ij,j->i", a, FakeTensor((8,), (1 << 21) + 4)), None, options)
-    for bad in (FakeTensor((8,), 64, dtype="torch.bfloat16"), FakeTensor((8,), 64, contiguous=False),
-                FakeCupy((8,), ptr=64)):
+    halves = einsum_calls.torch_call_key(("ij,j->i", a, FakeTensor((8,), 1 << 21, dtype="torch.bfloat16")), None,
+                                         options)
+    assert halves is not None and halves != key  # bfloat16 tensors: a key of their own dtype
+    for bad in (FakeTensor((8,), 64, contiguous=False), FakeCupy((8,), ptr=64)):
         assert einsum_calls.torch_call_key(("ij,j->i", a, bad), None, options) is None
     assert einsum_calls.torch_call_key(("ij,j->i", a, b), b, options) is None
     calls = []
@@ -190,6 +193,11 @@ def test_torch_keys_and_a_torch_replay_on_addresses():
     with_temporary = einsum_calls.DeviceCall(record, None, ("op0", "op1"), "out", (("t0", (4,)),), (4,),
                                              np.dtype(np.float32))
     assert einsum_calls.TorchCall.of(with_temporary, "torch.float32", empty) is None
+    rounded = einsum_calls.DeviceCall(record, None, ("op0", "op1"), "out", (), (4,), np.dtype(np.float32),
+                                      final=lambda value: value)
+    assert einsum_calls.TorchCall.of(rounded, "torch.float32", empty) is None  # no rounding in torch given
+    half_call = einsum_calls.TorchCall.of(rounded, "torch.float32", empty, final=lambda t: ("rounded", t))
+    assert half_call((a, b)) == ("rounded", allocated[-1]) and allocated[-1].dtype == "torch.float32"
 
 
 def test_a_launch_record_replays_with_the_new_arrays_and_scalars():
@@ -492,6 +500,29 @@ def test_repeated_einsum_on_torch_tensors_replays_on_their_addresses(subscripts,
     assert recorded is None or isinstance(recorded, einsum_calls.TorchCall)
     if len(shapes) == 2 and subscripts != "i,i->":
         assert isinstance(recorded, einsum_calls.TorchCall)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("subscripts, shapes", [("ij,jk->ik", [(64, 48), (48, 40)]),
+                                                ("bhqd,bhkd->bhqk", [(2, 3, 40, 16), (2, 3, 24, 16)])])
+def test_repeated_half_einsum_on_torch_tensors_rounds_in_torch(subscripts, shapes, dtype):
+    """Repeats of a float16 or bfloat16 call on PyTorch tensors replay as a TorchCall (no CuPy
+    views): the kernel's float32 sums rounded by torch to the call's type. Each result is the
+    first call's (same rounding of the same sums) and within one rounding of torch's float64
+    einsum of the same values; fresh tensors each round."""
+    torch = _torch()
+    kind = getattr(torch, dtype)
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    tolerance = {"float16": 2e-3, "bfloat16": 1.6e-2}[dtype]
+    for _ in range(3):
+        ops = [torch.randn(shape, device="cuda", generator=generator).to(kind) for shape in shapes]
+        first, again = po.einsum(subscripts, *ops), po.einsum(subscripts, *ops)
+        assert first.dtype == again.dtype == kind and torch.equal(first, again)
+        expected = torch.einsum(subscripts, *(op.double() for op in ops))
+        torch.testing.assert_close(again.double(), expected, rtol=tolerance, atol=tolerance)
+    key = einsum_calls.torch_call_key((subscripts, *ops), None, (None, "K", "safe", "greedy", None, None, "exact"))
+    assert isinstance(einsum_calls.recorded(key), einsum_calls.TorchCall)
 
 
 @needs_gpu
