@@ -32,7 +32,9 @@ full/empty mbarriers per ring slot replace the block barriers, so the producer f
 while the consumers compute and store. Their TMA form (``Variant.tma``): one producer thread
 issues a 3-D tensor copy per operand and K tile (``cp.async.bulk.tensor`` into the same
 128-byte-swizzled layout, the hardware zero-filling what lies outside the operand), and
-``setmaxnreg`` gives the consumers the producer warpgroup's registers.
+``setmaxnreg`` gives the consumers the producer warpgroup's registers; a TF32 operand with
+contiguous M/N is read from a K-major copy the launch makes (TMA does not transpose 4-byte
+elements: :mod:`polyopt.targets.tensor_maps`).
 
 The kernels are compiled only where ``__CUDA_ARCH_FEAT_SM90_ALL`` is defined (``-arch=sm_90a``);
 built for any other target their body is empty, and the launch selection takes them only from a

@@ -14,6 +14,11 @@ leaving the cache stays intact for the kernels queued before; a CUDA graph captu
 addresses, so the contraction launch does not take the TMA kernels while a stream captures,
 and :class:`~polyopt.targets.cuda.RepeatedCall` binds the maps of its one argument set with
 :meth:`TmaLaunch.bound`, holding them as long as its graph.)
+
+TMA moves boxes; it does not transpose 4-byte elements, and TF32 ``wgmma`` reads K-major tiles
+only. A TF32 operand whose M/N run is contiguous is therefore copied K-major
+(:data:`K_MAJOR_COPY`, a tiled transpose on the same stream) before each launch, and its map
+reads the copy (``MapSpec.copied_from``; :class:`CopyingLaunch` holds the copy's memory).
 """
 from __future__ import annotations
 

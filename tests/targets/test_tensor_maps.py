@@ -2,6 +2,7 @@
 the driver's encoder and CuPy stood in for, the maps made per operand address and layout,
 cached, bounded, and appended to a recorded launch's arguments from the arrays of each call."""
 import ctypes
+import subprocess
 from types import SimpleNamespace
 
 import numpy as np
@@ -9,6 +10,8 @@ import pytest
 
 from polyopt.targets import tensor_maps
 from polyopt.targets.tensor_maps import MAX_MAPS, MapSpec, TmaLaunch, address_of, tensor_map
+
+from conftest import needs_nvcc
 
 
 class _FakeArray:
@@ -129,3 +132,13 @@ def test_an_operand_read_from_a_k_major_copy_is_copied_before_each_launch(encode
     assert [e[0] for e in events] == ["empty", "copy", "launch", "copy", "launch"]
     assert events[1] == ("copy", (7, 3, 1), 0x2000, copy_address, (204, 72, 1, 204, 72 * 204, 80))
     assert events[2][1] == bound[3:]  # the maps: the left operand's, the copy's
+
+
+@needs_nvcc
+def test_nvcc_builds_the_k_major_copy(tmp_path):
+    """The transpose a TF32 operand takes before a TMA launch (CuPy compiles it at run time on
+    the GPU; here nvcc checks the source where there is none)."""
+    (tmp_path / "copy.cu").write_text(tensor_maps.K_MAJOR_COPY)
+    result = subprocess.run(["nvcc", "-arch=sm_90", "-c", "copy.cu"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
