@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_einsum_call_overhead.py [LABEL]
 
-For float32 and float16 CuPy arrays and float32 and bfloat16 PyTorch tensors, 16x16 and 64x64:
+For float32 and float16 CuPy arrays and float32, float16 and bfloat16 PyTorch tensors, 16x16 and 64x64:
 1,000 calls of ``po.einsum("ij,jk->ik", a, b)`` back to back, one synchronization, median of 5
 runs (50 warm-up calls first), in microseconds per call; torch.einsum on the same data beside
 it. Prints a Markdown table, headed by LABEL. Needs CuPy, torch and a GPU.
@@ -45,7 +45,7 @@ def rows() -> list[tuple[str, float, float]]:
             ta, tb = torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")
             found.append((f"{np.dtype(dtype).name} CuPy {n}x{n}", per_call_us(lambda: po.einsum("ij,jk->ik", a, b)),
                           per_call_us(lambda: torch.einsum("ij,jk->ik", ta, tb))))
-        for dtype in (torch.bfloat16, torch.float32):
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
             x, y = (torch.randn(n, n, device="cuda").to(dtype) for _ in range(2))
             found.append((f"{str(dtype)[6:]} torch {n}x{n}", per_call_us(lambda: po.einsum("ij,jk->ik", x, y)),
                           per_call_us(lambda: torch.einsum("ij,jk->ik", x, y))))
