@@ -46,8 +46,7 @@ from polyopt.analysis import expr as E
 from polyopt.analysis.contraction import ELEMENT, Contraction, Operand
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.contraction_text import (Slots, UnitStrides, element_store, element_test, grid_loops, init_text,
-                                              scalar_text,
-                                              outer_k_offsets, pair_k_loops)
+                                              outer_k_offsets, pair_k_loops, scalar_text)
 
 #: Bytes of one row of a swizzled tile (the 128-byte swizzle's width) and of one 8-row atom.
 ROW_BYTES = 128
@@ -78,10 +77,11 @@ def _factor(value: E.Expr) -> E.Expr | None:
     else None."""
     if not (isinstance(value, E.Binary) and value.op == "*"):
         return None
+    def varies(x: E.Expr) -> bool:  # an array element, an iterator or the operand's element
+        return isinstance(x, E.Access) or (isinstance(x, E.Var) and (x.kind == "iter" or x.name == ELEMENT))
+
     for element, factor in ((value.rhs, value.lhs), (value.lhs, value.rhs)):
-        if operand_plain(element) and not any(isinstance(x, (E.Access, E.Var)) and
-                                              (isinstance(x, E.Access) or x.kind == "iter" or x.name == ELEMENT)
-                                              for x in E.walk(factor)):
+        if operand_plain(element) and not any(map(varies, E.walk(factor))):
             return factor
     return None
 
@@ -95,10 +95,10 @@ def sum_scale(c: Contraction) -> E.Expr | None | bool:
     already moves it). None where every operand is plain; False where no factor serves."""
     scales = []
     for pair in c.pairs:
-        factors = [None if operand_plain(o.value) else _factor(o.value) for o in pair]
-        if any(f is None and not operand_plain(o.value) for f, o in zip(factors, pair)) or all(factors):
+        computed = [o.value for o in pair if not operand_plain(o.value)]
+        if len(computed) > 1 or (computed and _factor(computed[0]) is None):
             return False
-        scales.append(factors[0] or factors[1])
+        scales.append(_factor(computed[0]) if computed else None)
     if all(f is None for f in scales):
         return None
     return scales[0] if all(f == scales[0] for f in scales) else False

@@ -159,8 +159,9 @@ CONTRACTION_TILES = range(max(len(variants) for variants in VARIANTS.values()))
 def force_contraction_tile(monkeypatch, tile: int) -> list:
     """Make every contraction launch take kernel ``tile`` of its source (a ``wgmma`` one only
     from an sm_90a build, an asynchronous one only where the operands are in whole 16-byte
-    vectors, a TMA one only where the launch has tensor maps: else the test is skipped), with no replays of an earlier test's recorded launches;
-    the kernels launched are noted in the list returned."""
+    vectors, a TMA one only where the launch has tensor maps: else the test is skipped), with
+    no replays of an earlier test's recorded launches; the kernels launched are noted in the
+    list returned."""
     monkeypatch.setattr(CudaKernel, "recorded", lambda self, key: None)
     einsum_calls.clear()
     taken = []
