@@ -228,10 +228,39 @@ def _tile_skip(c: Contraction) -> list[str]:
     return out + [f"      if ({none}) continue;  /* no element of the tile in the output domain */"]
 
 
+#: The launch argument of a kernel whose output may be stored in a half type (:func:`half_store`):
+#: 0 stores the declared f32 elements, 1 the half type's.
+HALF_STORE_ARGUMENT = "_Ch"
+#: Per half type, its C type and the conversion of a float to it (to nearest even, as numpy's
+#: ``astype`` and torch's ``Tensor.to`` round).
+_HALF_STORES = {"f16": ("__half", "__float2half_rn"), "bf16": ("__nv_bfloat16", "__float2bfloat16_rn")}
+
+
+def half_store(scop: Scop, c: Contraction) -> str | None:
+    """The half type (``"f16"`` or ``"bf16"``) a kernel of ``c`` may store its output in, each
+    finished f32 sum rounded to it once: the operands' type where they are all of one half type
+    and the output is f32 and written only -- its init sets it without reading it, so no f32
+    value of the output is ever read and the caller may hand over an array of the operands'
+    half type instead (the result torch's half matmul gives, written once: no f32 result in
+    memory and no second kernel to round it). In a program of contractions (``scop`` the whole
+    program) only where no other statement touches the output (2mm's ``tmp`` is read by the
+    next product). None otherwise. Such a kernel takes :data:`HALF_STORE_ARGUMENT` after the
+    others, the caller saying which type it passed."""
+    types = {scop.arrays[a].dtype.name for a in c.operand_arrays}
+    if len(types) != 1 or not types <= set(_HALF_STORES) or scop.arrays[c.output].dtype.name != "f32":
+        return None
+    if c.init is None or any(isinstance(x, E.Var) and x.name == ELEMENT for x in E.walk(c.init)):
+        return None
+    if any(ref.array == c.output for stmt in scop.statements if stmt.name not in c.statements for ref in stmt.accesses):
+        return None
+    return types.pop()
+
+
 def element_store(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
     """The store of a finished element ``acc`` (at ``_m``, ``_n`` of batch ``_z``): through
     the epilogue statements in order, each reading the value so far as its element and other
-    arrays at the output indices (decoded from the coordinates with the launch's divisors)."""
+    arrays at the output indices (decoded from the coordinates with the launch's divisors);
+    where the output may be half (:func:`half_store`), rounded to it if the launch says so."""
     out = [f"              {t} _v = ({t}){acc};"]
     names = {}
     read = {i.name for e in c.epilogue for x in E.walk(e) if isinstance(x, E.Access) for i in x.indices}
@@ -245,8 +274,12 @@ def element_store(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
         value = E.substitute(value, lambda x: E.Var(names[x.name], "iter", x.dtype)
                              if isinstance(x, E.Var) and x.kind == "iter" else None)
         out.append(f"              _v = {emit(E.substitute(value, lambda x: E.Var('_v', 'scalar', x.dtype) if isinstance(x, E.Var) and x.name == ELEMENT else None))};")
-    out.append(f"              {c.output}[_offC + _m * sCm + _n * sCn] = _v;")
-    return out
+    at, half = "_offC + _m * sCm + _n * sCn", half_store(scop, c)
+    if half is None:
+        return out + [f"              {c.output}[{at}] = _v;"]
+    c_type, convert = _HALF_STORES[half]
+    return out + [f"              if ({HALF_STORE_ARGUMENT}) (({c_type} *){c.output})[{at}] = {convert}(_v);",
+                  f"              else {c.output}[{at}] = _v;"]
 
 
 def init_text(scop: Scop, c: Contraction, element: str) -> str:
@@ -255,5 +288,5 @@ def init_text(scop: Scop, c: Contraction, element: str) -> str:
     return element if c.init is None else scalar_text(scop, c.init, element)
 
 
-__all__ = ["RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets", "element_store", "element_test", "grid_loops",
-           "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "scalar_text"]
+__all__ = ["HALF_STORE_ARGUMENT", "RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets", "element_store",
+           "element_test", "grid_loops", "half_store", "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "scalar_text"]
