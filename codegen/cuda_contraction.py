@@ -57,7 +57,7 @@ from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
 from polyopt.codegen.cuda import CudaSource, cuda_prelude, kernel_parameters
 from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, RUN_STRIDES, Slots, UnitStrides, element_store,
-                                              element_test, grid_loops, half_store, init_text, outer_k_offsets,
+                                              element_test, fragment_stores, grid_loops, half_store, init_text, outer_k_offsets,
                                               pair_argument, pair_k_loops, pair_stride_names, scalar_text)
 from polyopt.codegen.cuda_wgmma import wgmma_body, wgmma_helpers, wgmma_shape, wgmma_shared_bytes
 
@@ -825,11 +825,7 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     out += pair_k_loops(c, k_loop)
     out += [f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
             f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
-            f"          #pragma unroll\n          for (int _r = 0; _r < {per_c}; _r++) {{",
-            f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
-            f"            if (_m < _M && _n < _N{element_test(c)}) {{",
-            *element_store(scop, c, "_acc[_i][_j][_r]", t), "            }",
-            "          }",
+            *fragment_stores(scop, c, row, col, "_acc[_i][_j][_r]", t),
             "    }", "    }", "  }"]
     return out
 

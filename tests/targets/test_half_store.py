@@ -17,6 +17,7 @@ from polyopt import einsum_calls
 from polyopt.analysis import expr as E
 from polyopt.analysis.contraction import ELEMENT
 from polyopt.codegen.contraction_text import HALF_STORE_ARGUMENT, half_store
+from polyopt.errors import ArgumentTypeError
 from polyopt.targets import contraction
 from polyopt.targets.contraction import launch_layout
 from polyopt.targets.cuda import CudaKernel
@@ -165,10 +166,10 @@ def test_a_half_output_of_another_type_is_refused():
     a = cupy.ones((16, 8), np.float16)
     b = cupy.ones((8, 12), np.float16)
     for wrong in (np.uint16, np.float64, np.int16):
-        with pytest.raises(po.ArgumentTypeError, match="array 'out' has dtype"):
+        with pytest.raises(ArgumentTypeError, match="array 'out' has dtype"):
             f16(a, b, cupy.empty((16, 12), wrong))
     bf16 = _kernel("ij,jk->ik", [(64, 64), (64, 64)], po.bf16.numpy)
-    with pytest.raises(po.ArgumentTypeError, match="array 'out' has dtype"):
+    with pytest.raises(ArgumentTypeError, match="array 'out' has dtype"):
         bf16(a.view(np.uint16), b.view(np.uint16), cupy.empty((16, 12), np.float16))
     out = cupy.empty((16, 12), np.float16)
     f16(a, b, out)
