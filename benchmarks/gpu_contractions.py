@@ -10,8 +10,9 @@ back between two CUDA events (median of 5 such runs per launch; 3 warm-up runs),
 is the kernel's time, not Python's: the host cost of a ``po.einsum`` call is measured by
 ``polyopt bench --einsum --target cuda``. torch.einsum runs the same way on the same data
 (TF32 as the mode says). bf16 operands are made by torch and handed to the kernel as CuPy
-uint16 views of their bits (CuPy has no bfloat16), as ``po.einsum`` does. Each result is checked against a float64 einsum (normwise relative
-error). ``--case`` replaces the issue's shapes; ``--all-variants`` also times every tile shape
+uint16 views of their bits (CuPy has no bfloat16), as ``po.einsum`` does; half results are
+stored by the kernel in the operands' type, as ``po.einsum`` has them stored. Each result is
+checked against a float64 einsum (normwise relative error). ``--case`` replaces the issue's shapes; ``--all-variants`` also times every tile shape
 the kernel's source holds, each forced in turn (what the launch-time choice chooses among).
 Needs CuPy, torch and a GPU.
 """
@@ -93,7 +94,9 @@ def measure(cp, torch, subscripts: str, shapes, dtype: str, precision: str, all_
     scop = po.einsum_kernel(subscripts, *shapes, dtype=dtype, target="cuda", contraction=False).scop
     made = plan(scop, precision=precision)
     kernel = CudaKernel(made.scop, made.schedule, made.source)
-    out_dtype = made.scop.arrays["out"].dtype.numpy  # float16 operands are summed into f32
+    # half operands are summed in f32; the kernel stores the sums rounded to their type, as in po.einsum
+    half = kernel.half_outputs.get("out")
+    out_dtype = made.scop.arrays["out"].dtype.numpy if half is None else np.dtype(np.uint16 if half.name == "bf16" else np.float16)
     result = cp.zeros(np.einsum(subscripts, *(np.empty(s, np.int8) for s in shapes)).shape, out_dtype)
     bound, device, _ = kernel.bind((), {"op0": operands[0], "op1": operands[1], "out": result})
     ours = per_launch_ms(cp, lambda: kernel.launch(bound.params, bound.scalars, device))
@@ -114,8 +117,10 @@ def measure(cp, torch, subscripts: str, shapes, dtype: str, precision: str, all_
             contraction.choose_kernel = chooser
     kernel.launch(bound.params, bound.scalars, device)
     expected = cp.einsum(subscripts, *wide)
+    values = (result.astype(cp.uint32) << 16).view(cp.float32) if result.dtype == np.uint16 else result
     row = {"case": subscripts, "dtype": dtype, "precision": precision, "polyopt_ms": ours,
-           "rel_error": float(cp.linalg.norm(result - expected) / cp.linalg.norm(expected)),
+           "result": str(result.dtype) if half is None else f"{half.name} (stored by the kernel)",
+           "rel_error": float(cp.linalg.norm(values - expected) / cp.linalg.norm(expected)),
            "engine": made.schedule.notes[-1].split("(")[1].split(",")[0]}
     if variants:
         row["variants_ms"] = variants

@@ -228,9 +228,39 @@ def _tile_skip(c: Contraction) -> list[str]:
     return out + [f"      if ({none}) continue;  /* no element of the tile in the output domain */"]
 
 
-def element_store(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
-    """The store of a finished element ``acc`` (at ``_m``, ``_n`` of batch ``_z``): through
-    the epilogue statements in order, each reading the value so far as its element and other
+#: The launch argument of a kernel whose output may be stored in a half type (:func:`half_store`):
+#: 0 stores the declared f32 elements, 1 the half type's.
+HALF_STORE_ARGUMENT = "_Ch"
+#: Per half type: its C type and the conversion of a float to it, its pair type and the
+#: conversion of two floats to a pair (to nearest even, as numpy's ``astype`` and torch's
+#: ``Tensor.to`` round).
+_HALF_STORES = {"f16": ("__half", "__float2half_rn", "__half2", "__floats2half2_rn"),
+                "bf16": ("__nv_bfloat16", "__float2bfloat16_rn", "__nv_bfloat162", "__floats2bfloat162_rn")}
+
+
+def half_store(scop: Scop, c: Contraction) -> str | None:
+    """The half type (``"f16"`` or ``"bf16"``) a kernel of ``c`` may store its output in, each
+    finished f32 sum rounded to it once: the operands' type where they are all of one half type
+    and the output is f32 and written only -- its init sets it without reading it, so no f32
+    value of the output is ever read and the caller may hand over an array of the operands'
+    half type instead (the result torch's half matmul gives, written once: no f32 result in
+    memory and no second kernel to round it). In a program of contractions (``scop`` the whole
+    program) only where no other statement touches the output (2mm's ``tmp`` is read by the
+    next product). None otherwise. Such a kernel takes :data:`HALF_STORE_ARGUMENT` after the
+    others, the caller saying which type it passed."""
+    types = {scop.arrays[a].dtype.name for a in c.operand_arrays}
+    if len(types) != 1 or not types <= set(_HALF_STORES) or scop.arrays[c.output].dtype.name != "f32":
+        return None
+    if c.init is None or any(isinstance(x, E.Var) and x.name == ELEMENT for x in E.walk(c.init)):
+        return None
+    if any(ref.array == c.output for stmt in scop.statements if stmt.name not in c.statements for ref in stmt.accesses):
+        return None
+    return types.pop()
+
+
+def _element_value(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
+    """``_v``, the finished element ``acc`` (at ``_m``, ``_n`` of batch ``_z``) through the
+    epilogue statements in order, each reading the value so far as its element and other
     arrays at the output indices (decoded from the coordinates with the launch's divisors)."""
     out = [f"              {t} _v = ({t}){acc};"]
     names = {}
@@ -245,7 +275,58 @@ def element_store(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
         value = E.substitute(value, lambda x: E.Var(names[x.name], "iter", x.dtype)
                              if isinstance(x, E.Var) and x.kind == "iter" else None)
         out.append(f"              _v = {emit(E.substitute(value, lambda x: E.Var('_v', 'scalar', x.dtype) if isinstance(x, E.Var) and x.name == ELEMENT else None))};")
-    out.append(f"              {c.output}[_offC + _m * sCm + _n * sCn] = _v;")
+    return out
+
+
+def _element_write(scop: Scop, c: Contraction, at: str, value: str) -> list[str]:
+    """The store of ``value`` at element offset ``at`` of the output: as declared, or where the
+    output may be half (:func:`half_store`) rounded to it if the launch says so."""
+    half = half_store(scop, c)
+    if half is None:
+        return [f"              {c.output}[{at}] = {value};"]
+    c_type, convert, _, _ = _HALF_STORES[half]
+    return [f"              if ({HALF_STORE_ARGUMENT}) (({c_type} *){c.output})[{at}] = {convert}({value});",
+            f"              else {c.output}[{at}] = {value};"]
+
+
+def element_store(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
+    """The store of a finished element ``acc`` (at ``_m``, ``_n`` of batch ``_z``): its value
+    through the epilogue statements, stored as declared or, where the output may be half
+    (:func:`half_store`), rounded to it if the launch says so."""
+    return _element_value(scop, c, acc, t) + _element_write(scop, c, "_offC + _m * sCm + _n * sCn", "_v")
+
+
+def fragment_stores(scop: Scop, c: Contraction, row: str, col: str, acc: str, t: str) -> list[str]:
+    """The loop storing an MMA fragment's four finished elements ``acc`` (``_r`` = 0..3 at tile
+    row ``row``, column ``col``; elements 2q and 2q + 1 are adjacent columns of one row), each
+    in the output box (and domain) by :func:`element_store`. Where the output may be half, a
+    pair lying whole in the output, its columns adjacent in memory and 4-byte aligned, goes as
+    one 32-bit store of both halves: half the store instructions, and whole 16-byte runs per
+    four lanes (a warp's 2-byte stores of every other element wasted half of each sector)."""
+    test = f"_m < _M && _n < _N{element_test(c)}"
+    half = half_store(scop, c)
+    if half is None:
+        return ["          #pragma unroll\n          for (int _r = 0; _r < 4; _r++) {",
+                f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
+                f"            if ({test}) {{", *element_store(scop, c, acc, t), "            }",
+                "          }"]
+    c_type, _, pair_type, pair_convert = _HALF_STORES[half]
+    out = ["          #pragma unroll\n          for (int _r0 = 0; _r0 < 4; _r0 += 2) {",
+           f"            {t} _p[2]; bool _in[2]; long _at = 0;",
+           "            #pragma unroll\n            for (int _q = 0; _q < 2; _q++) {",
+           "              const int _r = _r0 + _q;",
+           f"              const long _m = _m0 + {row}, _n = _n0 + {col};",
+           f"              _in[_q] = {test};",
+           "              if (_q == 0) _at = _offC + _m * sCm + _n * sCn;",
+           "              if (_in[_q]) {", *_element_value(scop, c, acc, t), "              _p[_q] = _v; }",
+           "            }",
+           f"            {c_type} *const _h = ({c_type} *){c.output} + _at;",
+           f"            if ({HALF_STORE_ARGUMENT} && _in[0] && _in[1] && sCn == 1 && ((unsigned long long)_h & 3) == 0)",
+           f"              *({pair_type} *)_h = {pair_convert}(_p[0], _p[1]);",
+           "            else",
+           "              #pragma unroll\n              for (int _q = 0; _q < 2; _q++)",
+           "                if (_in[_q]) {", *_element_write(scop, c, "_at + _q * sCn", "_p[_q]"), "                }",
+           "          }"]
     return out
 
 
@@ -255,5 +336,5 @@ def init_text(scop: Scop, c: Contraction, element: str) -> str:
     return element if c.init is None else scalar_text(scop, c.init, element)
 
 
-__all__ = ["RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets", "element_store", "element_test", "grid_loops",
-           "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "scalar_text"]
+__all__ = ["HALF_STORE_ARGUMENT", "RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets", "element_store",
+           "element_test", "fragment_stores", "grid_loops", "half_store", "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "scalar_text"]

@@ -56,9 +56,9 @@ from polyopt.analysis.scop import Scop
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
 from polyopt.codegen.cuda import CudaSource, cuda_prelude, kernel_parameters
-from polyopt.codegen.contraction_text import (RUN_STRIDES, Slots, UnitStrides, element_store, element_test, grid_loops,
-                                              init_text, outer_k_offsets, pair_argument, pair_k_loops,
-                                              pair_stride_names, scalar_text)
+from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, RUN_STRIDES, Slots, UnitStrides, element_store,
+                                              element_test, fragment_stores, grid_loops, half_store, init_text, outer_k_offsets,
+                                              pair_argument, pair_k_loops, pair_stride_names, scalar_text)
 from polyopt.codegen.cuda_wgmma import wgmma_body, wgmma_helpers, wgmma_shape, wgmma_shared_bytes
 
 #: The K-loop engines and what they need (element type of the operands and result).
@@ -119,6 +119,9 @@ class ContractionSource(CudaSource):
 
     contraction: Contraction | None = None
     variants: tuple[tuple[str, Variant], ...] = ()
+    #: The half type the kernels may store the output in
+    #: (:func:`~polyopt.codegen.contraction_text.half_store`; they then take its launch argument).
+    half_store: str | None = None
 
 
 @dataclass(frozen=True)
@@ -402,6 +405,8 @@ def _host_launch(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant],
     classes = {**{i: "'b'" for i in c.batch}, **{i: "'m'" for i in c.m}, **{i: "'n'" for i in c.n}}
     slots = Slots.of(c)
     args = [a.name for a in abi_arguments(scop)] + [f"_a[{k}]" for k in range(len(extra_arguments(slots)))]
+    if half_store(scop, c):
+        args.append("0")  # (C callers pass the declared f32 output)
     n = len(index)
     out = [f"{head}({', '.join(_host_parameters(scop))})", "{",
            f"  const long ext[{n}] = {{{', '.join(emit(c.extent[i]) for i in index)}}};",
@@ -576,6 +581,8 @@ def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str
         body = (_simt_body if variant.engine == "simt" else _mma_body)(scop, c, variant, t)
     slots = Slots.of(c)
     params = kernel_parameters(scop, {c.output}) + [f"long {a}" for a in extra_arguments(slots)]
+    if half_store(scop, c):
+        params.append(f"long {HALF_STORE_ARGUMENT}")
     if variant.tma:
         params += [f"const void *{name}" for name in TMA_MAP_ARGUMENTS]
     lines = [f'extern "C" __global__ void __launch_bounds__({variant.threads}{f", {variant.blocks_per_sm}" if variant.blocks_per_sm else ""}) {name}(',
@@ -818,11 +825,7 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     out += pair_k_loops(c, k_loop)
     out += [f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
             f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
-            f"          #pragma unroll\n          for (int _r = 0; _r < {per_c}; _r++) {{",
-            f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
-            f"            if (_m < _M && _n < _N{element_test(c)}) {{",
-            *element_store(scop, c, "_acc[_i][_j][_r]", t), "            }",
-            "          }",
+            *fragment_stores(scop, c, row, col, "_acc[_i][_j][_r]", t),
             "    }", "    }", "  }"]
     return out
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 from polyopt.analysis import expr as E
 from polyopt.analysis.contraction import ELEMENT, Contraction, Operand
 from polyopt.analysis.scop import Scop
-from polyopt.codegen.contraction_text import (Slots, UnitStrides, element_store, element_test, grid_loops, init_text,
+from polyopt.codegen.contraction_text import (Slots, UnitStrides, element_test, fragment_stores, grid_loops, init_text,
                                               outer_k_offsets, pair_k_loops, scalar_text)
 
 #: Bytes of one row of a swizzled tile (the 128-byte swizzle's width) and of one 8-row atom.
@@ -367,11 +367,7 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
                 f"      #pragma unroll\n      for (int _j = 0; _j < {regs}; _j++) _acc[_j] = 0.0f;"]
         finished = f"(({start}) + ({scalar_text(scop, scale, '0')}) * {finished})"
     store = [f"      #pragma unroll\n      for (int _j = 0; _j < {v.bn // 8}; _j++)",
-             "        #pragma unroll\n        for (int _r = 0; _r < 4; _r++) {",
-             f"          const long _m = _m0 + {row}, _n = _n0 + {col};",
-             f"          if (_m < _M && _n < _N{element_test(c)}) {{",
-             *element_store(scop, c, finished, t), "          }",
-             "        }"]
+             *fragment_stores(scop, c, row, col, finished, t)]
     advance = ["        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] + \
               (outer_k_offsets(slots) if slots.outer_k else []) + ["        }"]
     def copies(pair: tuple[Operand, Operand]) -> list[str]:

@@ -19,6 +19,9 @@ numpy's promotion and casting rules. How each dtype runs:
   is rounded to the half type once. numpy's matmul does the same; numpy.einsum does so where
   its inner loop is the sum ('ij,j->i') and otherwise rounds every partial sum to float16
   ('ik,kj->ij'), which is less accurate: po.einsum's results are then within numpy's error.
+  On the GPU a contraction kernel stores each sum rounded to the half type itself (no float32
+  result in memory: :attr:`polyopt.targets.cuda.CudaKernel.half_outputs`); other kernels write
+  float32 that a second kernel rounds.
 - complex64, complex128: compiled on their float32/float64 (real, imaginary) pairs, numpy's
   memory layout of complex arrays: each statement becomes one per part
   (``einsum_scop(..., complex_parts=True)``).
@@ -35,8 +38,8 @@ tensor (other ``__cuda_array_interface__`` or CUDA DLPack objects a CuPy array),
 zero-copy CuPy views of their memory; numpy operands with ``target="cuda"`` are copied to the
 GPU and the result back (a numpy array, as on the CPU). A repeat of a call on CuPy arrays
 replays its recorded launches (:mod:`polyopt.einsum_calls`). PyTorch bfloat16 tensors run as
-float16 does (CuPy has no bfloat16: the kernel reads their bits through uint16 views, and the
-float32 result is rounded to bfloat16 on the GPU; needs ml_dtypes); bfloat16 numpy arrays
+float16 does (CuPy has no bfloat16: the kernel reads their bits through uint16 views and writes
+the result's bits, or float32 rounded to bfloat16 on the GPU; needs ml_dtypes); bfloat16 numpy arrays
 compute on the CPU only.
 
 numpy (CuPy on the GPU) is used only to allocate, copy, cast and view arrays; every sum of
@@ -550,7 +553,7 @@ def _device_call(plan: _Plan, buffers: dict, cupy, final: Callable | None = None
     launches = plan.kernel.recorded(plan.kernel.call_key(plan.kernel.named((), buffers)))
     if not isinstance(launches, LaunchRecord):  # (none, or a graph per result address: no use)
         return None
-    temporaries = tuple((name, buffers[name].shape) for name, _ in plan.temporaries)
+    temporaries = tuple((name, buffers[name].shape, buffers[name].dtype) for name, _ in plan.temporaries)
     operands = tuple(name for name in buffers if name.startswith("op"))
     result = buffers[OUTPUT]
     return einsum_calls.DeviceCall(launches, cupy.empty, operands, OUTPUT, temporaries, result.shape,
@@ -607,7 +610,7 @@ def _record_torch_call(torch_key: tuple, device_call, dtype) -> None:
     if not isinstance(device_call, einsum_calls.DeviceCall):
         return
     import torch
-    half = device_call.final is not None
+    half = device_call.final is not None  # (else the kernel wrote the result in its own type)
     final = (lambda value: value.to(dtype)) if half else None
     torch_call = einsum_calls.TorchCall.of(device_call, torch.float32 if half else dtype, torch.empty, final)
     if torch_call is not None:
@@ -683,14 +686,15 @@ def _bf16_einsum(operands: tuple, out_bits, order: str = "K", casting: str = "sa
     buffers = {f"op{k}": cupy.ascontiguousarray(op) for k, op in enumerate(ops)}
     for name, labels in plan.temporaries:
         buffers[name] = cupy.empty(tuple(sizes[label] for label in labels), dtype=storage)
-    buffers[OUTPUT] = cupy.empty(tuple(sizes[label] for label in spec.output), dtype=storage)
+    stored = OUTPUT in plan.kernel.half_outputs  # the kernel rounds its sums to bf16 bits itself
+    buffers[OUTPUT] = cupy.empty(tuple(sizes[label] for label in spec.output), dtype=np.uint16 if stored else storage)
     plan.kernel(**buffers)
     if final and key is not None and out_bits is None and _order(order) != "F" \
             and all(op.flags.c_contiguous and op.dtype == np.uint16 for op in ops):
-        device_call = _device_call(plan, buffers, cupy, lambda value: bf16_bits(value, cupy))
+        device_call = _device_call(plan, buffers, cupy, None if stored else lambda value: bf16_bits(value, cupy))
         if device_call is not None:
             einsum_calls.record(key, device_call)
-    rounded = bf16_bits(buffers[OUTPUT], cupy)
+    rounded = buffers[OUTPUT] if stored else bf16_bits(buffers[OUTPUT], cupy)
     if out_bits is None:
         return cupy.asfortranarray(rounded) if _order(order) == "F" else rounded
     out_bits[...] = rounded
@@ -784,12 +788,15 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
                for k, (op, a) in enumerate(zip(ops, arrays))}
     for name, labels in plan.temporaries:
         buffers[name] = xp.empty(tuple(sizes[label] for label in labels), dtype=storage)
-    direct = (out is not None and out.dtype == storage and out.flags.c_contiguous
+    # a half result stored by the contraction kernel itself, each float32 sum rounded once
+    rounded = where == "cuda" and result in _HALVES and OUTPUT in getattr(plan.kernel, "half_outputs", ())
+    written = result if rounded else storage  # the element type the kernel writes
+    direct = (out is not None and out.dtype == written and out.flags.c_contiguous
               and getattr(out.flags, "writeable", True))  # CuPy arrays are always writeable
     if direct:
         value = out
     else:
-        value = xp.empty(shape, dtype=storage) if xp is not np else _allocate_result(shape, storage, axes)
+        value = xp.empty(shape, dtype=written) if xp is not np else _allocate_result(shape, written, axes)
     buffers[OUTPUT] = value.transpose(axes)
     if num_threads is not None and where == "cuda":
         raise ValueError("einsum: num_threads is an option of the CPU (thread teams)")
@@ -801,8 +808,8 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     if plan.kernel is not None:
         plan.kernel(**{name: value if name == "num_threads" else _kernel_array(value, storage)
                        for name, value in buffers.items()})
-        half = on_gpu and result in _HALVES and out is None  # float32 sums, rounded at the end
-        if (final and key is not None and (storage == result or half) and storage not in _COMPLEX_PARTS
+        half = on_gpu and result in _HALVES and out is None and not rounded  # float32 sums, rounded after
+        if (final and key is not None and (written == result or half) and storage not in _COMPLEX_PARTS
                 and all(op.dtype == (operands or storage) and op.flags.c_contiguous for op in ops)
                 and (out is None or direct)):
             if where == "cpu":
@@ -814,7 +821,7 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     else:
         params = {size_parameter(label): size for label, size in sizes.items()}
         interpret_scop(plan.scop, params, {}, buffers)
-    if storage != result:
+    if written != result:
         value = value.view(result) if result in _REINTERPRETED else value.astype(result)
     if out is not None:
         if not direct:

@@ -219,19 +219,20 @@ class ViewCall:
 class DeviceCall:
     """Run a CUDA einsum kernel's recorded launches (``launch``) on CuPy operands like the
     recorded call's: ``operands``, ``output``: the kernel's argument names of the operands and
-    the result; ``temporaries``: (name, shape) of the contraction path's intermediate arrays;
-    ``shape``, ``dtype``: the result's (C order); ``empty``: ``cupy.empty``. The temporaries are
+    the result; ``temporaries``: (name, shape, dtype) of the contraction path's intermediate
+    arrays; ``shape``, ``dtype``: the result's (C order); ``empty``: ``cupy.empty``. The temporaries are
     allocated per call and stay referenced until every launch is queued; CuPy's memory pool
     reuses their memory only for work ordered after those launches on the stream. ``final``:
     for a half-precision result, what turns the kernel's float32 sums into it (``astype`` for
-    float16, the rounding kernel of :func:`polyopt.types.bf16_bits` for bfloat16 bits); such a
-    call is recorded without ``out`` and replays only without it."""
+    float16, the rounding kernel of :func:`polyopt.types.bf16_bits` for bfloat16 bits) where the
+    kernel did not store it rounded already; such a call is recorded without ``out`` and replays
+    only without it."""
 
     launch: LaunchRecord
     empty: Callable
     operands: tuple[str, ...]
     output: str
-    temporaries: tuple[tuple[str, tuple[int, ...]], ...]
+    temporaries: tuple[tuple[str, tuple[int, ...], np.dtype], ...]
     shape: tuple[int, ...]
     dtype: np.dtype
     final: Callable | None = None
@@ -243,8 +244,8 @@ class DeviceCall:
             return None
         named = dict(zip(self.operands, operands))
         named[self.output] = result = self.empty(self.shape, self.dtype) if out is None else out
-        for name, shape in self.temporaries:
-            named[name] = self.empty(shape, self.dtype)
+        for name, shape, dtype in self.temporaries:
+            named[name] = self.empty(shape, dtype)
         self.launch(named, fresh=self.output if out is None and not self.temporaries else None)
         return result if self.final is None else self.final(result)
 

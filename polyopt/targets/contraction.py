@@ -35,7 +35,7 @@ from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLO
                                               VARIANTS, ContractionProgramSource, ContractionSource, Variant,
                                               contraction_source, engine_for,
                                               WGMMA_MIN_K, operand_stride_positions, shared_bytes, staged_tiles)
-from polyopt.codegen.contraction_text import Slots
+from polyopt.codegen.contraction_text import Slots, half_store
 from polyopt.codegen.cuda_wgmma import ROW_BYTES, tma_layouts, transposed_copies, wgmma_layouts
 from polyopt.codegen.gpu_mapping import GpuProgram, map_to_gpu
 from polyopt.errors import IllegalScheduleError, ScheduleError
@@ -88,7 +88,8 @@ def contraction_plan(scop: Scop, name: str, precision: str = "exact",
             "per launch from the sizes and strides")
     schedule = replace(schedule, notes=tuple(schedule.notes) + (note,))
     text = contraction_source(scop, ((found, kernels),), name)
-    source = ContractionSource(program, text, {}, name, contraction=found, variants=kernels)
+    source = ContractionSource(program, text, {}, name, contraction=found, variants=kernels,
+                               half_store=half_store(scop, found))
     return ContractionPlan(schedule, source)
 
 
@@ -143,7 +144,9 @@ def contraction_program_plan(scop: Scop, name: str, precision: str = "exact") ->
                      f"block tile {describe_tiles(kernels)}; the tile, the M/N runs and the batch are chosen per "
                      "launch from the sizes and strides; the kernels run in program order")
     text = contraction_source(scop, tuple(parts), name)
-    steps = tuple(ContractionSource(program, text, {}, name, contraction=c, variants=kernels) for c, kernels in parts)
+    steps = tuple(ContractionSource(program, text, {}, name, contraction=c, variants=kernels,
+                                    half_store=half_store(scop, c))
+                  for c, kernels in parts)
     schedule = run_scheduler(scop, "original")
     return ContractionPlan(replace(schedule, notes=tuple(schedule.notes) + tuple(notes)),
                            ContractionProgramSource(program, text, {}, name, steps=steps))
@@ -373,12 +376,13 @@ def launch(source: ContractionSource, module, abi_values: list, params: dict[str
     aligned = all(arrays[name].data.ptr % COPY_BYTES == 0 for name in c.operand_arrays)
     cupy = import_module("cupy") if wgmma else None
     tma = wgmma and not _capturing(cupy)
-    key = (id(source), tuple(params.items()), shapes, sm_count, aligned, wgmma, tma)
+    half = source.half_store is not None and arrays[c.output].dtype.itemsize == 2  # (bind let it through)
+    key = (id(source), tuple(params.items()), shapes, sm_count, aligned, wgmma, tma, half)
     known = _CHOSEN.get(key)
     if known is not None and known[0] is source and known[1] is choose_kernel:
         prepared = known[2]
     else:
-        prepared = _prepared(source, params, arrays, sm_count, aligned, wgmma, tma)
+        prepared = _prepared(source, params, arrays, sm_count, aligned, wgmma, tma, half)
         if len(_CHOSEN) >= MAX_CHOSEN:
             _CHOSEN.clear()
         _CHOSEN[key] = (source, choose_kernel, prepared)
@@ -428,10 +432,11 @@ class _Prepared:
 
 
 def _prepared(source: ContractionSource, params: dict[str, int], arrays: dict, sm_count: int, aligned: bool,
-              wgmma: bool, tma: bool) -> _Prepared:
+              wgmma: bool, tma: bool, half: bool) -> _Prepared:
     """The launch :func:`choose_kernel` chooses for these parameter values and arrays (a TMA
     kernel's grid at most one block per SM: each block walks its tiles, the producer copying
-    the next tile's operands while the consumers store the last one)."""
+    the next tile's operands while the consumers store the last one); ``half``: the output
+    array holds the source's half type (:attr:`ContractionSource.half_store`)."""
     c = source.contraction
     extent = {i: int(evaluate(e, params, {})) for i, e in c.extent.items()}
     shapes = {name: tuple(arrays[name].shape) for name in (*c.operand_arrays, c.output)}
@@ -444,8 +449,9 @@ def _prepared(source: ContractionSource, params: dict[str, int], arrays: dict, s
         if grid is not None and grid[0] <= sm_count:
             rows = max(1, min(grid[1], sm_count // grid[0]))
             grid = (grid[0], rows, max(1, min(grid[2], sm_count // (grid[0] * rows))))
+    arguments = layout.arguments + ((int(half),) if source.half_store is not None else ())
     return _Prepared(name, grid, (variant.threads, 1, 1), shared_bytes(c, variant),
-                     tuple(np.int64(v) for v in layout.arguments), maps)
+                     tuple(np.int64(v) for v in arguments), maps)
 
 
 #: The launch :func:`launch` prepared (:class:`_Prepared`), by source (its identity: the source

@@ -47,6 +47,7 @@ import islpy as isl
 from polyopt.analysis.contraction import Contraction, nest_scop
 from polyopt.analysis.scop import Scop
 from polyopt.codegen.ast import abi_arguments
+from polyopt.codegen.contraction_text import half_store
 from polyopt.codegen.cuda import CudaSource
 from polyopt.codegen.cuda_contraction import ContractionSource, Variant, contraction_kernel_text
 from polyopt.codegen.gpu_mapping import GpuProgram, Kernel, kernel_mark
@@ -152,7 +153,7 @@ def substitute_contractions(scop: Scop, schedule: Schedule, source: CudaSource,
     parts = [(k.contraction, tile_kernels(k.scop, k.contraction, k.engine, k.name)) for k in found]
     text = source.source + contraction_kernel_text(scop, tuple(parts)) + "\n"
     steps = {k.kernel.name: ContractionSource(k.program, text, {}, source.host_function, contraction=c,
-                                              variants=variants)
+                                              variants=variants, half_store=half_store(scop, c))
              for k, (c, variants) in zip(found, parts)}
     notes = tuple(_note(k, variants, precision) for k, (_, variants) in zip(found, parts))
     return (replace(schedule, notes=tuple(schedule.notes) + notes),

@@ -49,7 +49,7 @@ from polyopt.targets.sm90a import sm90a_module
 from polyopt.targets.stencil import DEFAULT_RANKS, array_extents, launch as launch_stencil, stencil_plan
 from polyopt.targets.device import device_attribute
 from polyopt.targets.tensor_maps import TmaLaunch
-from polyopt.types import bf16
+from polyopt.types import ELEMENT_TYPES, DType, bf16
 from polyopt.schedulers.registry import schedule as run_scheduler
 from polyopt.schedulers import gpu as gpu_choice
 from polyopt.schedulers.gpu_fusion import fuse_parallel_nests
@@ -466,6 +466,17 @@ class CudaKernel:
     def program(self) -> GpuProgram:
         return self.compiled.program
 
+    @property
+    def half_outputs(self) -> dict[str, DType]:
+        """The f32 outputs a call may pass in a half type instead, and that type: each computed
+        by a contraction kernel from operands of that type and written only (its init reads no
+        element), which then rounds each f32 sum to it once, at the store
+        (:func:`~polyopt.codegen.contraction_text.half_store`) -- torch's half matmul result,
+        with no f32 result in memory. On the GPU a bf16 output is a uint16 array of its bits
+        (or a PyTorch bfloat16 tensor), as bf16 operands are."""
+        return {step.contraction.output: ELEMENT_TYPES[step.half_store]
+                for step in contraction_steps(self.compiled) if step.half_store is not None}
+
     def __call__(self, *args, **kwargs) -> None:
         last = self._last
         if last is not None and last.matches(args, kwargs):
@@ -532,7 +543,7 @@ class CudaKernel:
         (bound arguments, device arrays by name as CuPy arrays, written numpy arrays to copy
         back)."""
         cupy = cupy_module()
-        on_device = {}
+        on_device, halves = {}, self.half_outputs
 
         def stand_in(name, value):  # GPU arrays are checked through a numpy stand-in
             if not is_device_array(value):
@@ -542,13 +553,17 @@ class CudaKernel:
                 raise ArgumentError(f"{self.scop.name}(): array '{name}' must be C-contiguous")
             on_device[name] = value
             declared = self.scop.arrays.get(name)
-            bits = declared is not None and declared.dtype is bf16 and value.dtype == np.uint16
+            bits = value.dtype == np.uint16 and bf16 in (halves.get(name), declared and declared.dtype)
             return np.empty(value.shape, bf16.numpy if bits else value.dtype)  # untouched pages: no real allocation
 
         names = [a.name for a in self.scop.arguments]
         args = tuple(stand_in(n, v) for n, v in zip(names, args))
         kwargs = {k: stand_in(k, v) for k, v in kwargs.items()}
-        bound = bind_arguments(self.scop, args, kwargs)
+        given = {**dict(zip(names, args)), **kwargs}
+        half = {name: replace(self.scop.arrays[name], dtype=dtype) for name, dtype in halves.items()
+                if getattr(given.get(name), "dtype", None) == dtype.numpy}
+        bound = bind_arguments(replace(self.scop, arrays={**self.scop.arrays, **half}) if half else self.scop,
+                               args, kwargs)
         check_params(self.scop, bound.params, self.checked_params)
         written = {w.array for s in self.scop.statements for w in s.writes}
         _check_device_aliasing(self.scop.name, on_device, written)

@@ -190,7 +190,8 @@ def test_torch_keys_and_a_torch_replay_on_addresses():
     assert [int(v) for v in args[1:]] == [1 << 20, 1 << 21, 1 << 22]
     assert einsum_calls.TorchCall.of(einsum_calls.DeviceCall(_scale_record([]), None, ("A",), "B", (), (8,),
                                                              np.dtype(np.float32)), "torch.float32", empty) is None
-    with_temporary = einsum_calls.DeviceCall(record, None, ("op0", "op1"), "out", (("t0", (4,)),), (4,),
+    with_temporary = einsum_calls.DeviceCall(record, None, ("op0", "op1"), "out",
+                                             (("t0", (4,), np.dtype(np.float32)),), (4,),
                                              np.dtype(np.float32))
     assert einsum_calls.TorchCall.of(with_temporary, "torch.float32", empty) is None
     rounded = einsum_calls.DeviceCall(record, None, ("op0", "op1"), "out", (), (4,), np.dtype(np.float32),
@@ -262,8 +263,8 @@ def test_a_recorded_device_call_allocates_result_and_temporaries_and_launches():
     def empty(shape, dtype):
         return FakeCupy(shape, dtype, ptr=1 << 30)
 
-    call = einsum_calls.DeviceCall(launch, empty, ("op0", "op1"), "out", (("t0", (4, 5)),), (4, 6),
-                                   np.dtype(np.float32))
+    call = einsum_calls.DeviceCall(launch, empty, ("op0", "op1"), "out", (("t0", (4, 5), np.dtype(np.float32)),),
+                                   (4, 6), np.dtype(np.float32))
     a, b = FakeCupy((4, 5)), FakeCupy((5, 6), ptr=1 << 22)
     result = call((a, b), None)
     (named,) = seen

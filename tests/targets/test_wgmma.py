@@ -156,13 +156,16 @@ def test_nvcc_builds_the_wgmma_kernels_for_sm90a(tmp_path):
     assert "serialized" not in result.stderr, result.stderr[-4000:]  # wgmma issued back to back
     # per wgmma kernel: no spills, but for the register-limited ones (384 threads or two blocks
     # per SM) of the source with an init and an epilogue reading another array (52 and 24 bytes;
-    # its first mma.sync kernel has 44 bytes)
+    # its first mma.sync kernel has 44 bytes), and a few bytes in the f16 kernel built for two
+    # blocks per SM (128 registers), whose stores pair the half results
     spills = re.findall(r"Compiling entry function '(\w+)' for 'sm_90a'\n.*\n\s*\d+ bytes stack frame, (\d+) bytes spill",
                         result.stderr)
     assert len(spills) >= 7 * 12, result.stderr[-2000:]
     limited = tuple(f"_k0_{k}" for k, v in enumerate(WGMMA_VARIANTS["tf32"], 7) if v.threads > 256 or v.blocks_per_sm > 1)
     wgmma = tuple(f"_k0_{k}" for k in range(7, 7 + len(WGMMA_VARIANTS["tf32"])))
+    paired = tuple(f"_k0_{k}" for k, v in enumerate(WGMMA_VARIANTS["hmma"], 7) if v.blocks_per_sm > 1)
     assert all(int(b) == 0 or name.startswith("polyopt_tf32_gemm_alpha_beta") and name.endswith(limited)
+               or name.startswith("polyopt_einsum") and name.endswith(paired) and int(b) <= 8
                for name, b in spills if name.endswith(wgmma)), spills
     assert all(int(b) <= 64 for _, b in spills), spills
 
