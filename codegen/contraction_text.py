@@ -234,7 +234,7 @@ HALF_STORE_ARGUMENT = "_Ch"
 #: Per half type: its C type and the conversion of a float to it, its pair type and the
 #: conversion of two floats to a pair (to nearest even, as numpy's ``astype`` and torch's
 #: ``Tensor.to`` round).
-_HALF_STORES = {"f16": ("__half", "__float2half_rn", "__half2", "__floats2half2_rn"),
+HALF_STORES = {"f16": ("__half", "__float2half_rn", "__half2", "__floats2half2_rn"),
                 "bf16": ("__nv_bfloat16", "__float2bfloat16_rn", "__nv_bfloat162", "__floats2bfloat162_rn")}
 
 
@@ -249,7 +249,7 @@ def half_store(scop: Scop, c: Contraction) -> str | None:
     next product). None otherwise. Such a kernel takes :data:`HALF_STORE_ARGUMENT` after the
     others, the caller saying which type it passed."""
     types = {scop.arrays[a].dtype.name for a in c.operand_arrays}
-    if len(types) != 1 or not types <= set(_HALF_STORES) or scop.arrays[c.output].dtype.name != "f32":
+    if len(types) != 1 or not types <= set(HALF_STORES) or scop.arrays[c.output].dtype.name != "f32":
         return None
     if c.init is None or any(isinstance(x, E.Var) and x.name == ELEMENT for x in E.walk(c.init)):
         return None
@@ -258,7 +258,7 @@ def half_store(scop: Scop, c: Contraction) -> str | None:
     return types.pop()
 
 
-def _element_value(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
+def element_value(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
     """``_v``, the finished element ``acc`` (at ``_m``, ``_n`` of batch ``_z``) through the
     epilogue statements in order, each reading the value so far as its element and other
     arrays at the output indices (decoded from the coordinates with the launch's divisors)."""
@@ -284,7 +284,7 @@ def _element_write(scop: Scop, c: Contraction, at: str, value: str) -> list[str]
     half = half_store(scop, c)
     if half is None:
         return [f"              {c.output}[{at}] = {value};"]
-    c_type, convert, _, _ = _HALF_STORES[half]
+    c_type, convert, _, _ = HALF_STORES[half]
     return [f"              if ({HALF_STORE_ARGUMENT}) (({c_type} *){c.output})[{at}] = {convert}({value});",
             f"              else {c.output}[{at}] = {value};"]
 
@@ -293,7 +293,7 @@ def element_store(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
     """The store of a finished element ``acc`` (at ``_m``, ``_n`` of batch ``_z``): its value
     through the epilogue statements, stored as declared or, where the output may be half
     (:func:`half_store`), rounded to it if the launch says so."""
-    return _element_value(scop, c, acc, t) + _element_write(scop, c, "_offC + _m * sCm + _n * sCn", "_v")
+    return element_value(scop, c, acc, t) + _element_write(scop, c, "_offC + _m * sCm + _n * sCn", "_v")
 
 
 def fragment_stores(scop: Scop, c: Contraction, row: str, col: str, acc: str, t: str) -> list[str]:
@@ -310,7 +310,7 @@ def fragment_stores(scop: Scop, c: Contraction, row: str, col: str, acc: str, t:
                 f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
                 f"            if ({test}) {{", *element_store(scop, c, acc, t), "            }",
                 "          }"]
-    c_type, _, pair_type, pair_convert = _HALF_STORES[half]
+    c_type, _, pair_type, pair_convert = HALF_STORES[half]
     out = ["          #pragma unroll\n          for (int _r0 = 0; _r0 < 4; _r0 += 2) {",
            f"            {t} _p[2]; bool _in[2]; long _at = 0;",
            "            #pragma unroll\n            for (int _q = 0; _q < 2; _q++) {",
@@ -318,7 +318,7 @@ def fragment_stores(scop: Scop, c: Contraction, row: str, col: str, acc: str, t:
            f"              const long _m = _m0 + {row}, _n = _n0 + {col};",
            f"              _in[_q] = {test};",
            "              if (_q == 0) _at = _offC + _m * sCm + _n * sCn;",
-           "              if (_in[_q]) {", *_element_value(scop, c, acc, t), "              _p[_q] = _v; }",
+           "              if (_in[_q]) {", *element_value(scop, c, acc, t), "              _p[_q] = _v; }",
            "            }",
            f"            {c_type} *const _h = ({c_type} *){c.output} + _at;",
            f"            if ({HALF_STORE_ARGUMENT} && _in[0] && _in[1] && sCn == 1 && ((unsigned long long)_h & 3) == 0)",
@@ -336,5 +336,5 @@ def init_text(scop: Scop, c: Contraction, element: str) -> str:
     return element if c.init is None else scalar_text(scop, c.init, element)
 
 
-__all__ = ["HALF_STORE_ARGUMENT", "RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets", "element_store",
-           "element_test", "fragment_stores", "grid_loops", "half_store", "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "scalar_text"]
+__all__ = ["HALF_STORES", "HALF_STORE_ARGUMENT", "RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets", "element_store",
+           "element_test", "element_value", "fragment_stores", "grid_loops", "half_store", "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "scalar_text"]

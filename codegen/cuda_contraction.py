@@ -56,8 +56,8 @@ from polyopt.analysis.scop import Scop
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
 from polyopt.codegen.cuda import CudaSource, cuda_prelude, kernel_parameters
-from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, RUN_STRIDES, Slots, UnitStrides, element_store,
-                                              element_test, fragment_stores, grid_loops, half_store, init_text, outer_k_offsets,
+from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, HALF_STORES, RUN_STRIDES, Slots, UnitStrides,
+                                              element_store, element_test, element_value, fragment_stores, grid_loops, half_store, init_text, outer_k_offsets,
                                               pair_argument, pair_k_loops, pair_stride_names, scalar_text)
 from polyopt.codegen.cuda_wgmma import wgmma_body, wgmma_helpers, wgmma_shape, wgmma_shared_bytes
 
@@ -823,11 +823,67 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     if not v.asynchronous:  # the staging registers, the same for every pair
         out += _tile_loads(c.pairs[0], scop, v, op_t, unit, k_major_store=False)[0]
     out += pair_k_loops(c, k_loop)
-    out += [f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
-            f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
-            *fragment_stores(scop, c, row, col, "_acc[_i][_j][_r]", t),
-            "    }", "    }", "  }"]
-    return out
+    stores = [f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
+              f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
+              *fragment_stores(scop, c, row, col, "_acc[_i][_j][_r]", t)]
+    if _stages_half_tiles(scop, c, v):
+        stores = _staged_half_stores(scop, c, v, row, col, t, im, jn) + stores + ["      }"]
+    return out + stores + ["    }", "    }", "  }"]
+
+
+#: Halves of padding after each row of a staged output tile (16 bytes: rows stay 16-byte
+#: aligned, and the fragments' pair stores of eight rows fall into distinct banks).
+STAGED_PAD = 8
+
+
+def _stages_half_tiles(scop: Scop, c: Contraction, v: Variant) -> bool:
+    """Whether the ``mma.sync`` kernel ``v`` stages a half output tile in shared memory (see
+    :func:`_staged_half_stores`): an asynchronous kernel (its ring, free after the K loop, holds
+    the tile) of a contraction that may store half (:func:`half_store`) over a box (no domain
+    tests)."""
+    return (v.asynchronous and not v.wgmma and half_store(scop, c) is not None and not c.domain
+            and v.bm * (v.bn + STAGED_PAD) * 2 <= shared_bytes(c, v))
+
+
+def _staged_half_stores(scop: Scop, c: Contraction, v: Variant, row: str, col: str, t: str, im: int, jn: int
+                        ) -> list[str]:
+    """The opening of the stores of a half output in unit column stride: each thread's pairs
+    of finished elements rounded into the tile in shared memory (the ring, free after the K
+    loop), then the block writes the tile's rows in 16-byte vectors (an element at a time at
+    a ragged edge or where a row is not 16-byte aligned): a warp's fragment stores cover 16
+    bytes of eight rows each, which left a short sum's tile store-bound (attention's
+    ``bhqd,bhkd->bhqk``, K = 64). Followed by the other stores under ``else`` (a float32
+    output, or strided columns) and a closing brace."""
+    c_type, _, pair_type, pair_convert = HALF_STORES[half_store(scop, c)]
+    pitch, per_row = v.bn + STAGED_PAD, v.bn // 8
+    return [f"      if ({HALF_STORE_ARGUMENT} && sCn == 1) {{  /* the tile through shared memory, 16-byte stores */",
+            f"        {c_type} *const _Cs = ({c_type} *)_smem;",
+            f"        #pragma unroll\n        for (int _i = 0; _i < {im}; _i++)",
+            f"          #pragma unroll\n          for (int _j = 0; _j < {jn}; _j++)",
+            "            #pragma unroll\n            for (int _r0 = 0; _r0 < 4; _r0 += 2) {",
+            f"              {t} _p[2];",
+            "              #pragma unroll\n              for (int _q = 0; _q < 2; _q++) {",
+            "                const int _r = _r0 + _q;",
+            f"                const long _m = _m0 + {row}, _n = _n0 + {col};",
+            "                _p[_q] = 0;",
+            "                if (_m < _M && _n < _N) {", *element_value(scop, c, "_acc[_i][_j][_r]", t),
+            "                _p[_q] = _v; }",
+            "              }",
+            "              const int _r = _r0;",
+            f"              *({pair_type} *)&_Cs[({row}) * {pitch} + {col}] = {pair_convert}(_p[0], _p[1]);",
+            "            }",
+            "        __syncthreads();",
+            f"        for (int _c = threadIdx.x; _c < BM * {per_row}; _c += {v.threads}) {{",
+            f"          const int _row = _c / {per_row}, _col = _c % {per_row} * 8;",
+            "          const long _m = _m0 + _row, _n = _n0 + _col;",
+            "          if (_m >= _M || _n >= _N) continue;",
+            f"          {c_type} *const _d = ({c_type} *){c.output} + _offC + _m * sCm + _n;",
+            f"          const {c_type} *const _s = _Cs + _row * {pitch} + _col;",
+            "          if (_n + 8 <= _N && ((unsigned long long)_d & 15) == 0) *(uint4 *)_d = *(const uint4 *)_s;",
+            "          else for (int _e = 0; _e < 8 && _n + _e < _N; _e++) _d[_e] = _s[_e];",
+            "        }",
+            "        __syncthreads();  /* the next tile's copies reuse the ring */",
+            "      } else {"]
 
 
 def _fragments(scop: Scop, pair: tuple[Operand, Operand], v: Variant, tiles: tuple[StagedTile, StagedTile] | None,

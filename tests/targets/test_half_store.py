@@ -2,7 +2,8 @@
 (:func:`polyopt.codegen.contraction_text.half_store`): the f32 output of a contraction of f16
 or bf16 operands that its init sets without reading may be handed over in the operands' half
 type, and the kernel then rounds each f32 sum once, at its store -- the bits of the f32 result
-rounded afterwards, without that f32 result in memory or a second kernel. Without a GPU: which
+rounded afterwards, without that f32 result in memory or a second kernel (the ``cp.async``
+``mma.sync`` kernels through a tile in shared memory and 16-byte row stores). Without a GPU: which
 contractions may, the kernels' text and launch argument, nvcc; on a GPU: every tile kernel of
 f16 and bf16 (forced) against its own f32 result rounded, and ``po.einsum``'s paths."""
 import subprocess
@@ -63,6 +64,11 @@ def test_the_kernels_take_the_store_type_last_and_the_host_function_passes_f32()
     assert "*(__nv_bfloat162 *)_h = __floats2bfloat162_rn(_p[0], _p[1]);" in bf16
     assert "((__nv_bfloat16 *)out)[_at + _q * sCn] = __float2bfloat16_rn(_p[_q]);" in bf16
     assert HALF_STORE_ARGUMENT not in _kernel("ij,jk->ik", [(64, 64), (64, 64)], np.float32).cuda_source
+    # the cp.async mma.sync kernels stage a half tile in their ring and store rows in 16-byte vectors
+    staged = _kernel("ij,jk->ik", [(64, 64), (64, 64)], np.float16).compiled
+    assert source.count("the tile through shared memory") == \
+        sum(v.asynchronous and not v.wgmma for _, v in staged.variants) == 4
+    assert "*(uint4 *)_d = *(const uint4 *)_s;" in source
 
 
 def test_the_launch_says_which_type_the_output_array_holds():
