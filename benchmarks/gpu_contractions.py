@@ -12,8 +12,9 @@ is the kernel's time, not Python's: the host cost of a ``po.einsum`` call is mea
 (TF32 as the mode says). bf16 operands are made by torch and handed to the kernel as CuPy
 uint16 views of their bits (CuPy has no bfloat16), as ``po.einsum`` does; half results are
 stored by the kernel in the operands' type, as ``po.einsum`` has them stored. Each result is
-checked against a float64 einsum (normwise relative error). ``--case`` replaces the issue's shapes; ``--all-variants`` also times every tile shape
-the kernel's source holds, each forced in turn (what the launch-time choice chooses among).
+checked against a float64 einsum (normwise relative error). ``--case`` replaces the issue's
+shapes; ``--all-variants`` also times every tile shape the kernel's source holds, each forced
+in turn (what the launch-time choice chooses among).
 Needs CuPy, torch and a GPU.
 """
 from __future__ import annotations
@@ -96,7 +97,8 @@ def measure(cp, torch, subscripts: str, shapes, dtype: str, precision: str, all_
     kernel = CudaKernel(made.scop, made.schedule, made.source)
     # half operands are summed in f32; the kernel stores the sums rounded to their type, as in po.einsum
     half = kernel.half_outputs.get("out")
-    out_dtype = made.scop.arrays["out"].dtype.numpy if half is None else np.dtype(np.uint16 if half.name == "bf16" else np.float16)
+    out_dtype = made.scop.arrays["out"].dtype.numpy if half is None else \
+        np.dtype(np.uint16 if half.name == "bf16" else np.float16)
     result = cp.zeros(np.einsum(subscripts, *(np.empty(s, np.int8) for s in shapes)).shape, out_dtype)
     bound, device, _ = kernel.bind((), {"op0": operands[0], "op1": operands[1], "out": result})
     ours = per_launch_ms(cp, lambda: kernel.launch(bound.params, bound.scalars, device))

@@ -321,7 +321,8 @@ def fragment_stores(scop: Scop, c: Contraction, row: str, col: str, acc: str, t:
            "              if (_in[_q]) {", *element_value(scop, c, acc, t), "              _p[_q] = _v; }",
            "            }",
            f"            {c_type} *const _h = ({c_type} *){c.output} + _at;",
-           f"            if ({HALF_STORE_ARGUMENT} && _in[0] && _in[1] && sCn == 1 && ((unsigned long long)_h & 3) == 0)",
+           f"            if ({HALF_STORE_ARGUMENT} && _in[0] && _in[1] && sCn == 1"
+           " && ((unsigned long long)_h & 3) == 0)",
            f"              *({pair_type} *)_h = {pair_convert}(_p[0], _p[1]);",
            "            else",
            "              #pragma unroll\n              for (int _q = 0; _q < 2; _q++)",
@@ -336,5 +337,6 @@ def init_text(scop: Scop, c: Contraction, element: str) -> str:
     return element if c.init is None else scalar_text(scop, c.init, element)
 
 
-__all__ = ["HALF_STORES", "HALF_STORE_ARGUMENT", "RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets", "element_store",
-           "element_test", "element_value", "fragment_stores", "grid_loops", "half_store", "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "scalar_text"]
+__all__ = ["HALF_STORES", "HALF_STORE_ARGUMENT", "RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets",
+           "element_store", "element_test", "element_value", "fragment_stores", "grid_loops", "half_store",
+           "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "scalar_text"]

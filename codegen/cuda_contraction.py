@@ -57,8 +57,9 @@ from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
 from polyopt.codegen.cuda import CudaSource, cuda_prelude, kernel_parameters
 from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, HALF_STORES, RUN_STRIDES, Slots, UnitStrides,
-                                              element_store, element_test, element_value, fragment_stores, grid_loops, half_store, init_text, outer_k_offsets,
-                                              pair_argument, pair_k_loops, pair_stride_names, scalar_text)
+                                              element_store, element_test, element_value, fragment_stores, grid_loops,
+                                              half_store, init_text, outer_k_offsets, pair_argument, pair_k_loops,
+                                              pair_stride_names, scalar_text)
 from polyopt.codegen.cuda_wgmma import wgmma_body, wgmma_helpers, wgmma_shape, wgmma_shared_bytes
 
 #: The K-loop engines and what they need (element type of the operands and result).
@@ -187,6 +188,11 @@ WGMMA_VARIANTS = {
 #: 1x1 convolution TF32 0.038 against 0.051 ms) and slower on the three that miss one (K = 64;
 #: 1024^3 and 2048 x 1024 x 256, 64 and 128 tiles).
 WGMMA_MIN_K = 256
+#: The least share of useful coordinates in 128 x 128 tiles for the ``wgmma`` kernels (tiles of
+#: 128 x 128 and more): measured on an H100 with every kernel forced (docs/performance.md,
+#: "Half results"), f16 ``bhqk,bhkd->bhqd`` (N = 64: half of each tile idle) took 0.074-0.082 ms
+#: on the TMA kernels against 0.049 ms on the 128 x 64 ``mma.sync`` one.
+WGMMA_MIN_SHARE = 0.75
 
 #: Tile shapes by engine and element type: the large one first, then smaller ones (fewer rows,
 #: fewer columns, both): a launch takes the one that wastes least of its tiles and keeps

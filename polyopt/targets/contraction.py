@@ -33,8 +33,8 @@ from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
 from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED, RUN_ARGUMENTS,
                                               VARIANTS, ContractionProgramSource, ContractionSource, Variant,
-                                              contraction_source, engine_for,
-                                              WGMMA_MIN_K, operand_stride_positions, shared_bytes, staged_tiles)
+                                              contraction_source, engine_for, WGMMA_MIN_K, WGMMA_MIN_SHARE,
+                                              operand_stride_positions, shared_bytes, staged_tiles)
 from polyopt.codegen.contraction_text import Slots, half_store
 from polyopt.codegen.cuda_wgmma import ROW_BYTES, tma_layouts, transposed_copies, wgmma_layouts
 from polyopt.codegen.gpu_mapping import GpuProgram, map_to_gpu
@@ -324,7 +324,9 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
     ``wgmma``: the module was built for sm_90a (an H100/H200); its ``wgmma`` kernels are then
     the candidates where the operands allow ``cp.async`` as above, the sum has
     :data:`~polyopt.codegen.cuda_contraction.WGMMA_MIN_K` terms or more and 128 x 128 tiles
-    make at least one block per SM; otherwise they never are. ``tma``: the launch may take the
+    make at least one block per SM, with at least
+    :data:`~polyopt.codegen.cuda_contraction.WGMMA_MIN_SHARE` of their coordinates in the
+    output (not an N of 64); otherwise they never are. ``tma``: the launch may take the
     TMA kernels (not while a stream captures a graph); among the ``wgmma`` kernels they are
     then the candidates where :func:`tma_specs` allows them, else the others."""
     c = source.contraction
@@ -332,7 +334,8 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
     if hopper:
         layout = launch_layout(c, hopper[0], extent, shapes)
         m, n, k, z, ko = (layout.arguments[i] for i in (0, 1, 2, 9, 10))
-        if (k * ko >= WGMMA_MIN_K and -(-m // 128) * -(-n // 128) * z >= sm_count
+        tiles = -(-m // 128) * -(-n // 128)
+        if (k * ko >= WGMMA_MIN_K and tiles * z >= sm_count and m * n >= WGMMA_MIN_SHARE * tiles * 128 * 128
                 and async_aligned(c, hopper[0], layout, aligned_operands)):
             mapped = [v for v in hopper if v.tma] if tma else []
             use_tma = bool(mapped) and tma_specs(source, mapped[0], layout) is not None

@@ -46,7 +46,8 @@ def test_half_operands_into_a_written_only_output_may_store_half():
     assert half_store(scop, c) == "f16"
     # an output the update starts from, or that the init reads (beta * C), holds f32 values
     assert half_store(scop, replace(c, init=None)) is None
-    assert half_store(scop, replace(c, init=E.binary("*", E.Var(ELEMENT, "scalar", po.f32), E.Const(2.0, po.f32)))) is None
+    twice = E.binary("*", E.Var(ELEMENT, "scalar", po.f32), E.Const(2.0, po.f32))
+    assert half_store(scop, replace(c, init=twice)) is None
     # a statement outside the contraction that reads its output (2mm's tmp, read by the next product)
     reader = SimpleNamespace(name="S9", accesses=(SimpleNamespace(array=c.output),))
     assert half_store(replace(scop, statements=scop.statements + (reader,)), c) is None

@@ -74,6 +74,7 @@ def test_wgmma_kernels_are_chosen_only_from_an_sm90a_build():
     assert by_size(2048, 2048, 2048).wgmma and by_size(2048, 2048, 256).wgmma
     assert not by_size(4096, 4096, 128).wgmma  # a sum of fewer than WGMMA_MIN_K terms
     assert not by_size(1024, 1024, 4096).wgmma  # 64 tiles of 128 x 128 leave SMs idle
+    assert not by_size(65536, 64, 512).wgmma and by_size(65536, 96, 512).wgmma  # N = 64: half of each tile idle
     assert not choose_kernel(source, extent, {"op0": (4096,) * 2, "op1": (4096,) * 2, "out": (4096,) * 2}, 132)[1].wgmma
     first_copying = next(v for v in WGMMA_VARIANTS["hmma"] if not v.tma)
     assert chosen() == first_copying  # no TMA asked for (a graph capture): the cp.async kernels
