@@ -24,7 +24,7 @@ from polyopt.targets.contraction import launch_layout
 from polyopt.targets.cuda import CudaKernel
 from polyopt.types import bf16_bits
 
-from conftest import StandInArray, StandInModule, needs_gpu, needs_nvcc
+from conftest import CONTRACTION_TILES, StandInArray, StandInModule, force_contraction_tile, needs_gpu, needs_nvcc
 
 try:
     import ml_dtypes
@@ -106,31 +106,6 @@ def test_nvcc_builds_the_half_storing_kernels(tmp_path):
 
 # ----- on a GPU ----------------------------------------------------------------------------------
 
-def _force(monkeypatch, which: int) -> list:
-    """Make every contraction launch take the ``which``-th kernel of its source (skipped where
-    that kernel cannot take these operands); the kernels launched go into the list returned."""
-    monkeypatch.setattr(CudaKernel, "recorded", lambda self, key: None)
-    einsum_calls.clear()
-    taken = []
-
-    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False, tma=False):
-        if which >= len(source.variants):
-            pytest.skip(f"the source has {len(source.variants)} kernels")
-        name, variant = source.variants[which]
-        layout = launch_layout(source.contraction, variant, extent, shapes)
-        if variant.wgmma and not wgmma:
-            pytest.skip("a wgmma kernel; the module is not an sm_90a build")
-        if (variant.asynchronous or variant.wgmma) and not contraction.async_aligned(
-                source.contraction, variant, layout, aligned_operands):
-            pytest.skip("operands not in whole 16-byte vectors")
-        if variant.tma and not (tma and contraction.tma_specs(source, variant, layout)):
-            pytest.skip("a TMA kernel; this launch has no tensor maps")
-        taken.append(name)
-        return name, variant, layout
-    monkeypatch.setattr(contraction, "choose_kernel", forced)
-    return taken
-
-
 #: Ragged sizes, transposed operands, a batch.
 HALF_PATTERNS = [("ij,jk->ik", [(197, 136), (136, 328)]),
                  ("ik,jk->ij", [(130, 72), (203, 72)]),
@@ -139,7 +114,7 @@ HALF_PATTERNS = [("ij,jk->ik", [(197, 136), (136, 328)]),
 
 @needs_gpu
 @pytest.mark.parametrize("half", ["f16", "bf16"])
-@pytest.mark.parametrize("which", range(14))
+@pytest.mark.parametrize("which", CONTRACTION_TILES)
 @pytest.mark.parametrize("subscripts, shapes", HALF_PATTERNS)
 def test_each_kernel_stores_its_f32_sums_rounded_once(subscripts, shapes, which, half, monkeypatch):
     """The same kernel launched with a float32 and with a half output array: the half result is
@@ -148,7 +123,7 @@ def test_each_kernel_stores_its_f32_sums_rounded_once(subscripts, shapes, which,
     import cupy
     if half == "bf16" and ml_dtypes is None:
         pytest.skip("ml_dtypes (the bf16 extra) is not installed")
-    taken = _force(monkeypatch, which)
+    taken = force_contraction_tile(monkeypatch, which)
     dtype = np.float16 if half == "f16" else po.bf16.numpy
     compiled = _kernel(subscripts, shapes, dtype)
     rng = np.random.default_rng(which)
