@@ -50,7 +50,8 @@ def polyopt_runner(entry: Entry, config: BenchConfig, args: Mapping[str, object]
                               num_threads=config.threads, **config.options)
         return Runner("polyopt", f"polyopt {config.describe_polyopt()}, {threads}",
                       lambda args: compiled(**args))
-    tuned = po.autotune(config.kernel(entry), num_threads=config.threads, **args)
+    # progress: a bar on a terminal, a line per candidate in a log (minutes of sweep otherwise silent)
+    tuned = po.autotune(config.kernel(entry), num_threads=config.threads, progress=True, **args)
     return Runner("polyopt", f"polyopt autotune: {tuned.best.label}, {threads}",
                   lambda args: tuned.compiled(**args),
                   {"autotune": {"best": tuned.best.label, "seconds": tuned.seconds,

@@ -276,7 +276,8 @@ def autotune(kernel, *args, candidates: tuple[Candidate, ...] | None = None, rep
     source text), process executors are not used. Timing is always here and serial.
 
     ``progress``: print each candidate compiled and timed with the best so far to stderr (tqdm's
-    bar where tqdm is installed, else a line each); None: where stderr is a terminal.
+    bar where tqdm is installed and stderr is a terminal, else a line each: a log file gets
+    lines, not a bar's carriage returns); None: where stderr is a terminal.
     ``time_budget``: seconds after which no further candidate is compiled, checked or timed, and
     no further round run (the first candidate always is); those left out are in ``skipped`` as
     "time budget". ``database``: read and write the tuning database (a decision stored for
@@ -470,7 +471,7 @@ class _Progress:
         self.best: tuple[str, float] | None = None
         self.bar = None
         self.tqdm = None
-        if show:
+        if show and sys.stderr.isatty():  # (a bar in a log file is a run of carriage returns)
             try:
                 from tqdm import tqdm
             except ImportError:

@@ -322,7 +322,7 @@ def test_progress_lines_show_the_best_so_far(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_progress_uses_tqdm_where_installed(monkeypatch, capsys):
+def test_progress_uses_tqdm_on_a_terminal_where_installed(monkeypatch, capsys):
     import types
     bars = []
 
@@ -335,6 +335,10 @@ def test_progress_uses_tqdm_where_installed(monkeypatch, capsys):
             return lambda *a, **k: self.events.append((name, a))
 
     monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=FakeBar))
+    clear_decisions()
+    po.autotune(triple, np.zeros(48), np.ones(48), candidates=(ORIGINAL, PLUTO), repeats=1, progress=True)
+    assert not bars and "compile [2/2] 'pluto'" in capsys.readouterr().err  # not a terminal: lines
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     clear_decisions()
     po.autotune(triple, np.zeros(32), np.ones(32), candidates=(ORIGINAL, PLUTO), repeats=1, progress=True)
     (bar,) = bars
