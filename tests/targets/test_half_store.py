@@ -90,8 +90,9 @@ def test_the_launch_says_which_type_the_output_array_holds():
         variant = dict(source.variants)[name]
         layout = launch_layout(source.contraction, variant, {"i_i": 96, "i_j": 80, "i_k": 72},
                                {name: a.shape for name, a in arrays.items()})
-        launched.append(args[len(layout.arguments) - 3:])
-    assert [args[-1] for args in launched] == [1, 0, 1]
+        assert args[:-1] == tuple(layout.arguments)  # the layout's arguments, then the store type
+        launched.append(args[-1])
+    assert launched == [1, 0, 1]
 
 
 @needs_nvcc
