@@ -605,14 +605,18 @@ def _prologue(c: Contraction, slots: Slots, unit: UnitStrides) -> list[str]:
 
 
 def _tile_loads(pair: tuple[Operand, Operand], scop: Scop, v: Variant, t: str, unit: UnitStrides,
-                k_major_store: bool) -> tuple[list[str], list[str], list[str]]:
+                k_major_store: bool) -> tuple[list[str], list[str], list[str], list[str]]:
     """Global -> registers (``_ga``/``_gb``) for the K tile at ``_nk0`` of operand pair ``pair``
-    (left, right) and registers -> shared
-    buffer half ``_st``: (declarations, loads, stores). Each thread's elements of a tile are at
-    fixed positions (``_ra + q * step`` rows or ``_ka + q * step`` K values), consecutive
-    threads along the array's contiguous dimension. ``k_major_store``: shared tiles are
-    ``[BK][BM+PAD]`` (SIMT), else ``[BM][BK+4]`` (tensor cores)."""
-    decl, loads, stores = [], [], []
+    (left, right) and registers -> shared buffer half ``_st``: (declarations, the pair's setup
+    before its K loop, loads, stores). Each thread's elements of a tile are at fixed positions
+    (``_ra + q * step`` rows or ``_ka + q * step`` K values), consecutive threads along the
+    array's contiguous dimension. The setup fixes, once per block, each thread's first element
+    at K = 0 (``_ta``/``_tb``), its uniform step and whether the block's rows lie inside the
+    operand: a tile wholly inside is then loaded from one pointer per tile with no bound
+    checks (computing each address from the block's origin spent most of the K loop's
+    non-FMA instructions); the checked loads remain for the edge tiles. ``k_major_store``:
+    shared tiles are ``[BK][BM+PAD]`` (SIMT), else ``[BM][BK+4]`` (tensor cores)."""
+    decl, setup, loads, stores = [], [], [], []
     for name, rows, operand, s_row, s_k, run_unit, k_unit, off, koff, total, buf, row0 in (
             ("a", v.bm, pair[0], "sLm", "sLk", unit.lm, unit.lk, "_offL", "_nkL", "_M", "_As", "_m0"),
             ("b", v.bn, pair[1], "sRn", "sRk", unit.rn, unit.rk, "_offR", "_nkR", "_N", "_Bs", "_n0")):
@@ -626,26 +630,27 @@ def _tile_loads(pair: tuple[Operand, Operand], scop: Scop, v: Variant, t: str, u
             r, kk = f"(_r{name} + _q * {v.threads // v.bk})", f"_k{name}"
         step = f"{v.threads // rows} * {s_k}" if walk_rows else f"{v.threads // v.bk} * {s_row}"
         decl.append(f"    {t} _g{name}[{count}];")
+        first, inside, stride = f"_t{name}", f"_w{name}", f"_d{name}"
+        setup += [f"      const {t} *__restrict__ const {first} = {operand.array} + {off} + ({row0} + _r{name}) * "
+                  f"{s_row} + (long)_k{name} * {s_k};",
+                  f"      const bool {inside} = {row0} + {rows} <= {total};",
+                  f"      const long {stride} = {step};"]
         pointer = f"_p{name}"
-        loads.append(f"      {{ const {t} *__restrict__ {pointer} = {operand.array} + {off} + {koff} + "
-                     f"{row0} * {s_row} + _nk0 * {s_k};")
-        # a tile wholly inside the array: no bound checks, one address per thread and a uniform
-        # step per element (the checked form spent most of the K loop's non-FMA instructions)
-        first = f"{pointer}_0"
-        loads.append(f"      if ({row0} + {rows} <= {total} && _nk0 + {v.bk} <= _K) {{")
-        loads.append(f"        const {t} *__restrict__ {first} = {pointer} + (long)_r{name} * {s_row} + "
-                     f"(long)_k{name} * {s_k};")
+        loads.append(f"      if ({inside} && _nk0 + {v.bk} <= _K) {{")
+        loads.append(f"        const {t} *__restrict__ const {pointer} = {first} + {koff} + _nk0 * {s_k};")
         loads.append(f"        #pragma unroll\n        for (int _q = 0; _q < {count}; _q++) "
-                     f"_g{name}[_q] = {_staged_value(scop, v, operand, f'{first}[(long)_q * ({step})]')};")
-        loads.append(f"      }} else {{\n      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++) {{")
+                     f"_g{name}[_q] = {_staged_value(scop, v, operand, f'{pointer}[_q * {stride}]')};")
+        loads.append(f"      }} else {{ const {t} *__restrict__ {pointer} = {operand.array} + {off} + {koff} + "
+                     f"{row0} * {s_row} + _nk0 * {s_k};")
+        loads.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++) {{")
         value = _staged_value(scop, v, operand, f"{pointer}[(long){r} * {s_row} + (long){kk} * {s_k}]")
         loads.append(f"        _g{name}[_q] = ({row0} + {r} < {total} && _nk0 + {kk} < _K) ? {value} : ({t})0;")
-        loads.append("      } } }")
+        loads.append("      } }")
         stores.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++)")
         target = f"{buf}[_st][{kk}][{r}]" if k_major_store else f"{buf}[_st][{r}][{kk}]"
         value = f"_g{name}[_q]" if v.engine != "tf32" else f"pl_tf32(_g{name}[_q])"
         stores.append(f"        {target} = {value};")
-    return decl, loads, stores
+    return decl, setup, loads, stores
 
 
 def _staged_value(scop: Scop, v: Variant, operand: Operand, element: str) -> str:
@@ -654,15 +659,15 @@ def _staged_value(scop: Scop, v: Variant, operand: Operand, element: str) -> str
     return element if v.engine == "hmma" else scalar_text(scop, operand.value, element)
 
 
-def _pipeline(loads: list[str], stores: list[str], compute, slots: Slots) -> list[str]:
-    """The double-buffered K loop over the tiles of the K run (for each outer-K number): tile 0
-    to shared; then per tile, the next tile's loads into registers, the current tile's compute
-    (``compute(guarded)``: with a bound check on each K step for a partial last tile), the next
-    tile's stores into the other half. ``_nk0``/``_nko`` follow the tile being loaded."""
+def _pipeline(setup: list[str], loads: list[str], stores: list[str], compute, slots: Slots) -> list[str]:
+    """The double-buffered K loop over the tiles of the K run (for each outer-K number), after
+    ``setup`` (:func:`_tile_loads`): tile 0 to shared; then per tile, the next tile's loads into
+    registers, the current tile's compute (``compute(guarded)``: with a bound check on each K
+    step for a partial last tile), the next tile's stores into the other half. ``_nk0``/``_nko`` follow the tile being loaded."""
     out = ["      const long _NT = (_K + BK - 1) / BK * _KO;",
            "      long _nk0 = 0, _nko = 0;",
            "      long _nkL = 0, _nkR = 0;" if slots.outer_k else "      const long _nkL = 0, _nkR = 0;",
-           "      int _st = 0;"]
+           "      int _st = 0;"] + setup
     out += loads + stores
     out += ["      __syncthreads();",
             "      for (long _tile = 0; _tile < _NT; _tile++) {",
@@ -712,8 +717,7 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
                 "                  _acc[_i][_j] = _acc[_i][_j] + _a[_i] * _b[_j];",
                 "            }", "          }"]
     def k_loop(pair: tuple[Operand, Operand]) -> list[str]:
-        _, loads, stores = _tile_loads(pair, scop, v, t, unit, k_major_store=True)
-        return _pipeline(loads, stores, compute, slots)
+        return _pipeline(*_tile_loads(pair, scop, v, t, unit, k_major_store=True)[1:], compute, slots)
     out += pair_k_loops(c, k_loop)
     out += ["      #pragma unroll", "      for (int _i = 0; _i < TM; _i++) {",
             "        #pragma unroll", "        for (int _j = 0; _j < TN; _j++) {",
@@ -823,8 +827,8 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     def k_loop(pair: tuple[Operand, Operand]) -> list[str]:
         if v.asynchronous:
             return _async_pipeline(pair, v, tiles, compute(pair, False), slots)
-        _, loads, stores = _tile_loads(pair, scop, v, op_t, unit, k_major_store=False)
-        return _pipeline(loads, stores, lambda guarded: compute(pair, guarded), slots)
+        return _pipeline(*_tile_loads(pair, scop, v, op_t, unit, k_major_store=False)[1:],
+                         lambda guarded: compute(pair, guarded), slots)
     unit = UnitStrides.of(c)
     if not v.asynchronous:  # the staging registers, the same for every pair
         out += _tile_loads(c.pairs[0], scop, v, op_t, unit, k_major_store=False)[0]
