@@ -296,8 +296,8 @@ def element_store(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
     return element_value(scop, c, acc, t) + _element_write(scop, c, "_offC + _m * sCm + _n * sCn", "_v")
 
 
-#: Per C type of an MMA kernel's output: the type of two adjacent elements and its constructor.
-_PAIRS = {"float": ("float2", "make_float2", 8), "double": ("double2", "make_double2", 16)}
+#: Per C type of an MMA kernel's output: the type of two adjacent elements, its constructor and size.
+PAIR_TYPES = {"float": ("float2", "make_float2", 8), "double": ("double2", "make_double2", 16)}
 
 
 def fragment_stores(scop: Scop, c: Contraction, row: str, col: str, acc: str, t: str) -> list[str]:
@@ -308,8 +308,16 @@ def fragment_stores(scop: Scop, c: Contraction, row: str, col: str, acc: str, t:
     the pair's size, goes as one store of both (two halves, a ``float2``, a ``double2``): a
     warp's stores then cover whole 16-, 32- or 64-byte runs of eight rows, where one element
     at a time wrote every other element of each sector; where the output may be half
-    (:func:`half_store`), in the type the launch says. Other elements go one at a time."""
-    pair_type, make_pair, pair_bytes = _PAIRS[t]
+    (:func:`half_store`), in the type the launch says. Other elements go one at a time, and
+    so do all of a float or double output that epilogue statements compute (holding a pair
+    and its epilogue's loads, the register-limited ``wgmma`` kernels spilled hundreds of bytes)."""
+    if half_store(scop, c) is None and c.epilogue:
+        return ["          #pragma unroll\n          for (int _r = 0; _r < 4; _r++) {",
+                f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
+                f"            if (_m < _M && _n < _N{element_test(c)}) {{", *element_store(scop, c, acc, t),
+                "            }",
+                "          }"]
+    pair_type, make_pair, pair_bytes = PAIR_TYPES[t]
     wide = [f"            {t} *const _w = {c.output} + _at;",
             f"            if (_whole && ((unsigned long long)_w & {pair_bytes - 1}) == 0)"
             f" *({pair_type} *)_w = {make_pair}(_p[0], _p[1]);",
@@ -346,6 +354,6 @@ def init_text(scop: Scop, c: Contraction, element: str) -> str:
     return element if c.init is None else scalar_text(scop, c.init, element)
 
 
-__all__ = ["HALF_STORES", "HALF_STORE_ARGUMENT", "RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets",
+__all__ = ["HALF_STORES", "HALF_STORE_ARGUMENT", "PAIR_TYPES", "RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets",
            "element_store", "element_test", "element_value", "fragment_stores", "grid_loops", "half_store",
            "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "scalar_text"]

@@ -68,9 +68,11 @@ def test_the_kernels_take_the_store_type_last_and_the_host_function_passes_f32()
     assert HALF_STORE_ARGUMENT not in _kernel("ij,jk->ik", [(64, 64), (64, 64)], np.float32).cuda_source
     # the cp.async mma.sync kernels stage a half tile in their ring and store rows in 16-byte vectors
     staged = _kernel("ij,jk->ik", [(64, 64), (64, 64)], np.float16).compiled
-    assert source.count("the tile through shared memory") == \
+    assert source.count(f"if ({HALF_STORE_ARGUMENT} && sCn == 1) {{") == \
         sum(v.asynchronous and not v.wgmma for _, v in staged.variants) == 4
     assert "*(uint4 *)_d = *(const uint4 *)_s;" in source
+    # and a float32 output where the tile fits the ring too (not 128 x 128 halves' ring)
+    assert source.count("} else if (!_Ch && sCn == 1) {") == 3
 
 
 def test_the_launch_says_which_type_the_output_array_holds():
