@@ -296,39 +296,56 @@ def element_store(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
     return element_value(scop, c, acc, t) + _element_write(scop, c, "_offC + _m * sCm + _n * sCn", "_v")
 
 
+#: Per C type of an MMA kernel's output: the type of two adjacent elements, its constructor and size.
+PAIR_TYPES = {"float": ("float2", "make_float2", 8), "double": ("double2", "make_double2", 16)}
+
+
 def fragment_stores(scop: Scop, c: Contraction, row: str, col: str, acc: str, t: str) -> list[str]:
     """The loop storing an MMA fragment's four finished elements ``acc`` (``_r`` = 0..3 at tile
     row ``row``, column ``col``; elements 2q and 2q + 1 are adjacent columns of one row), each
-    in the output box (and domain) by :func:`element_store`. Where the output may be half, a
-    pair lying whole in the output, its columns adjacent in memory and 4-byte aligned, goes as
-    one 32-bit store of both halves: half the store instructions, and whole 16-byte runs per
-    four lanes (a warp's 2-byte stores of every other element wasted half of each sector)."""
-    test = f"_m < _M && _n < _N{element_test(c)}"
-    half = half_store(scop, c)
-    if half is None:
+    through the epilogue statements (:func:`element_value`) where it lies in the output box (and
+    domain). A pair lying whole in the output, its columns adjacent in memory and aligned to
+    the pair's size, goes as one store of both (two halves, a ``float2``, a ``double2``): a
+    warp's stores then cover whole 16-, 32- or 64-byte runs of eight rows, where one element
+    at a time wrote every other element of each sector; where the output may be half
+    (:func:`half_store`), in the type the launch says. Other elements go one at a time, and
+    so do all of a float or double output that epilogue statements compute (holding a pair
+    and its epilogue's loads, the register-limited ``wgmma`` kernels spilled hundreds of bytes)."""
+    if half_store(scop, c) is None and c.epilogue:
         return ["          #pragma unroll\n          for (int _r = 0; _r < 4; _r++) {",
                 f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
-                f"            if ({test}) {{", *element_store(scop, c, acc, t), "            }",
+                f"            if (_m < _M && _n < _N{element_test(c)}) {{", *element_store(scop, c, acc, t),
+                "            }",
                 "          }"]
-    c_type, _, pair_type, pair_convert = HALF_STORES[half]
-    out = ["          #pragma unroll\n          for (int _r0 = 0; _r0 < 4; _r0 += 2) {",
-           f"            {t} _p[2]; bool _in[2]; long _at = 0;",
-           "            #pragma unroll\n            for (int _q = 0; _q < 2; _q++) {",
-           "              const int _r = _r0 + _q;",
-           f"              const long _m = _m0 + {row}, _n = _n0 + {col};",
-           f"              _in[_q] = {test};",
-           "              if (_q == 0) _at = _offC + _m * sCm + _n * sCn;",
-           "              if (_in[_q]) {", *element_value(scop, c, acc, t), "              _p[_q] = _v; }",
-           "            }",
-           f"            {c_type} *const _h = ({c_type} *){c.output} + _at;",
-           f"            if ({HALF_STORE_ARGUMENT} && _in[0] && _in[1] && sCn == 1"
-           " && ((unsigned long long)_h & 3) == 0)",
-           f"              *({pair_type} *)_h = {pair_convert}(_p[0], _p[1]);",
-           "            else",
-           "              #pragma unroll\n              for (int _q = 0; _q < 2; _q++)",
-           "                if (_in[_q]) {", *_element_write(scop, c, "_at + _q * sCn", "_p[_q]"), "                }",
-           "          }"]
-    return out
+    pair_type, make_pair, pair_bytes = PAIR_TYPES[t]
+    wide = [f"            {t} *const _w = {c.output} + _at;",
+            f"            if (_whole && ((unsigned long long)_w & {pair_bytes - 1}) == 0)"
+            f" *({pair_type} *)_w = {make_pair}(_p[0], _p[1]);",
+            "            else",
+            "              #pragma unroll\n              for (int _q = 0; _q < 2; _q++) if (_in[_q]) _w[_q * sCn] = _p[_q];"]
+    half = half_store(scop, c)
+    if half is not None:
+        c_type, convert, half_pair, convert_pair = HALF_STORES[half]
+        wide = [f"            if ({HALF_STORE_ARGUMENT}) {{",
+                f"            {c_type} *const _h = ({c_type} *){c.output} + _at;",
+                f"            if (_whole && ((unsigned long long)_h & 3) == 0)"
+                f" *({half_pair} *)_h = {convert_pair}(_p[0], _p[1]);",
+                "            else",
+                "              #pragma unroll\n              for (int _q = 0; _q < 2; _q++)"
+                f" if (_in[_q]) _h[_q * sCn] = {convert}(_p[_q]);",
+                "            } else {", *wide, "            }"]
+    return ["          #pragma unroll\n          for (int _r0 = 0; _r0 < 4; _r0 += 2) {",
+            f"            {t} _p[2]; bool _in[2]; long _at = 0;",
+            "            #pragma unroll\n            for (int _q = 0; _q < 2; _q++) {",
+            "              const int _r = _r0 + _q;",
+            f"              const long _m = _m0 + {row}, _n = _n0 + {col};",
+            f"              _in[_q] = _m < _M && _n < _N{element_test(c)};",
+            "              if (_q == 0) _at = _offC + _m * sCm + _n * sCn;",
+            "              if (_in[_q]) {", *element_value(scop, c, acc, t), "              _p[_q] = _v; }",
+            "            }",
+            "            const bool _whole = _in[0] && _in[1] && sCn == 1;",
+            *wide,
+            "          }"]
 
 
 def init_text(scop: Scop, c: Contraction, element: str) -> str:
@@ -337,6 +354,6 @@ def init_text(scop: Scop, c: Contraction, element: str) -> str:
     return element if c.init is None else scalar_text(scop, c.init, element)
 
 
-__all__ = ["HALF_STORES", "HALF_STORE_ARGUMENT", "RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets",
+__all__ = ["HALF_STORES", "HALF_STORE_ARGUMENT", "PAIR_TYPES", "RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets",
            "element_store", "element_test", "element_value", "fragment_stores", "grid_loops", "half_store",
            "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "scalar_text"]

@@ -56,10 +56,10 @@ from polyopt.analysis.scop import Scop
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
 from polyopt.codegen.cuda import CudaSource, cuda_prelude, kernel_parameters
-from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, HALF_STORES, RUN_STRIDES, Slots, UnitStrides,
-                                              element_store, element_test, element_value, fragment_stores, grid_loops,
-                                              half_store, init_text, outer_k_offsets, pair_argument, pair_k_loops,
-                                              pair_stride_names, scalar_text)
+from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, HALF_STORES, PAIR_TYPES, RUN_STRIDES, Slots,
+                                              UnitStrides, element_store, element_test, element_value, fragment_stores,
+                                              grid_loops, half_store, init_text, outer_k_offsets, pair_argument,
+                                              pair_k_loops, pair_stride_names, scalar_text)
 from polyopt.codegen.cuda_wgmma import wgmma_body, wgmma_helpers, wgmma_shape, wgmma_shared_bytes
 
 #: The K-loop engines and what they need (element type of the operands and result).
@@ -836,37 +836,56 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     stores = [f"      #pragma unroll\n      for (int _i = 0; _i < {im}; _i++)",
               f"        #pragma unroll\n        for (int _j = 0; _j < {jn}; _j++)",
               *fragment_stores(scop, c, row, col, "_acc[_i][_j][_r]", t)]
-    if _stages_half_tiles(scop, c, v):
-        stores = _staged_half_stores(scop, c, v, row, col, t, im, jn) + stores + ["      }"]
+    staged = _staged_tiles(scop, c, v)
+    if staged:
+        opening = []
+        for k, (c_type, pair_type, pair_make, when) in enumerate(staged):
+            opening += _staged_stores(scop, c, v, row, col, t, im, jn, c_type, pair_type, pair_make, when, k > 0)
+        stores = opening + ["      } else {"] + stores + ["      }"]
     return out + stores + ["    }", "    }", "  }"]
 
 
-#: Halves of padding after each row of a staged output tile (16 bytes: rows stay 16-byte
-#: aligned, and the fragments' pair stores of eight rows fall into distinct banks).
+#: Elements of padding after each row of a staged output tile: rows stay 16-byte aligned, and
+#: the fragments' pair stores fall into distinct banks (16, 32 and 64 bytes of padding for
+#: halves, floats and doubles: the accesses of a warp's 4-, 8- and 16-byte stores are served a
+#: whole, a half and a quarter warp at a time).
 STAGED_PAD = 8
 
 
-def _stages_half_tiles(scop: Scop, c: Contraction, v: Variant) -> bool:
-    """Whether the ``mma.sync`` kernel ``v`` stages a half output tile in shared memory (see
-    :func:`_staged_half_stores`): an asynchronous kernel (its ring, free after the K loop, holds
-    the tile) of a contraction that may store half (:func:`half_store`) over a box (no domain
-    tests)."""
-    return (v.asynchronous and not v.wgmma and half_store(scop, c) is not None and not c.domain
-            and v.bm * (v.bn + STAGED_PAD) * 2 <= shared_bytes(c, v))
+def _staged_tiles(scop: Scop, c: Contraction, v: Variant) -> list[tuple[str, str, str, str]]:
+    """How the ``mma.sync`` kernel ``v`` may stage its output tile in shared memory (see
+    :func:`_staged_stores`): per element type whose tile fits the ring (free after the K loop)
+    its C type, pair type, pair constructor and the launch condition -- a half output
+    (:func:`half_store`, when the launch says so) and the declared type (when it does not).
+    Only asynchronous kernels (the register-staged ones have no ring) of a box (no domain
+    tests); empty for others."""
+    if not v.asynchronous or v.wgmma or c.domain:
+        return []
+    half, declared = half_store(scop, c), c_type_name(scop.arrays[c.output].dtype)
+    types = []  # (C type, pair type, pair constructor, launch condition, element bytes)
+    if half is not None:
+        c_type, _, pair_type, pair_make = HALF_STORES[half]
+        types.append((c_type, pair_type, pair_make, HALF_STORE_ARGUMENT, 2))
+    pair_type, pair_make, pair_bytes = PAIR_TYPES[declared]
+    types.append((declared, pair_type, pair_make, f"!{HALF_STORE_ARGUMENT}" if half else "", pair_bytes // 2))
+    return [kind[:4] for kind in types if v.bm * (v.bn + STAGED_PAD) * kind[4] <= shared_bytes(c, v)]
 
 
-def _staged_half_stores(scop: Scop, c: Contraction, v: Variant, row: str, col: str, t: str, im: int, jn: int
-                        ) -> list[str]:
-    """The opening of the stores of a half output in unit column stride: each thread's pairs
-    of finished elements rounded into the tile in shared memory (the ring, free after the K
-    loop), then the block writes the tile's rows in 16-byte vectors (an element at a time at
-    a ragged edge or where a row is not 16-byte aligned): a warp's fragment stores cover 16
-    bytes of eight rows each, which left a short sum's tile store-bound (attention's
-    ``bhqd,bhkd->bhqk``, K = 64). Followed by the other stores under ``else`` (a float32
-    output, or strided columns) and a closing brace."""
-    c_type, _, pair_type, pair_convert = HALF_STORES[half_store(scop, c)]
-    pitch, per_row = v.bn + STAGED_PAD, v.bn // 8
-    return [f"      if ({HALF_STORE_ARGUMENT} && sCn == 1) {{  /* the tile through shared memory, 16-byte stores */",
+def _staged_stores(scop: Scop, c: Contraction, v: Variant, row: str, col: str, t: str, im: int, jn: int,
+                   c_type: str, pair_type: str, pair_make: str, when: str, alternative: bool) -> list[str]:
+    """The stores of the output tile through shared memory in unit column stride (and
+    ``when``, a launch condition): each thread's pairs of finished elements, as ``c_type``
+    pairs, into the tile in the ring (free after the K loop), then the block writes the tile's
+    rows in 16-byte vectors (an element at a time at a ragged edge or where a row is not
+    16-byte aligned): a warp's fragment stores cover 16 to 64 bytes of eight rows each, which
+    left a short sum's tile store-bound (attention's ``bhqd,bhkd->bhqk``, K = 64). An opening
+    ``if`` (``else if`` for an ``alternative``), closed by the caller's ``else`` with the
+    fragment stores."""
+    size = {"__half": 2, "__nv_bfloat16": 2, "float": 4, "double": 8}[c_type]
+    per_vector = 16 // size
+    pitch, per_row = v.bn + STAGED_PAD, v.bn // per_vector
+    test = f"{when} && sCn == 1" if when else "sCn == 1"
+    return [f"      {'} else if' if alternative else 'if'} ({test}) {{  /* the tile through shared memory, 16-byte rows */",
             f"        {c_type} *const _Cs = ({c_type} *)_smem;",
             f"        #pragma unroll\n        for (int _i = 0; _i < {im}; _i++)",
             f"          #pragma unroll\n          for (int _j = 0; _j < {jn}; _j++)",
@@ -880,20 +899,21 @@ def _staged_half_stores(scop: Scop, c: Contraction, v: Variant, row: str, col: s
             "                _p[_q] = _v; }",
             "              }",
             "              const int _r = _r0;",
-            f"              *({pair_type} *)&_Cs[({row}) * {pitch} + {col}] = {pair_convert}(_p[0], _p[1]);",
+            f"              *({pair_type} *)&_Cs[({row}) * {pitch} + {col}] = {pair_make}(_p[0], _p[1]);",
             "            }",
             "        __syncthreads();",
             f"        for (int _c = threadIdx.x; _c < BM * {per_row}; _c += {v.threads}) {{",
-            f"          const int _row = _c / {per_row}, _col = _c % {per_row} * 8;",
+            f"          const int _row = _c / {per_row}, _col = _c % {per_row} * {per_vector};",
             "          const long _m = _m0 + _row, _n = _n0 + _col;",
-            "          if (_m >= _M || _n >= _N) continue;",
-            f"          {c_type} *const _d = ({c_type} *){c.output} + _offC + _m * sCm + _n;",
-            f"          const {c_type} *const _s = _Cs + _row * {pitch} + _col;",
-            "          if (_n + 8 <= _N && ((unsigned long long)_d & 15) == 0) *(uint4 *)_d = *(const uint4 *)_s;",
-            "          else for (int _e = 0; _e < 8 && _n + _e < _N; _e++) _d[_e] = _s[_e];",
+            "          if (_m < _M && _n < _N) {",
+            f"            {c_type} *const _d = ({c_type} *){c.output} + _offC + _m * sCm + _n;",
+            f"            const {c_type} *const _s = _Cs + _row * {pitch} + _col;",
+            f"            if (_n + {per_vector} <= _N && ((unsigned long long)_d & 15) == 0)"
+            " *(uint4 *)_d = *(const uint4 *)_s;",
+            f"            else for (int _e = 0; _e < {per_vector} && _n + _e < _N; _e++) _d[_e] = _s[_e];",
+            "          }",
             "        }",
-            "        __syncthreads();  /* the next tile's copies reuse the ring */",
-            "      } else {"]
+            "        __syncthreads();  /* the next tile's copies reuse the ring */"]
 
 
 def _fragments(scop: Scop, pair: tuple[Operand, Operand], v: Variant, tiles: tuple[StagedTile, StagedTile] | None,

@@ -456,3 +456,21 @@ def test_epilogues_on_the_gpu_match_numpy(tile, monkeypatch):
     c = cupy.zeros((3, 37, 44), np.float32)
     po.compile(flat_matmul_bias_relu, target="cuda")(cupy.asarray(a), cupy.asarray(b), cupy.asarray(bias), c)
     assert _relative_error(c.get(), np.maximum(a.astype(float) @ b + bias[:, None], 0)) < 1e-6
+
+
+@needs_gpu
+@pytest.mark.parametrize("tile", CONTRACTION_TILES)
+@pytest.mark.parametrize("dtype, precision, bound", [("float32", "tf32", 5e-3), ("float64", "exact", 1e-13)])
+@pytest.mark.parametrize("shapes", [[(2, 3, 130, 64), (2, 3, 96, 64)],  # output rows in 16-byte vectors
+                                    [(2, 3, 130, 64), (2, 3, 90, 64)]])  # rows off them: element stores
+def test_each_tile_stores_attention_scores(shapes, dtype, precision, bound, tile, monkeypatch):
+    """Every TF32 and FP64 tile kernel (forced) on attention scores, K = 64: the fragment pair
+    stores and, in the ``cp.async`` kernels whose ring holds the output tile, the 16-byte row
+    stores through shared memory, at ragged M and N, against float64."""
+    import cupy
+
+    force_contraction_tile(monkeypatch, tile)
+    rng = np.random.default_rng(tile)
+    q, k = (rng.standard_normal(s).astype(dtype) for s in shapes)
+    result = po.einsum("bhqd,bhkd->bhqk", cupy.asarray(q), cupy.asarray(k), precision=precision).get()
+    assert _relative_error(result, np.einsum("bhqd,bhkd->bhqk", q.astype(float), k.astype(float))) < bound

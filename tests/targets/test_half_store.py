@@ -59,17 +59,20 @@ def test_the_kernels_take_the_store_type_last_and_the_host_function_passes_f32()
     assert source.count(f"    long {HALF_STORE_ARGUMENT})") + source.count(
         f"    long {HALF_STORE_ARGUMENT},\n    const void *_tmL") == kernels  # before a TMA kernel's maps
     assert "*(__half2 *)_h = __floats2half2_rn(_p[0], _p[1]);" in source  # a whole pair
-    assert f"if ({HALF_STORE_ARGUMENT}) ((__half *)out)[_at + _q * sCn] = __float2half_rn(_p[_q]);" in source
+    assert "for (int _q = 0; _q < 2; _q++) if (_in[_q]) _h[_q * sCn] = __float2half_rn(_p[_q]);" in source
+    assert f"if ({HALF_STORE_ARGUMENT}) {{" in source and "*(float2 *)_w = make_float2(_p[0], _p[1]);" in source
     assert ", 0); break;" in source  # the C host function's callers pass the declared f32 output
     bf16 = _kernel("ij,jk->ik", [(64, 64), (64, 64)], po.bf16.numpy).cuda_source
     assert "*(__nv_bfloat162 *)_h = __floats2bfloat162_rn(_p[0], _p[1]);" in bf16
-    assert "((__nv_bfloat16 *)out)[_at + _q * sCn] = __float2bfloat16_rn(_p[_q]);" in bf16
+    assert "_h[_q * sCn] = __float2bfloat16_rn(_p[_q]);" in bf16
     assert HALF_STORE_ARGUMENT not in _kernel("ij,jk->ik", [(64, 64), (64, 64)], np.float32).cuda_source
     # the cp.async mma.sync kernels stage a half tile in their ring and store rows in 16-byte vectors
     staged = _kernel("ij,jk->ik", [(64, 64), (64, 64)], np.float16).compiled
-    assert source.count("the tile through shared memory") == \
+    assert source.count(f"if ({HALF_STORE_ARGUMENT} && sCn == 1) {{") == \
         sum(v.asynchronous and not v.wgmma for _, v in staged.variants) == 4
     assert "*(uint4 *)_d = *(const uint4 *)_s;" in source
+    # and a float32 output where the tile fits the ring too (not 128 x 128 halves' ring)
+    assert source.count("} else if (!_Ch && sCn == 1) {") == 3
 
 
 def test_the_launch_says_which_type_the_output_array_holds():
