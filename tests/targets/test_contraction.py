@@ -77,7 +77,7 @@ def test_runs_collapse_where_indices_are_adjacent_in_memory():
     # one GEMM of 135 rows: M = b*i, strides of the run's innermost index (i)
     assert layout.arguments[:9] == (135, 33, 70, 70, 1, 33, 1, 33, 1)
     assert layout.arguments[9:11] == (1, 1)  # no batch, no outer K
-    assert layout.grid == (1, 2, 1)
+    assert layout.grid == (-(-33 // variant.bn), -(-135 // variant.bm), 1)  # N tiles, M tiles
 
 
 def test_indices_apart_in_memory_go_to_the_batch():
@@ -96,19 +96,24 @@ def test_indices_apart_in_memory_go_to_the_batch():
 
 
 def test_small_grids_take_the_small_tile():
+    """The f32 SIMT kernels are a wide and a narrow tile of one area: the wide one unless the
+    narrow one wastes less; among tiles of several areas (TF32), a small grid takes the small."""
     source = contraction_plan(_einsum_scop("ij,jk->ik", [(4, 5), (5, 6)]), "t").source
-    (big_name, big), (small_name, small), (narrow_name, narrow) = source.variants
-    assert big.bm * big.bn > small.bm * small.bn and narrow.bn < big.bn
+    (wide_name, wide), (narrow_name, narrow) = source.variants
+    assert wide.bm * wide.bn == narrow.bm * narrow.bn and narrow.bn < wide.bn
     shapes = {"op0": (4096, 4096), "op1": (4096, 4096), "out": (4096, 4096)}
     name, _, layout = choose_kernel(source, {"i_i": 4096, "i_j": 4096, "i_k": 4096}, shapes, sm_count=132)
-    assert name == big_name and layout.grid == (32, 32, 1)
-    shapes = {"op0": (1024, 1024), "op1": (1024, 1024), "out": (1024, 1024)}
-    name, _, layout = choose_kernel(source, {"i_i": 1024, "i_j": 1024, "i_k": 1024}, shapes, sm_count=132)
-    assert name == small_name and layout.grid == (8, 16, 1)  # 64 large tiles: half the SMs idle
-    # N = 64 (attention's second product): half of each large tile would be wasted
+    assert name == wide_name and layout.grid == (4096 // wide.bn, 4096 // wide.bm, 1)
+    # N = 64 (attention's second product): half of each wide tile would be wasted
     shapes = {"op0": (4096, 512), "op1": (512, 64), "out": (4096, 64)}
     name, _, layout = choose_kernel(source, {"i_i": 4096, "i_j": 512, "i_k": 64}, shapes, sm_count=1)
-    assert name == narrow_name and layout.grid == (1, 32, 1)
+    assert name == narrow_name and layout.grid == (1, 4096 // narrow.bm, 1)
+    tf32 = contraction_plan(_einsum_scop("ij,jk->ik", [(4, 5), (5, 6)]), "t", "tf32").source
+    (big_name, big), *others = tf32.variants
+    shapes = {"op0": (1024, 1024), "op1": (1024, 1024), "out": (1024, 1024)}
+    name, small, layout = choose_kernel(tf32, {"i_i": 1024, "i_j": 1024, "i_k": 1024}, shapes, sm_count=132)
+    assert name != big_name and small.bm * small.bn < big.bm * big.bn  # 64 large tiles: half the SMs idle
+    assert layout.grid == (1024 // small.bn, 1024 // small.bm, 1)
 
 
 def test_half_operands_go_to_the_half_tensor_cores():
@@ -194,7 +199,7 @@ def test_precision_is_opt_in_and_checked():
     # the general mapping when asked for it, or when the user steers the mapping
     assert "_acc" not in po.cuda_source(gemm32, contraction=False)
     assert "_acc" not in po.cuda_source(gemm32, block=(8, 32))
-    assert po.cuda_source(gemm32).count("__global__") == 3  # the large, the small and the narrow tile
+    assert po.cuda_source(gemm32).count("__global__") == 2  # the wide and the narrow tile
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
