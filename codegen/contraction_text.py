@@ -251,11 +251,17 @@ def half_store(scop: Scop, c: Contraction) -> str | None:
     types = {scop.arrays[a].dtype.name for a in c.operand_arrays}
     if len(types) != 1 or not types <= set(HALF_STORES) or scop.arrays[c.output].dtype.name != "f32":
         return None
-    if c.init is None or any(isinstance(x, E.Var) and x.name == ELEMENT for x in E.walk(c.init)):
+    if reads_output(c):
         return None
     if any(ref.array == c.output for stmt in scop.statements if stmt.name not in c.statements for ref in stmt.accesses):
         return None
     return types.pop()
+
+
+def reads_output(c: Contraction) -> bool:
+    """Whether the sums of ``c`` start from the output's own elements (no init statement, or
+    one reading its element: PolyBench gemm's ``beta * C``) rather than from values set anew."""
+    return c.init is None or any(isinstance(x, E.Var) and x.name == ELEMENT for x in E.walk(c.init))
 
 
 def element_value(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
@@ -356,4 +362,5 @@ def init_text(scop: Scop, c: Contraction, element: str) -> str:
 
 __all__ = ["HALF_STORES", "HALF_STORE_ARGUMENT", "PAIR_TYPES", "RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets",
            "element_store", "element_test", "element_value", "fragment_stores", "grid_loops", "half_store",
-           "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "scalar_text"]
+           "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "reads_output",
+           "scalar_text"]

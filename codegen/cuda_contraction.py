@@ -59,7 +59,7 @@ from polyopt.codegen.cuda import CudaSource, cuda_prelude, kernel_parameters
 from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, HALF_STORES, PAIR_TYPES, RUN_STRIDES, Slots,
                                               UnitStrides, element_store, element_test, element_value, fragment_stores,
                                               grid_loops, half_store, init_text, outer_k_offsets, pair_argument,
-                                              pair_k_loops, pair_stride_names, scalar_text)
+                                              pair_k_loops, pair_stride_names, reads_output, scalar_text)
 from polyopt.codegen.cuda_wgmma import wgmma_body, wgmma_helpers, wgmma_shape, wgmma_shared_bytes
 
 #: The K-loop engines and what they need (element type of the operands and result).
@@ -200,14 +200,12 @@ WGMMA_MIN_SHARE = 0.75
 #: list their ``cp.async`` kernels (for operands in whole 16-byte vectors) and then the
 #: register-staged ones (for the others). Chosen on an H100 against the alternatives
 #: (docs/performance.md, "Contractions"). The f32 SIMT tiles are 64 x 128 and 128 x 64 with
-#: K tiles of 16 on 128 threads (8 x 8 coordinates a thread), built for three blocks per SM:
-#: on an H200 with every shape forced they beat 128 x 128 x 8 on 256 threads, 256 x 128 and
-#: 64 x 64 on five of the six contractions of issue 17 (docs/performance.md, "f32 exact").
-#: The bound of three blocks keeps PolyBench's gemm, whose init reads ``beta * C`` into the
-#: accumulators, at 168 registers (209 unbounded: two blocks per SM, 1.3x slower).
+#: K tiles of 16 on 128 threads (8 x 8 coordinates a thread): on an H200 with every shape
+#: forced they beat 128 x 128 x 8 on 256 threads, 256 x 128 and 64 x 64 on five of the six
+#: contractions of issue 17 (docs/performance.md, "f32 exact"); :func:`tile_variants` bounds
+#: their registers where the sums start from the output.
 VARIANTS = {
-    ("simt", "f32"): (Variant("simt", 64, 128, 16, 128, tm=8, tn=8, blocks_per_sm=3),
-                      Variant("simt", 128, 64, 16, 128, tm=8, tn=8, blocks_per_sm=3)),
+    ("simt", "f32"): (Variant("simt", 64, 128, 16, 128, tm=8, tn=8), Variant("simt", 128, 64, 16, 128, tm=8, tn=8)),
     ("tf32", "f32"): (Variant("tf32", 128, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("tf32", 64, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("tf32", 128, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
@@ -239,6 +237,25 @@ OTHER_TILE_SPEED = 0.9
 #: Blocks per SM a grid needs to keep the SMs busy (two: while one block waits at a barrier,
 #: the other computes).
 MIN_BLOCKS_PER_SM = 2
+
+
+#: Blocks per SM the f32 SIMT kernels are built for where the sums start from the output
+#: (:func:`~polyopt.codegen.contraction_text.reads_output`): reading PolyBench gemm's
+#: ``beta * C`` into the 64 accumulators made nvcc give the 64 x 128 kernel 209 registers and
+#: run 1.26x slower than when bound to two blocks per SM (a bound of three: 1.04x; on the
+#: einsum kernels, whose sums start from zero, both bounds were slower than none, up to 1.11x:
+#: docs/performance.md, "f32 exact").
+SIMT_BLOCKS_READING_OUTPUT = 2
+
+
+def tile_variants(engine: str, dtype_name: str, c: Contraction) -> tuple[Variant, ...]:
+    """The tile shapes of :data:`VARIANTS` for a contraction ``c`` by ``engine`` of
+    ``dtype_name`` operands, the SIMT ones bound to :data:`SIMT_BLOCKS_READING_OUTPUT` blocks
+    per SM where the sums start from the output."""
+    variants = VARIANTS[(engine, dtype_name)]
+    if engine == "simt" and reads_output(c):
+        return tuple(replace(v, blocks_per_sm=SIMT_BLOCKS_READING_OUTPUT) for v in variants)
+    return variants
 
 
 def engine_for(dtype_name: str, precision: str, operand_name: str | None = None) -> str | None:

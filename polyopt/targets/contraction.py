@@ -32,9 +32,10 @@ from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
 from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED, RUN_ARGUMENTS,
-                                              VARIANTS, ContractionProgramSource, ContractionSource, Variant,
+                                              ContractionProgramSource, ContractionSource, Variant,
                                               contraction_source, engine_for, WGMMA_MIN_K, WGMMA_MIN_SHARE,
-                                              operand_stride_positions, shared_bytes, staged_tiles)
+                                              operand_stride_positions, shared_bytes, staged_tiles,
+                                              tile_variants)
 from polyopt.codegen.contraction_text import Slots, half_store
 from polyopt.codegen.cuda_wgmma import ROW_BYTES, tma_layouts, transposed_copies, wgmma_layouts
 from polyopt.codegen.gpu_mapping import GpuProgram, map_to_gpu
@@ -167,7 +168,7 @@ def contraction_engine(scop: Scop, c: Contraction, precision: str) -> str | None
 def tile_kernels(scop: Scop, c: Contraction, engine: str, kernel: str) -> tuple[tuple[str, Variant], ...]:
     """The kernels of ``c`` by ``engine``: (name, tile shape) per tile shape that can compute
     it, named ``kernel``, ``kernel_1``, ..."""
-    variants = [v for v in VARIANTS[(engine, scop.arrays[c.left.array].dtype.name)]
+    variants = [v for v in tile_variants(engine, scop.arrays[c.left.array].dtype.name, c)
                 if ((wgmma_layouts(c, v) is not None and (not v.tma or tma_layouts(c, v)))
                     if v.wgmma else (not v.asynchronous or staged_tiles(c, v)))]
     return tuple((kernel if k == 0 else f"{kernel}_{k}", v) for k, v in enumerate(variants))

@@ -116,6 +116,15 @@ def test_small_grids_take_the_small_tile():
     assert layout.grid == (1024 // small.bn, 1024 // small.bm, 1)
 
 
+def test_simt_kernels_summing_from_the_output_are_built_for_two_blocks_per_sm():
+    """gemm's ``beta * C`` read into the accumulators: register-bound kernels (nvcc gave the
+    unbound one 209 registers); an einsum's sums start from zero: no bound."""
+    gemm = po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32"))
+    assert gemm.count("__launch_bounds__(128, 2)") == gemm.count("__global__") == 2
+    einsum = po.cuda_source(po.einsum_kernel("ij,jk->ik", (8, 9), (9, 10), dtype="float32", target="cuda"))
+    assert einsum.count("__launch_bounds__(128)") == einsum.count("__global__") == 2
+
+
 def test_half_operands_go_to_the_half_tensor_cores():
     """float16 einsums (f16 operands read into f32 sums) run on ``mma ... f32.f16.f16.f32``;
     a half operand that is computed on first is mapped the general way."""
