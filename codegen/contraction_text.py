@@ -306,6 +306,23 @@ def element_store(scop: Scop, c: Contraction, acc: str, t: str) -> list[str]:
 PAIR_TYPES = {"float": ("float2", "make_float2", 8), "double": ("double2", "make_double2", 16)}
 
 
+def pair_values(scop: Scop, c: Contraction, row: str, col: str, acc: str, t: str, offset: bool = True
+                ) -> list[str]:
+    """The finished elements ``acc`` of fragment registers ``_r0`` and ``_r0 + 1`` (adjacent
+    columns of one row, at tile row ``row``, column ``col``) through the epilogue statements:
+    ``_p[q]`` the value, ``_in[q]`` whether it lies in the output box (and domain); with
+    ``offset``, ``_at`` the first one's offset in the output, else ``_p[q]`` is 0 outside."""
+    return [f"            {t} _p[2]; bool _in[2];{' long _at = 0;' if offset else ''}",
+            "            #pragma unroll\n            for (int _q = 0; _q < 2; _q++) {",
+            "              const int _r = _r0 + _q;",
+            f"              const long _m = _m0 + {row}, _n = _n0 + {col};",
+            f"              _in[_q] = _m < _M && _n < _N{element_test(c)};",
+            *(["              if (_q == 0) _at = _offC + _m * sCm + _n * sCn;"] if offset else
+              ["              _p[_q] = 0;"]),
+            "              if (_in[_q]) {", *element_value(scop, c, acc, t), "              _p[_q] = _v; }",
+            "            }"]
+
+
 def fragment_stores(scop: Scop, c: Contraction, row: str, col: str, acc: str, t: str) -> list[str]:
     """The loop storing an MMA fragment's four finished elements ``acc`` (``_r`` = 0..3 at tile
     row ``row``, column ``col``; elements 2q and 2q + 1 are adjacent columns of one row), each
@@ -341,14 +358,7 @@ def fragment_stores(scop: Scop, c: Contraction, row: str, col: str, acc: str, t:
                 f" if (_in[_q]) _h[_q * sCn] = {convert}(_p[_q]);",
                 "            } else {", *wide, "            }"]
     return ["          #pragma unroll\n          for (int _r0 = 0; _r0 < 4; _r0 += 2) {",
-            f"            {t} _p[2]; bool _in[2]; long _at = 0;",
-            "            #pragma unroll\n            for (int _q = 0; _q < 2; _q++) {",
-            "              const int _r = _r0 + _q;",
-            f"              const long _m = _m0 + {row}, _n = _n0 + {col};",
-            f"              _in[_q] = _m < _M && _n < _N{element_test(c)};",
-            "              if (_q == 0) _at = _offC + _m * sCm + _n * sCn;",
-            "              if (_in[_q]) {", *element_value(scop, c, acc, t), "              _p[_q] = _v; }",
-            "            }",
+            *pair_values(scop, c, row, col, acc, t),
             "            const bool _whole = _in[0] && _in[1] && sCn == 1;",
             *wide,
             "          }"]
@@ -362,5 +372,5 @@ def init_text(scop: Scop, c: Contraction, element: str) -> str:
 
 __all__ = ["HALF_STORES", "HALF_STORE_ARGUMENT", "PAIR_TYPES", "RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets",
            "element_store", "element_test", "element_value", "fragment_stores", "grid_loops", "half_store",
-           "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "reads_output",
+           "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "pair_values", "reads_output",
            "scalar_text"]

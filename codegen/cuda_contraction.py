@@ -57,9 +57,10 @@ from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
 from polyopt.codegen.cuda import CudaSource, cuda_prelude, kernel_parameters
 from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, HALF_STORES, PAIR_TYPES, RUN_STRIDES, Slots,
-                                              UnitStrides, element_store, element_test, element_value, fragment_stores,
+                                              UnitStrides, element_store, element_test, fragment_stores,
                                               grid_loops, half_store, init_text, outer_k_offsets, pair_argument,
-                                              pair_k_loops, pair_stride_names, reads_output, scalar_text)
+                                              pair_k_loops, pair_stride_names, pair_values, reads_output,
+                                              scalar_text)
 from polyopt.codegen.cuda_wgmma import wgmma_body, wgmma_helpers, wgmma_shape, wgmma_shared_bytes
 
 #: The K-loop engines and what they need (element type of the operands and result).
@@ -625,12 +626,15 @@ def _tile_loads(pair: tuple[Operand, Operand], scop: Scop, v: Variant, t: str, u
     (left, right) and registers -> shared buffer half ``_st``: (declarations, the pair's setup
     before its K loop, loads, stores). Each thread's elements of a tile are at fixed positions
     (``_ra + q * step`` rows or ``_ka + q * step`` K values), consecutive threads along the
-    array's contiguous dimension. The setup fixes, once per block, each thread's first element
-    at K = 0 (``_ta``/``_tb``), its uniform step and whether the block's rows lie inside the
-    operand: a tile wholly inside is then loaded from one pointer per tile with no bound
-    checks (computing each address from the block's origin spent most of the K loop's
-    non-FMA instructions); the checked loads remain for the edge tiles. ``k_major_store``:
-    shared tiles are ``[BK][BM+PAD]`` (SIMT), else ``[BM][BK+4]`` (tensor cores)."""
+    array's contiguous dimension. A tile wholly inside the operand is loaded from one address
+    per thread with a uniform step and no bound checks (the checked form spent most of the K
+    loop's non-FMA instructions); the checked loads remain for the edge tiles.
+    ``k_major_store``: shared tiles are ``[BK][BM+PAD]`` (the SIMT kernels), else
+    ``[BM][BK+4]`` (tensor cores). The SIMT kernels' setup also fixes, once per block, each
+    thread's first element at K = 0 (``_ta``/``_tb``), its step and whether the block's rows lie
+    inside the operand (about 20 fewer instructions per K tile in the SASS); the register-staged
+    tensor-core kernels find them per tile: their 128 x 64 f16 kernel has no register to spare
+    (254 of 255; held across the loop, these spilled 68-152 bytes)."""
     decl, setup, loads, stores = [], [], [], []
     for name, rows, operand, s_row, s_k, run_unit, k_unit, off, koff, total, buf, row0 in (
             ("a", v.bm, pair[0], "sLm", "sLk", unit.lm, unit.lk, "_offL", "_nkL", "_M", "_As", "_m0"),
@@ -645,22 +649,31 @@ def _tile_loads(pair: tuple[Operand, Operand], scop: Scop, v: Variant, t: str, u
             r, kk = f"(_r{name} + _q * {v.threads // v.bk})", f"_k{name}"
         step = f"{v.threads // rows} * {s_k}" if walk_rows else f"{v.threads // v.bk} * {s_row}"
         decl.append(f"    {t} _g{name}[{count}];")
-        first, inside, stride = f"_t{name}", f"_w{name}", f"_d{name}"
-        setup += [f"      const {t} *__restrict__ const {first} = {operand.array} + {off} + ({row0} + _r{name}) * "
-                  f"{s_row} + (long)_k{name} * {s_k};",
-                  f"      const bool {inside} = {row0} + {rows} <= {total};",
-                  f"      const long {stride} = {step};"]
-        pointer = f"_p{name}"
-        loads.append(f"      if ({inside} && _nk0 + {v.bk} <= _K) {{")
-        loads.append(f"        const {t} *__restrict__ const {pointer} = {first} + {koff} + _nk0 * {s_k};")
-        loads.append(f"        #pragma unroll\n        for (int _q = 0; _q < {count}; _q++) "
-                     f"_g{name}[_q] = {_staged_value(scop, v, operand, f'{pointer}[_q * {stride}]')};")
-        loads.append(f"      }} else {{ const {t} *__restrict__ {pointer} = {operand.array} + {off} + {koff} + "
-                     f"{row0} * {s_row} + _nk0 * {s_k};")
-        loads.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++) {{")
+        pointer, origin = f"_p{name}", f"{operand.array} + {off} + {koff} + {row0} * {s_row} + _nk0 * {s_k}"
         value = _staged_value(scop, v, operand, f"{pointer}[(long){r} * {s_row} + (long){kk} * {s_k}]")
-        loads.append(f"        _g{name}[_q] = ({row0} + {r} < {total} && _nk0 + {kk} < _K) ? {value} : ({t})0;")
-        loads.append("      } }")
+        checked = [f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++) {{",
+                   f"        _g{name}[_q] = ({row0} + {r} < {total} && _nk0 + {kk} < _K) ? {value} : ({t})0;",
+                   "      }"]
+        if k_major_store:
+            first, inside, stride = f"_t{name}", f"_w{name}", f"_d{name}"
+            setup += [f"      const {t} *__restrict__ const {first} = {operand.array} + {off} + ({row0} + _r{name}) * "
+                      f"{s_row} + (long)_k{name} * {s_k};",
+                      f"      const bool {inside} = {row0} + {rows} <= {total};",
+                      f"      const long {stride} = {step};"]
+            loads += [f"      if ({inside} && _nk0 + {v.bk} <= _K) {{",
+                      f"        const {t} *__restrict__ const {pointer} = {first} + {koff} + _nk0 * {s_k};",
+                      f"        #pragma unroll\n        for (int _q = 0; _q < {count}; _q++) "
+                      f"_g{name}[_q] = {_staged_value(scop, v, operand, f'{pointer}[_q * {stride}]')};",
+                      f"      }} else {{ const {t} *__restrict__ {pointer} = {origin};", *checked, "      }"]
+        else:
+            first = f"{pointer}_0"
+            loads += [f"      {{ const {t} *__restrict__ {pointer} = {origin};",
+                      f"      if ({row0} + {rows} <= {total} && _nk0 + {v.bk} <= _K) {{",
+                      f"        const {t} *__restrict__ {first} = {pointer} + (long)_r{name} * {s_row} + "
+                      f"(long)_k{name} * {s_k};",
+                      f"        #pragma unroll\n        for (int _q = 0; _q < {count}; _q++) "
+                      f"_g{name}[_q] = {_staged_value(scop, v, operand, f'{first}[(long)_q * ({step})]')};",
+                      "      } else {", *checked, "      } }"]
         stores.append(f"      #pragma unroll\n      for (int _q = 0; _q < {count}; _q++)")
         target = f"{buf}[_st][{kk}][{r}]" if k_major_store else f"{buf}[_st][{r}][{kk}]"
         value = f"_g{name}[_q]" if v.engine != "tf32" else f"pl_tf32(_g{name}[_q])"
@@ -905,14 +918,7 @@ def _staged_stores(scop: Scop, c: Contraction, v: Variant, row: str, col: str, t
             f"        #pragma unroll\n        for (int _i = 0; _i < {im}; _i++)",
             f"          #pragma unroll\n          for (int _j = 0; _j < {jn}; _j++)",
             "            #pragma unroll\n            for (int _r0 = 0; _r0 < 4; _r0 += 2) {",
-            f"              {t} _p[2];",
-            "              #pragma unroll\n              for (int _q = 0; _q < 2; _q++) {",
-            "                const int _r = _r0 + _q;",
-            f"                const long _m = _m0 + {row}, _n = _n0 + {col};",
-            "                _p[_q] = 0;",
-            "                if (_m < _M && _n < _N) {", *element_value(scop, c, "_acc[_i][_j][_r]", t),
-            "                _p[_q] = _v; }",
-            "              }",
+            *pair_values(scop, c, row, col, "_acc[_i][_j][_r]", t, offset=False),
             "              const int _r = _r0;",
             f"              *({pair_type} *)&_Cs[({row}) * {pitch} + {col}] = {pair_make}(_p[0], _p[1]);",
             "            }",
