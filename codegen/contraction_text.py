@@ -345,7 +345,8 @@ def fragment_stores(scop: Scop, c: Contraction, row: str, col: str, acc: str, t:
             f"            if (_whole && ((unsigned long long)_w & {pair_bytes - 1}) == 0)"
             f" *({pair_type} *)_w = {make_pair}(_p[0], _p[1]);",
             "            else",
-            "              #pragma unroll\n              for (int _q = 0; _q < 2; _q++) if (_in[_q]) _w[_q * sCn] = _p[_q];"]
+            "              #pragma unroll\n              for (int _q = 0; _q < 2; _q++)"
+            " if (_in[_q]) _w[_q * sCn] = _p[_q];"]
     half = half_store(scop, c)
     if half is not None:
         c_type, convert, half_pair, convert_pair = HALF_STORES[half]
@@ -372,5 +373,5 @@ def init_text(scop: Scop, c: Contraction, element: str) -> str:
 
 __all__ = ["HALF_STORES", "HALF_STORE_ARGUMENT", "PAIR_TYPES", "RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets",
            "element_store", "element_test", "element_value", "fragment_stores", "grid_loops", "half_store",
-           "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "pair_values", "reads_output",
-           "scalar_text"]
+           "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "pair_values",
+           "reads_output", "scalar_text"]

@@ -691,7 +691,8 @@ def _pipeline(setup: list[str], loads: list[str], stores: list[str], compute, sl
     """The double-buffered K loop over the tiles of the K run (for each outer-K number), after
     ``setup`` (:func:`_tile_loads`): tile 0 to shared; then per tile, the next tile's loads into
     registers, the current tile's compute (``compute(guarded)``: with a bound check on each K
-    step for a partial last tile), the next tile's stores into the other half. ``_nk0``/``_nko`` follow the tile being loaded."""
+    step for a partial last tile), the next tile's stores into the other half. ``_nk0``/``_nko``
+    follow the tile being loaded."""
     out = ["      const long _NT = (_K + BK - 1) / BK * _KO;",
            "      long _nk0 = 0, _nko = 0;",
            "      long _nkL = 0, _nkR = 0;" if slots.outer_k else "      const long _nkL = 0, _nkR = 0;",
@@ -913,7 +914,8 @@ def _staged_stores(scop: Scop, c: Contraction, v: Variant, row: str, col: str, t
     per_vector = 16 // size
     pitch, per_row = v.bn + STAGED_PAD, v.bn // per_vector
     test = f"{when} && sCn == 1" if when else "sCn == 1"
-    return [f"      {'} else if' if alternative else 'if'} ({test}) {{  /* the tile through shared memory, 16-byte rows */",
+    opening = "} else if" if alternative else "if"
+    return [f"      {opening} ({test}) {{  /* the tile through shared memory, 16-byte rows */",
             f"        {c_type} *const _Cs = ({c_type} *)_smem;",
             f"        #pragma unroll\n        for (int _i = 0; _i < {im}; _i++)",
             f"          #pragma unroll\n          for (int _j = 0; _j < {jn}; _j++)",
