@@ -156,20 +156,21 @@ def capture_graphs_on(monkeypatch, module: StandInModule, compiled) -> list:
 CONTRACTION_TILES = range(max(len(variants) for variants in VARIANTS.values()))
 
 
-def force_contraction_tile(monkeypatch, tile: int) -> list:
-    """Make every contraction launch take kernel ``tile`` of its source (a ``wgmma`` one only
-    from an sm_90a build, an asynchronous one only where the operands are in whole 16-byte
-    vectors, a TMA one only where the launch has tensor maps: else the test is skipped), with
-    no replays of an earlier test's recorded launches; the kernels launched are noted in the
-    list returned."""
+def force_contraction_tile(monkeypatch, tile: int, wgmma_only: bool = False) -> list:
+    """Make every contraction launch take kernel ``tile`` of its source (with ``wgmma_only``,
+    its ``tile``-th ``wgmma`` kernel; a ``wgmma`` one only from an sm_90a build, an asynchronous
+    one only where the operands are in whole 16-byte vectors, a TMA one only where the launch
+    has tensor maps: else the test is skipped), with no replays of an earlier test's recorded
+    launches; the kernels launched are noted in the list returned."""
     monkeypatch.setattr(CudaKernel, "recorded", lambda self, key: None)
     einsum_calls.clear()
     taken = []
 
     def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False, tma=False):
-        if tile >= len(source.variants):
-            pytest.skip(f"the source has {len(source.variants)} kernels")
-        name, variant = source.variants[tile]
+        kernels = [(n, v) for n, v in source.variants if v.wgmma or not wgmma_only]
+        if tile >= len(kernels):
+            pytest.skip(f"the source has {len(kernels)} {'wgmma ' if wgmma_only else ''}kernels")
+        name, variant = kernels[tile]
         if variant.wgmma and not wgmma:
             pytest.skip("wgmma kernel, the module is not built for sm_90a")
         layout = contraction.launch_layout(source.contraction, variant, extent, shapes)

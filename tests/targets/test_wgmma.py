@@ -16,12 +16,10 @@ from polyopt.codegen.cuda_contraction import WGMMA_VARIANTS, ContractionSource
 from polyopt.codegen.cuda_wgmma import sum_scale, tma_layouts
 from polyopt.analysis import expr as E
 from polyopt.targets import contraction
-from polyopt.targets.contraction import async_aligned, choose_kernel, launch_layout
+from polyopt.targets.contraction import choose_kernel
 from polyopt.targets.cache import scop_of
-from polyopt.targets.cuda import CudaKernel
-from polyopt import einsum_calls
 
-from conftest import needs_gpu
+from conftest import force_contraction_tile, needs_gpu
 
 f16, f32 = po.f16, po.f32
 
@@ -178,32 +176,6 @@ def _hopper() -> bool:
     return str(cupy.cuda.Device().compute_capability) == "90"
 
 
-def _force_wgmma(monkeypatch, which: int) -> list:
-    """Make every contraction launch take the ``which``-th ``wgmma`` kernel of its source
-    (skip where the module is not an sm_90a build or the operands are not in 16-byte vectors);
-    the kernels launched are noted in the list returned."""
-    monkeypatch.setattr(CudaKernel, "recorded", lambda self, key: None)
-    einsum_calls.clear()
-    taken = []
-
-    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False, tma=False):
-        if not wgmma:
-            pytest.skip("the module is not an sm_90a build")
-        kernels = [(n, v) for n, v in source.variants if v.wgmma]
-        if which >= len(kernels):
-            pytest.skip(f"the source has {len(kernels)} wgmma kernels (no TMA ones for these operands)")
-        name, variant = kernels[which]
-        layout = launch_layout(source.contraction, variant, extent, shapes)
-        if not async_aligned(source.contraction, variant, layout, aligned_operands):
-            pytest.skip("operands not in whole 16-byte vectors")
-        if variant.tma and not (tma and contraction.tma_specs(source, variant, layout)):
-            pytest.skip("TMA kernel, this launch has no tensor maps (batch slots that are no one dimension, an outer-K slot)")
-        taken.append(name)
-        return name, variant, layout
-    monkeypatch.setattr(contraction, "choose_kernel", forced)
-    return taken
-
-
 def _relative_error(result, expected) -> float:
     return float(np.linalg.norm(result - expected) / max(np.linalg.norm(expected), 1e-300))
 
@@ -230,7 +202,7 @@ def test_f16_wgmma_matches_float64(subscripts, shapes, which, monkeypatch):
 
     if not _hopper():
         pytest.skip("wgmma needs compute capability 9.0")
-    taken = _force_wgmma(monkeypatch, which)
+    taken = force_contraction_tile(monkeypatch, which, wgmma_only=True)
     rng = np.random.default_rng(len(subscripts) + sum(map(sum, shapes)))
     operands = [rng.standard_normal(s).astype(np.float16) for s in shapes]
     expected = np.einsum(subscripts, *(o.astype(np.float64) for o in operands))
@@ -253,7 +225,7 @@ def test_tf32_wgmma_matches_float64(subscripts, shapes, which, monkeypatch):
 
     if not _hopper():
         pytest.skip("wgmma needs compute capability 9.0")
-    taken = _force_wgmma(monkeypatch, which)
+    taken = force_contraction_tile(monkeypatch, which, wgmma_only=True)
     rng = np.random.default_rng(5)
     operands = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     expected = np.einsum(subscripts, *(o.astype(np.float64) for o in operands))
@@ -273,7 +245,7 @@ def test_wgmma_init_and_epilogues_match_float64(which, monkeypatch):
 
     if not _hopper():
         pytest.skip("wgmma needs compute capability 9.0")
-    taken = _force_wgmma(monkeypatch, which)
+    taken = force_contraction_tile(monkeypatch, which, wgmma_only=True)
     rng = np.random.default_rng(11)
     ni, nj, nk = 203, 261, 200
     a, b = (rng.standard_normal(s).astype(np.float32) for s in ((ni, nk), (nj, nk)))
@@ -298,7 +270,7 @@ def test_a_factor_of_an_operand_scales_the_wgmma_sum(name, which, monkeypatch):
 
     if not _hopper():
         pytest.skip("wgmma needs compute capability 9.0")
-    taken = _force_wgmma(monkeypatch, which)
+    taken = force_contraction_tile(monkeypatch, which, wgmma_only=True)
     rng = np.random.default_rng(12)
     n, m = 203, 264  # ragged N; K (and syr2k's M) a whole number of 16-byte vectors
     kernel = po.suite.get(name).kernel.with_dtype("f32")
@@ -356,7 +328,7 @@ def test_bf16_wgmma_matches_float64(subscripts, shapes, which, monkeypatch):
 
     if not _hopper():
         pytest.skip("wgmma needs compute capability 9.0")
-    taken = _force_wgmma(monkeypatch, which)
+    taken = force_contraction_tile(monkeypatch, which, wgmma_only=True)
     made = plan(po.einsum_kernel(subscripts, *shapes, dtype="bfloat16").scop)
     assert isinstance(made.source, ContractionSource) and "f32.bf16.bf16" in made.source.source
     kernel = CudaKernel(made.scop, made.schedule, made.source)
