@@ -334,7 +334,8 @@ def fragment_stores(scop: Scop, c: Contraction, row: str, col: str, acc: str, t:
     (:func:`half_store`), in the type the launch says. Other elements go one at a time, and
     so do all of a float or double output that epilogue statements compute (holding a pair
     and its epilogue's loads, the register-limited ``wgmma`` kernels spilled hundreds of bytes)."""
-    if half_store(scop, c) is None and c.epilogue:
+    half = half_store(scop, c)
+    if half is None and c.epilogue:
         return ["          #pragma unroll\n          for (int _r = 0; _r < 4; _r++) {",
                 f"            const long _m = _m0 + {row}, _n = _n0 + {col};",
                 f"            if (_m < _M && _n < _N{element_test(c)}) {{", *element_store(scop, c, acc, t),
@@ -347,7 +348,6 @@ def fragment_stores(scop: Scop, c: Contraction, row: str, col: str, acc: str, t:
             "            else",
             "              #pragma unroll\n              for (int _q = 0; _q < 2; _q++)"
             " if (_in[_q]) _w[_q * sCn] = _p[_q];"]
-    half = half_store(scop, c)
     if half is not None:
         c_type, convert, half_pair, convert_pair = HALF_STORES[half]
         wide = [f"            if ({HALF_STORE_ARGUMENT}) {{",

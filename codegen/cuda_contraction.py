@@ -868,8 +868,8 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     staged = _staged_tiles(scop, c, v)
     if staged:
         opening = []
-        for k, (c_type, pair_type, pair_make, when) in enumerate(staged):
-            opening += _staged_stores(scop, c, v, row, col, t, im, jn, c_type, pair_type, pair_make, when, k > 0)
+        for k, kind in enumerate(staged):
+            opening += _staged_stores(scop, c, v, row, col, t, im, jn, *kind, alternative=k > 0)
         stores = opening + ["      } else {"] + stores + ["      }"]
     return out + stores + ["    }", "    }", "  }"]
 
@@ -881,10 +881,10 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
 STAGED_PAD = 8
 
 
-def _staged_tiles(scop: Scop, c: Contraction, v: Variant) -> list[tuple[str, str, str, str]]:
+def _staged_tiles(scop: Scop, c: Contraction, v: Variant) -> list[tuple[str, str, str, str, int]]:
     """How the ``mma.sync`` kernel ``v`` may stage its output tile in shared memory (see
     :func:`_staged_stores`): per element type whose tile fits the ring (free after the K loop)
-    its C type, pair type, pair constructor and the launch condition -- a half output
+    its C type, pair type, pair constructor, launch condition and element bytes -- a half output
     (:func:`half_store`, when the launch says so) and the declared type (when it does not).
     Only asynchronous kernels (the register-staged ones have no ring) of a box (no domain
     tests); empty for others."""
@@ -897,11 +897,12 @@ def _staged_tiles(scop: Scop, c: Contraction, v: Variant) -> list[tuple[str, str
         types.append((c_type, pair_type, pair_make, HALF_STORE_ARGUMENT, 2))
     pair_type, pair_make, pair_bytes = PAIR_TYPES[declared]
     types.append((declared, pair_type, pair_make, f"!{HALF_STORE_ARGUMENT}" if half else "", pair_bytes // 2))
-    return [kind[:4] for kind in types if v.bm * (v.bn + STAGED_PAD) * kind[4] <= shared_bytes(c, v)]
+    return [kind for kind in types if v.bm * (v.bn + STAGED_PAD) * kind[4] <= shared_bytes(c, v)]
 
 
 def _staged_stores(scop: Scop, c: Contraction, v: Variant, row: str, col: str, t: str, im: int, jn: int,
-                   c_type: str, pair_type: str, pair_make: str, when: str, alternative: bool) -> list[str]:
+                   c_type: str, pair_type: str, pair_make: str, when: str, size: int, alternative: bool
+                   ) -> list[str]:
     """The stores of the output tile through shared memory in unit column stride (and
     ``when``, a launch condition): each thread's pairs of finished elements, as ``c_type``
     pairs, into the tile in the ring (free after the K loop), then the block writes the tile's
@@ -909,8 +910,7 @@ def _staged_stores(scop: Scop, c: Contraction, v: Variant, row: str, col: str, t
     16-byte aligned): a warp's fragment stores cover 16 to 64 bytes of eight rows each, which
     left a short sum's tile store-bound (attention's ``bhqd,bhkd->bhqk``, K = 64). An opening
     ``if`` (``else if`` for an ``alternative``), closed by the caller's ``else`` with the
-    fragment stores."""
-    size = {"__half": 2, "__nv_bfloat16": 2, "float": 4, "double": 8}[c_type]
+    fragment stores; ``size``: bytes of a ``c_type`` element."""
     per_vector = 16 // size
     pitch, per_row = v.bn + STAGED_PAD, v.bn // per_vector
     test = f"{when} && sCn == 1" if when else "sCn == 1"
