@@ -18,6 +18,8 @@ from polyopt.analysis import expr as E
 from polyopt.targets import contraction
 from polyopt.targets.contraction import choose_kernel
 from polyopt.targets.cache import scop_of
+from polyopt.targets.cuda import CudaKernel
+from polyopt import einsum_calls
 
 from conftest import force_contraction_tile, needs_gpu
 
