@@ -204,9 +204,13 @@ WGMMA_MIN_SHARE = 0.75
 #: K tiles of 16 on 128 threads (8 x 8 coordinates a thread): on an H200 with every shape
 #: forced they beat 128 x 128 x 8 on 256 threads, 256 x 128 and 64 x 64 on five of the six
 #: contractions of issue 17 (docs/performance.md, "f32 exact"); :func:`tile_variants` bounds
-#: their registers where the sums start from the output.
+#: their registers where the sums start from the output. The narrow tile, taken where N is
+#: short (attention's ``bhqk,bhkd->bhqd``, N = 64), is built for two blocks per SM: unbound,
+#: ptxas held it to 168 registers and spilled (0.143 against 0.121 ms on an H200; the wide
+#: tile ran best unbound, 3.35 against 3.61 ms at 4096^3).
 VARIANTS = {
-    ("simt", "f32"): (Variant("simt", 64, 128, 16, 128, tm=8, tn=8), Variant("simt", 128, 64, 16, 128, tm=8, tn=8)),
+    ("simt", "f32"): (Variant("simt", 64, 128, 16, 128, tm=8, tn=8),
+                      Variant("simt", 128, 64, 16, 128, tm=8, tn=8, blocks_per_sm=2)),
     ("tf32", "f32"): (Variant("tf32", 128, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("tf32", 64, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("tf32", 128, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
