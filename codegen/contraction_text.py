@@ -142,13 +142,17 @@ def outer_k_offsets(slots: Slots) -> list[str]:
     return out + ["        }"]
 
 
-def grid_loops(c: Contraction, slots: Slots, t: str) -> list[str]:
+def grid_loops(c: Contraction, slots: Slots, t: str, split_k: int = 0) -> list[str]:
     """The grid-stride loops over batch, M tiles and N tiles, and the init of the block; for a
-    cut box, the test that skips a tile with no element in it (:func:`_tile_skip`)."""
+    cut box, the test that skips a tile with no element in it (:func:`_tile_skip`).
+    ``split_k``: the blocks of a cluster that many along x share each tile (the kernel splits
+    its K among them), so every block of a cluster walks the same tiles."""
+    x, blocks_x = ("blockIdx.x", "gridDim.x") if not split_k else (f"(blockIdx.x / {split_k})",
+                                                                   f"(gridDim.x / {split_k})")
     out = ["  for (long _z = blockIdx.z; _z < _Z; _z += gridDim.z) {"]
     out += batch_offsets(slots)
     out += ["    for (long _m0 = (long)blockIdx.y * BM; _m0 < _M; _m0 += (long)gridDim.y * BM) {",
-            "    for (long _n0 = (long)blockIdx.x * BN; _n0 < _N; _n0 += (long)gridDim.x * BN) {"]
+            f"    for (long _n0 = (long){x} * BN; _n0 < _N; _n0 += (long){blocks_x} * BN) {{"]
     return out + _tile_skip(c)
 
 

@@ -102,6 +102,11 @@ class Variant:
     #: ``setmaxnreg`` between the roles; launched only where each operand is a 3-D view (run,
     #: rows, batch: :func:`polyopt.targets.contraction.tma_specs`).
     tma: bool = False
+    #: Blocks of a thread block cluster (sm_90) splitting the K tiles among them (0: no split):
+    #: each sums its share, the cluster's first block adds the others' sums from their shared
+    #: memory in rank order (deterministic) and stores; for grids of fewer tiles than SMs, whose
+    #: blocks would each run the whole K alone.
+    split_k: int = 0
 
     @property
     def asynchronous(self) -> bool:
@@ -210,7 +215,8 @@ WGMMA_MIN_SHARE = 0.75
 #: tile ran best unbound, 3.35 against 3.61 ms at 4096^3).
 VARIANTS = {
     ("simt", "f32"): (Variant("simt", 64, 128, 16, 128, tm=8, tn=8),
-                      Variant("simt", 128, 64, 16, 128, tm=8, tn=8, blocks_per_sm=2)),
+                      Variant("simt", 128, 64, 16, 128, tm=8, tn=8, blocks_per_sm=2),
+                      *(Variant("simt", 64, 128, 16, 128, tm=8, tn=8, split_k=s) for s in (2, 3, 4))),
     ("tf32", "f32"): (Variant("tf32", 128, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("tf32", 64, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("tf32", 128, 64, 16, 128, warps_m=2, warps_n=2, stages=4),
@@ -242,6 +248,9 @@ OTHER_TILE_SPEED = 0.9
 #: Blocks per SM a grid needs to keep the SMs busy (two: while one block waits at a barrier,
 #: the other computes).
 MIN_BLOCKS_PER_SM = 2
+#: K tiles each block of a K-splitting kernel (:attr:`Variant.split_k`) gets at least: fewer,
+#: and adding the cluster's sums costs more than the split gains.
+MIN_SPLIT_TILES = 8
 
 
 #: Blocks per SM the f32 SIMT kernels are built for where the sums start from the output
@@ -493,7 +502,7 @@ def _host_launch(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant],
     else:
         out.append("  const int aligned = 0;")
     for k, (_, v) in enumerate(kernels):
-        if v.wgmma:  # (the host function launches the mma.sync kernels: its build may not be sm_90a)
+        if v.wgmma or v.split_k:  # (the host function launches the others: its build may not be sm_90a)
             continue
         out.append(f"  if ({'' if v.asynchronous else '!'}aligned) {{ const long bx = (N + {v.bn - 1}) / {v.bn}, by = (M + {v.bm - 1}) / {v.bm};"
                    f" const double fill = (double)(bx * by * _a[9]) / ({MIN_BLOCKS_PER_SM}.0 * sms);"
@@ -502,7 +511,7 @@ def _host_launch(scop: Scop, c: Contraction, kernels: tuple[tuple[str, Variant],
                    f" if (score > best) {{ best = score; pick = {k}; }} }}")
     out.append("  switch (pick) {")
     for k, (kernel, v) in enumerate(kernels):
-        if v.wgmma:
+        if v.wgmma or v.split_k:
             continue
         grid = (f"dim3((unsigned)((N + {v.bn - 1}) / {v.bn} < 2147483647L ? (N + {v.bn - 1}) / {v.bn} : 2147483647L), "
                 f"(unsigned)((M + {v.bm - 1}) / {v.bm} < 65535 ? (M + {v.bm - 1}) / {v.bm} : 65535), (unsigned)gz)")
@@ -611,9 +620,16 @@ def _kernel(scop: Scop, c: Contraction, name: str, variant: Variant) -> list[str
         params.append(f"long {HALF_STORE_ARGUMENT}")
     if variant.tma:
         params += [f"const void *{name}" for name in TMA_MAP_ARGUMENTS]
-    lines = [f'extern "C" __global__ void __launch_bounds__({variant.threads}{f", {variant.blocks_per_sm}" if variant.blocks_per_sm else ""}) {name}(',
-             "    " + ",\n    ".join(params) + ")", "{"]
-    return lines + _prologue(c, slots, UnitStrides.of(c)) + body + ["}"]
+    bounds = f"__launch_bounds__({variant.threads}{f', {variant.blocks_per_sm}' if variant.blocks_per_sm else ''})"
+    body = _prologue(c, slots, UnitStrides.of(c)) + body
+    if not variant.split_k:
+        return [f'extern "C" __global__ void {bounds} {name}(', "    " + ",\n    ".join(params) + ")", "{", *body, "}"]
+    if variant.engine != "simt":
+        raise ValueError(f"contraction tile {variant}: only the SIMT kernels split K over a cluster")
+    # clusters are sm_90's: other builds have the kernel, empty (the launch never takes it there)
+    return [f'extern "C" __global__ void {bounds}', "#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900",
+            f"__cluster_dims__({variant.split_k}, 1, 1)", "#endif",
+            f"{name}(", "    " + ",\n    ".join(params) + ")", "{", "#if __CUDA_ARCH__ >= 900", *body, "#endif", "}"]
 
 
 def _prologue(c: Contraction, slots: Slots, unit: UnitStrides) -> list[str]:
@@ -691,16 +707,29 @@ def _staged_value(scop: Scop, v: Variant, operand: Operand, element: str) -> str
     return element if v.engine == "hmma" else scalar_text(scop, operand.value, element)
 
 
-def _pipeline(setup: list[str], loads: list[str], stores: list[str], compute, slots: Slots) -> list[str]:
+def _pipeline(setup: list[str], loads: list[str], stores: list[str], compute, slots: Slots,
+              split_k: int = 0) -> list[str]:
     """The double-buffered K loop over the tiles of the K run (for each outer-K number), after
     ``setup`` (:func:`_tile_loads`): tile 0 to shared; then per tile, the next tile's loads into
     registers, the current tile's compute (``compute(guarded)``: with a bound check on each K
     step for a partial last tile), the next tile's stores into the other half. ``_nk0``/``_nko``
-    follow the tile being loaded."""
-    out = ["      const long _NT = (_K + BK - 1) / BK * _KO;",
-           "      long _nk0 = 0, _nko = 0;",
+    follow the tile being loaded. ``split_k``: the block (cluster rank ``_rank``) takes its
+    share of the tiles, in order, starting wherever in the K run and outer-K numbers its share
+    does (:attr:`Variant.split_k`)."""
+    if split_k:
+        out = ["      const long _NTK = (_K + BK - 1) / BK, _NT0 = _NTK * _KO, _kt0 = _NT0 * _rank / "
+               f"{split_k};",
+               f"      const long _NT = _NT0 * (_rank + 1) / {split_k} - _kt0;",
+               "      long _nk0 = _kt0 % _NTK * BK, _nko = _kt0 / _NTK;"]
+    else:
+        out = ["      const long _NT = (_K + BK - 1) / BK * _KO;",
+               "      long _nk0 = 0, _nko = 0;"]
+    out += [
            "      long _nkL = 0, _nkR = 0;" if slots.outer_k else "      const long _nkL = 0, _nkR = 0;",
-           "      int _st = 0;"] + setup
+           "      int _st = 0;"]
+    if split_k and slots.outer_k:
+        out += outer_k_offsets(slots)
+    out += setup
     out += loads + stores
     out += ["      __syncthreads();",
             "      for (long _tile = 0; _tile < _NT; _tile++) {",
@@ -722,11 +751,19 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     tx = v.bn // v.tn
     slots, unit = Slots.of(c), UnitStrides.of(c)
     decl = _tile_loads(c.pairs[0], scop, v, t, unit, k_major_store=True)[0]  # the same for every pair
-    out = [f"  enum {{ BM = {v.bm}, BN = {v.bn}, BK = {v.bk}, TM = {v.tm}, TN = {v.tn}, PAD = {vec} }};",
-           "  __shared__ __align__(16) " + t + " _As[2][BK][BM + PAD];",
-           "  __shared__ __align__(16) " + t + " _Bs[2][BK][BN + PAD];",
-           f"  const int _tx = threadIdx.x % {tx}, _ty = threadIdx.x / {tx};"]
-    out += grid_loops(c, slots, t)
+    split = v.split_k
+    out = [f"  enum {{ BM = {v.bm}, BN = {v.bn}, BK = {v.bk}, TM = {v.tm}, TN = {v.tn}, PAD = {vec} }};"]
+    if split:  # the tiles' buffers hold the block's sums once its K loop is done
+        out += [f"  __shared__ __align__(16) union {{ struct {{ {t} a[2][BK][BM + PAD]; {t} b[2][BK][BN + PAD]; }} tiles;"
+                f" {t} sums[TM * TN][{v.threads}]; }} _sm;",
+                f"  {t} (&_As)[2][BK][BM + PAD] = _sm.tiles.a;",
+                f"  {t} (&_Bs)[2][BK][BN + PAD] = _sm.tiles.b;",
+                f"  const unsigned _rank = blockIdx.x % {split};  /* in the cluster */"]
+    else:
+        out += ["  __shared__ __align__(16) " + t + " _As[2][BK][BM + PAD];",
+                "  __shared__ __align__(16) " + t + " _Bs[2][BK][BN + PAD];"]
+    out += [f"  const int _tx = threadIdx.x % {tx}, _ty = threadIdx.x / {tx};"]
+    out += grid_loops(c, slots, t, split)
     out += decl
     # a thread's rows: two runs of TM/2 adjacent ones, half a tile apart (vector reads, no conflicts)
     out += [f"      {t} _acc[TM][TN];",
@@ -734,7 +771,7 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
             "        #pragma unroll", "        for (int _j = 0; _j < TN; _j++) {",
             f"          const long _m = _m0 + (_i % {v.tm // 2}) + _ty * {v.tm // 2} + (_i / {v.tm // 2}) * (BM / 2);",
             f"          const long _n = _n0 + (_j % {v.tn // 2}) + _tx * {v.tn // 2} + (_j / {v.tn // 2}) * (BN / 2);",
-            f"          _acc[_i][_j] = (_m < _M && _n < _N{element_test(c)}) ? "
+            f"          _acc[_i][_j] = ({'_rank == 0 && ' if split else ''}_m < _M && _n < _N{element_test(c)}) ? "
             f"{init_text(scop, c, f'{c.output}[_offC + _m * sCm + _n * sCn]')} : ({t})0;",
             "        }", "      }"]
     def compute(guarded: bool) -> list[str]:
@@ -750,17 +787,47 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
                 "                  _acc[_i][_j] = _acc[_i][_j] + _a[_i] * _b[_j];",
                 "            }", "          }"]
     def k_loop(pair: tuple[Operand, Operand]) -> list[str]:
-        return _pipeline(*_tile_loads(pair, scop, v, t, unit, k_major_store=True)[1:], compute, slots)
+        return _pipeline(*_tile_loads(pair, scop, v, t, unit, k_major_store=True)[1:], compute, slots, split)
     out += pair_k_loops(c, k_loop)
+    if split:
+        out += _cluster_sums(t, v.threads, split)
+    out += ["      if (_rank == 0) {"] if split else []
     out += ["      #pragma unroll", "      for (int _i = 0; _i < TM; _i++) {",
             "        #pragma unroll", "        for (int _j = 0; _j < TN; _j++) {",
             f"          const long _m = _m0 + (_i % {v.tm // 2}) + _ty * {v.tm // 2} + (_i / {v.tm // 2}) * (BM / 2);",
             f"          const long _n = _n0 + (_j % {v.tn // 2}) + _tx * {v.tn // 2} + (_j / {v.tn // 2}) * (BN / 2);",
             f"          if (_m < _M && _n < _N{element_test(c)}) {{",
             *element_store(scop, c, "_acc[_i][_j]", t), "          }",
+            "        }", "      }"]
+    out += ["      }"] if split else []
+    return out + ["    }", "    }", "  }"]
+
+
+#: Synchronizes the blocks of a cluster, their shared-memory writes seen by the others (sm_90).
+_CLUSTER_BARRIER = ('      asm volatile("barrier.cluster.arrive.release.aligned;\\n\\t'
+                    'barrier.cluster.wait.acquire.aligned;" ::: "memory");')
+
+
+def _cluster_sums(t: str, threads: int, split_k: int) -> list[str]:
+    """The K split's sums added (:attr:`Variant.split_k`): each block after the first puts its
+    accumulators into its shared memory (``_sm.sums``, a thread's values ``threads`` apart), the
+    first block reads them through the cluster's shared memory (``mapa``) and adds them to its
+    own in rank order -- the same order every run; the second barrier keeps the others' memory
+    alive (and their tiles unwritten) until it has."""
+    return ["      if (_rank != 0) {",
+            "        #pragma unroll", "        for (int _q = 0; _q < TM * TN; _q++) "
+            "_sm.sums[_q][threadIdx.x] = _acc[_q / TN][_q % TN];",
+            "      }",
+            _CLUSTER_BARRIER,
+            "      if (_rank == 0) {",
+            f"        for (unsigned _r = 1; _r < {split_k}; _r++) {{",
+            "          unsigned long long _peer;",
+            '          asm volatile("mapa.u64 %0, %1, %2;" : "=l"(_peer) : "l"(&_sm.sums[0][threadIdx.x]), "r"(_r));',
+            f"          const {t} *const _theirs = (const {t} *)_peer;",
+            "          #pragma unroll", "          for (int _q = 0; _q < TM * TN; _q++) "
+            f"_acc[_q / TN][_q % TN] += _theirs[_q * {threads}];",
             "        }", "      }",
-            "    }", "    }", "  }"]
-    return out
+            _CLUSTER_BARRIER]
 
 
 #: Per engine: MMA shape (m, n, k). Both are ``m16n8kK`` with the same fragment layout (lane

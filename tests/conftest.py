@@ -166,13 +166,15 @@ def force_contraction_tile(monkeypatch, tile: int, wgmma_only: bool = False) -> 
     einsum_calls.clear()
     taken = []
 
-    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False, tma=False):
+    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False, tma=False, clusters=False):
         kernels = [(n, v) for n, v in source.variants if v.wgmma or not wgmma_only]
         if tile >= len(kernels):
             pytest.skip(f"the source has {len(kernels)} {'wgmma ' if wgmma_only else ''}kernels")
         name, variant = kernels[tile]
         if variant.wgmma and not wgmma:
             pytest.skip("wgmma kernel, the module is not built for sm_90a")
+        if variant.split_k and not clusters:
+            pytest.skip("a kernel splitting K over a cluster, the GPU runs none")
         layout = contraction.launch_layout(source.contraction, variant, extent, shapes)
         if variant.asynchronous and not contraction.async_aligned(source.contraction, variant, layout, aligned_operands):
             pytest.skip("cp.async kernel, operands not in whole 16-byte vectors")

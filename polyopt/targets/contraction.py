@@ -31,7 +31,8 @@ from polyopt.analysis.contraction import (ELEMENT, PRECISIONS, Contraction, epil
 from polyopt.analysis.evaluate import evaluate
 from polyopt.analysis.scop import Scop
 from polyopt.analysis.verify import verify
-from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, OTHER_TILE_SPEED, RUN_ARGUMENTS,
+from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, MIN_SPLIT_TILES,
+                                              OTHER_TILE_SPEED, RUN_ARGUMENTS,
                                               ContractionProgramSource, ContractionSource, Variant,
                                               contraction_source, engine_for, WGMMA_MIN_K, WGMMA_MIN_SHARE,
                                               operand_stride_positions, shared_bytes, staged_tiles,
@@ -176,7 +177,8 @@ def tile_kernels(scop: Scop, c: Contraction, engine: str, kernel: str) -> tuple[
 
 def describe_tiles(kernels: tuple[tuple[str, Variant], ...]) -> str:
     """The kernels' tile shapes, as the schedule's notes name them."""
-    return " or ".join(f"{v.bm}x{v.bn}x{v.bk} ({v.threads} threads)" for _, v in kernels)
+    return " or ".join(f"{v.bm}x{v.bn}x{v.bk} ({v.threads} threads"
+                       f"{f', K split over a cluster of {v.split_k}' if v.split_k else ''})" for _, v in kernels)
 
 
 def _plain(operand) -> bool:
@@ -242,8 +244,10 @@ def launch_layout(c: Contraction, variant: Variant, extent: dict[str, int],
         values += [s.get(i, 0) for i in batch + [None] * (slots.batch - len(batch)) for s in (pair_left, pair_right)]
         values += [s.get(i, 0) for i in outer_k + [None] * (slots.outer_k - len(outer_k))
                    for s in (pair_left, pair_right)]
-    blocks = (-(-size["N"] // variant.bn), -(-size["M"] // variant.bm), z)
-    grid = None if 0 in blocks else tuple(min(b, limit) for b, limit in zip(blocks, _GRID_LIMIT))
+    split = max(1, variant.split_k)  # a cluster of blocks along x per tile
+    blocks = (-(-size["N"] // variant.bn) * split, -(-size["M"] // variant.bm), z)
+    grid = None if 0 in blocks else tuple(min(b, limit // split * split if d == 0 else limit)
+                                          for d, (b, limit) in enumerate(zip(blocks, _GRID_LIMIT)))
     return Launch(tuple(values), grid)
 
 
@@ -312,7 +316,7 @@ def tma_specs(source: ContractionSource, variant: Variant, layout: Launch) -> tu
 
 def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dict[str, tuple[int, ...]],
                   sm_count: int, aligned_operands: bool = True, wgmma: bool = False,
-                  tma: bool = False) -> tuple[str, Variant, Launch]:
+                  tma: bool = False, clusters: bool = False) -> tuple[str, Variant, Launch]:
     """The kernel of ``source`` to launch (name, tile shape, layout). The candidates are the
     asynchronous kernels where the launch lets them run (:func:`async_aligned`), else the
     register-staged ones (measured on an H100, the ``cp.async`` kernels were as fast or faster on
@@ -329,7 +333,13 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
     :data:`~polyopt.codegen.cuda_contraction.WGMMA_MIN_SHARE` of their coordinates in the
     output (not an N of 64); otherwise they never are. ``tma``: the launch may take the
     TMA kernels (not while a stream captures a graph); among the ``wgmma`` kernels they are
-    then the candidates where :func:`tma_specs` allows them, else the others."""
+    then the candidates where :func:`tma_specs` allows them, else the others.
+
+    ``clusters``: the GPU runs thread block clusters (sm_90): the kernels splitting K over one
+    (:attr:`~polyopt.codegen.cuda_contraction.Variant.split_k`) are then candidates too where
+    each block gets
+    :data:`~polyopt.codegen.cuda_contraction.MIN_SPLIT_TILES` K tiles or more, their grid fill
+    counting every block of a cluster (the shapes of few tiles and a long sum)."""
     c = source.contraction
     hopper = [v for _, v in source.variants if v.wgmma] if wgmma else []
     if hopper:
@@ -344,7 +354,8 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
     asynchronous = [v for _, v in source.variants if v.asynchronous and not v.wgmma]
     use_async = bool(asynchronous) and async_aligned(
         c, asynchronous[0], launch_layout(c, asynchronous[0], extent, shapes), aligned_operands)
-    return _best(source, extent, shapes, sm_count, lambda v: v.asynchronous == use_async and not v.wgmma)
+    return _best(source, extent, shapes, sm_count,
+                 lambda v: v.asynchronous == use_async and not v.wgmma and (not v.split_k or clusters))
 
 
 def _best(source: ContractionSource, extent: dict[str, int], shapes: dict[str, tuple[int, ...]], sm_count: int,
@@ -359,9 +370,11 @@ def _best(source: ContractionSource, extent: dict[str, int], shapes: dict[str, t
         layout = launch_layout(c, variant, extent, shapes)
         if layout.grid is None:
             return name, variant, layout
-        m, n = layout.arguments[0], layout.arguments[1]
+        m, n, k, ko = (layout.arguments[i] for i in (0, 1, 2, 10))
+        if variant.split_k and -(-k // variant.bk) * ko < variant.split_k * MIN_SPLIT_TILES:
+            continue
         tiles = -(-m // variant.bm) * variant.bm * -(-n // variant.bn) * variant.bn
-        blocks = -(-m // variant.bm) * -(-n // variant.bn) * layout.arguments[9]
+        blocks = -(-m // variant.bm) * -(-n // variant.bn) * layout.arguments[9] * max(1, variant.split_k)
         score = (m * n / tiles) * min(1.0, blocks / (MIN_BLOCKS_PER_SM * sm_count)) * (1.0 if first else OTHER_TILE_SPEED)
         first = False
         if score > best_score:
@@ -370,23 +383,24 @@ def _best(source: ContractionSource, extent: dict[str, int], shapes: dict[str, t
 
 
 def launch(source: ContractionSource, module, abi_values: list, params: dict[str, int], arrays: dict,
-           sm_count: int, wgmma: bool = False) -> None:
+           sm_count: int, wgmma: bool = False, clusters: bool = False) -> None:
     """Launch a contraction kernel of ``source`` (built in ``module``) on the current stream:
     the kernel's own arguments ``abi_values``, then the layout's (:func:`launch_layout`) from
     the parameter values and the (C-contiguous) arrays' shapes, on a GPU of ``sm_count`` SMs;
-    ``wgmma``: ``module`` was built for sm_90a (its ``wgmma`` kernels may run)."""
+    ``wgmma``: ``module`` was built for sm_90a (its ``wgmma`` kernels may run); ``clusters``:
+    the GPU runs thread block clusters (its K-splitting kernels may run)."""
     c = source.contraction
     shapes = tuple(arrays[name].shape for name in (*c.operand_arrays, c.output))
     aligned = all(arrays[name].data.ptr % COPY_BYTES == 0 for name in c.operand_arrays)
     cupy = import_module("cupy") if wgmma else None
     tma = wgmma and not _capturing(cupy)
     half = source.half_store is not None and arrays[c.output].dtype.itemsize == 2  # (bind let it through)
-    key = (id(source), tuple(params.items()), shapes, sm_count, aligned, wgmma, tma, half)
+    key = (id(source), tuple(params.items()), shapes, sm_count, aligned, wgmma, tma, half, clusters)
     known = _CHOSEN.get(key)
     if known is not None and known[0] is source and known[1] is choose_kernel:
         prepared = known[2]
     else:
-        prepared = _prepared(source, params, arrays, sm_count, aligned, wgmma, tma, half)
+        prepared = _prepared(source, params, arrays, sm_count, aligned, wgmma, tma, half, clusters)
         if len(_CHOSEN) >= MAX_CHOSEN:
             _CHOSEN.clear()
         _CHOSEN[key] = (source, choose_kernel, prepared)
@@ -436,7 +450,7 @@ class _Prepared:
 
 
 def _prepared(source: ContractionSource, params: dict[str, int], arrays: dict, sm_count: int, aligned: bool,
-              wgmma: bool, tma: bool, half: bool) -> _Prepared:
+              wgmma: bool, tma: bool, half: bool, clusters: bool) -> _Prepared:
     """The launch :func:`choose_kernel` chooses for these parameter values and arrays (a TMA
     kernel's grid at most one block per SM: each block walks its tiles, the producer copying
     the next tile's operands while the consumers store the last one); ``half``: the output
@@ -444,7 +458,8 @@ def _prepared(source: ContractionSource, params: dict[str, int], arrays: dict, s
     c = source.contraction
     extent = {i: int(evaluate(e, params, {})) for i, e in c.extent.items()}
     shapes = {name: tuple(arrays[name].shape) for name in (*c.operand_arrays, c.output)}
-    name, variant, layout = choose_kernel(source, extent, shapes, sm_count, aligned, wgmma=wgmma, tma=tma)
+    name, variant, layout = choose_kernel(source, extent, shapes, sm_count, aligned, wgmma=wgmma, tma=tma,
+                                          clusters=clusters)
     grid, maps = layout.grid, None
     if variant.tma:
         maps = tma_specs(source, variant, layout)

@@ -360,6 +360,11 @@ def _sm_count() -> int:
     return device_attribute("MultiProcessorCount")
 
 
+def _clusters() -> bool:
+    """Whether the current GPU runs thread block clusters (compute capability 9.0 and later)."""
+    return device_attribute("ComputeCapabilityMajor") >= 9
+
+
 def is_cupy(value) -> bool:
     """Whether ``value`` is a CuPy object (without importing CuPy)."""
     module = type(value).__module__
@@ -609,11 +614,11 @@ class CudaKernel:
             else:
                 run(recorder or module)
         elif steps:  # contraction kernels, in order, each choosing its tile for its sizes
-            sm_count, wgmma = _sm_count(), module_has_wgmma(self.compiled.source)
+            sm_count, wgmma, clusters = _sm_count(), module_has_wgmma(self.compiled.source), _clusters()
 
             def contractions(target) -> None:
                 for step in steps:
-                    launch_contraction(step, target, values, params, arrays, sm_count, wgmma=wgmma)
+                    launch_contraction(step, target, values, params, arrays, sm_count, wgmma=wgmma, clusters=clusters)
             if graph and len(steps) > 1:  # (the module loads whole with any of its functions)
                 self._replay_graph(values, partial(_load, module, [steps[0].variants[0][0]]),
                                    partial(contractions, module))
@@ -904,7 +909,8 @@ def _launch(kernel: Kernel, env: dict, values: list, module, compiled: CudaSourc
     if contraction is not None:
         scop = compiled.program.scop
         launch_contraction(contraction, module, values, {p: env[p] for p in scop.params},
-                           arrays_by_name(scop, values), _sm_count(), wgmma=module_has_wgmma(compiled.source))
+                           arrays_by_name(scop, values), _sm_count(), wgmma=module_has_wgmma(compiled.source),
+                           clusters=_clusters())
         return
     args = (tuple(values) + tuple(np.int64(env[v]) for v in kernel.host_vars)
             + host_values(kernel.host_scalars, storage))
