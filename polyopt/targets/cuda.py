@@ -47,7 +47,7 @@ from polyopt.targets.resident import (ResidentSource, launch as launch_resident,
                                      with_resident_stencil)
 from polyopt.targets.sm90a import sm90a_module
 from polyopt.targets.stencil import DEFAULT_RANKS, array_extents, launch as launch_stencil, stencil_plan
-from polyopt.targets.device import device_attribute
+from polyopt.targets.device import compute_capability, device_attribute
 from polyopt.targets.tensor_maps import TmaLaunch
 from polyopt.types import ELEMENT_TYPES, DType, bf16
 from polyopt.schedulers.registry import schedule as run_scheduler
@@ -334,7 +334,7 @@ def _raw_module(source: str):
     if source not in _MODULES:
         cupy = cupy_module()
         module = None
-        if WGMMA_MARK in source and str(cupy.cuda.Device().compute_capability) == "90":
+        if WGMMA_MARK in source and compute_capability() == 90:
             module = sm90a_module(cupy, source)
             if module is not None:
                 _WGMMA_BUILDS.add(source)
@@ -362,7 +362,7 @@ def _sm_count() -> int:
 
 def _clusters() -> bool:
     """Whether the current GPU runs thread block clusters (compute capability 9.0 and later)."""
-    return device_attribute("ComputeCapabilityMajor") >= 9
+    return compute_capability() >= 90
 
 
 def is_cupy(value) -> bool:

@@ -18,4 +18,13 @@ def device_attribute(name: str) -> int:
     return _ATTRIBUTES[key]
 
 
-__all__ = ["device_attribute"]
+def compute_capability() -> int:
+    """The current CuPy device's compute capability as one number (90 for 9.0)."""
+    cupy = import_module("cupy")
+    key = (cupy.cuda.Device().id, "compute_capability")
+    if key not in _ATTRIBUTES:
+        _ATTRIBUTES[key] = int(cupy.cuda.Device(key[0]).compute_capability)
+    return _ATTRIBUTES[key]
+
+
+__all__ = ["compute_capability", "device_attribute"]
