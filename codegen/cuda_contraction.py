@@ -212,11 +212,13 @@ WGMMA_MIN_SHARE = 0.75
 #: their registers where the sums start from the output. The narrow tile, taken where N is
 #: short (attention's ``bhqk,bhkd->bhqd``, N = 64), is built for two blocks per SM: unbound,
 #: ptxas held it to 168 registers and spilled (0.143 against 0.121 ms on an H200; the wide
-#: tile ran best unbound, 3.35 against 3.61 ms at 4096^3).
+#: tile ran best unbound, 3.35 against 3.61 ms at 4096^3). Then the wide tile splitting K over
+#: clusters of 2 and 4 blocks, for grids of fewer tiles than SMs (on an H200: 1024^3 in 128
+#: tiles 0.075 -> 0.068 ms split in two; 256 x 65536 x 256 in 8 tiles 4.14 -> 1.19 ms in four).
 VARIANTS = {
     ("simt", "f32"): (Variant("simt", 64, 128, 16, 128, tm=8, tn=8),
                       Variant("simt", 128, 64, 16, 128, tm=8, tn=8, blocks_per_sm=2),
-                      *(Variant("simt", 64, 128, 16, 128, tm=8, tn=8, split_k=s) for s in (2, 3, 4))),
+                      *(Variant("simt", 64, 128, 16, 128, tm=8, tn=8, split_k=s) for s in (2, 4))),
     ("tf32", "f32"): (Variant("tf32", 128, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("tf32", 64, 128, 16, 128, warps_m=2, warps_n=2, stages=4),
                       Variant("tf32", 128, 64, 16, 128, warps_m=2, warps_n=2, stages=4),

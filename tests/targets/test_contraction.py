@@ -13,9 +13,11 @@ import polyopt as po
 from polyopt.analysis.contraction import find_contraction
 from polyopt.codegen.contraction_text import Slots, UnitStrides
 from polyopt.codegen.cuda_contraction import HOST_LOCALS, ContractionSource
+from polyopt.targets import contraction
 from polyopt.targets.cache import scop_of
 from polyopt.targets.contraction import choose_kernel, contraction_plan, launch_layout
-from polyopt.targets.cuda import plan
+from polyopt.targets.cuda import CudaKernel, plan
+from polyopt import einsum_calls
 
 from conftest import CONTRACTION_TILES, force_contraction_tile, needs_gpu
 from example_kernels import example_kernel
@@ -121,9 +123,10 @@ def test_simt_kernels_summing_from_the_output_are_built_for_two_blocks_per_sm():
     unbound one 209 registers); an einsum's sums start from zero: no bound but on the narrow
     tile."""
     gemm = po.cuda_source(po.suite.get("gemm").kernel.with_dtype("f32"))
-    assert gemm.count("__launch_bounds__(128, 2)") == gemm.count("__global__") == 2
+    assert gemm.count("__launch_bounds__(128, 2)") == gemm.count("__global__") == 4
     einsum = po.cuda_source(po.einsum_kernel("ij,jk->ik", (8, 9), (9, 10), dtype="float32", target="cuda"))
-    assert einsum.count("__launch_bounds__(128)") == einsum.count("__launch_bounds__(128, 2)") == 1  # the narrow tile
+    assert einsum.count("__launch_bounds__(128, 2)") == 1  # the narrow tile
+    assert einsum.count("__launch_bounds__(128)") == 3  # the wide one, alone and splitting K
 
 
 def test_half_operands_go_to_the_half_tensor_cores():
@@ -209,7 +212,45 @@ def test_precision_is_opt_in_and_checked():
     # the general mapping when asked for it, or when the user steers the mapping
     assert "_acc" not in po.cuda_source(gemm32, contraction=False)
     assert "_acc" not in po.cuda_source(gemm32, block=(8, 32))
-    assert po.cuda_source(gemm32).count("__global__") == 2  # the wide and the narrow tile
+    assert po.cuda_source(gemm32).count("__global__") == 4  # wide, narrow, wide splitting K in 2 and 4
+
+
+def test_few_tiles_and_a_long_sum_split_k_over_a_cluster():
+    """Grids of fewer tiles than SMs take the wide tile splitting K over a cluster (sm_90 only),
+    into as many blocks as the SMs want (1024^3: 128 tiles in two; 256 x 65536 x 256: 8 tiles
+    in four), a cluster's blocks side by side along x; never a grid that fills the SMs, a
+    short sum, or a GPU without clusters."""
+    source = contraction_plan(_einsum_scop("ij,jk->ik", [(4, 5), (5, 6)]), "t").source
+    splits = {v.split_k: name for name, v in source.variants if v.split_k}
+    assert set(splits) == {2, 4}
+
+    def chosen(m, k, n, clusters=True, sm_count=132):
+        shapes = {"op0": (m, k), "op1": (k, n), "out": (m, n)}
+        name, variant, layout = choose_kernel(source, {"i_i": m, "i_j": k, "i_k": n}, shapes, sm_count=sm_count,
+                                              clusters=clusters)
+        return variant.split_k, layout.grid
+    assert chosen(1024, 1024, 1024) == (2, (1024 // 128 * 2, 1024 // 64, 1))
+    assert chosen(256, 65536, 256) == (4, (256 // 128 * 4, 256 // 64, 1))
+    assert chosen(1024, 1024, 1024, clusters=False)[0] == 0
+    assert chosen(4096, 4096, 4096)[0] == 0  # 2048 tiles
+    assert chosen(256, 200, 256)[0] == 0  # 13 K tiles: not 8 a block
+    assert chosen(1024, 1024, 1024, sm_count=32)[0] == 0  # 128 tiles fill 32 SMs
+    text = source.source
+    assert text.count("__cluster_dims__(2, 1, 1)") == text.count("__cluster_dims__(4, 1, 1)") == 1
+    assert "barrier.cluster.arrive.release.aligned" in text and "mapa.u64" in text
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_nvcc_builds_the_k_splitting_kernels_without_spills(tmp_path):
+    """The cluster kernels build for sm_90 without spilling (and for sm_80, empty: the launch
+    never takes them there)."""
+    (tmp_path / "k.cu").write_text(po.einsum_kernel("abcd,cdef->abef", (4, 4, 8, 8), (8, 8, 4, 4), dtype="float32",
+                                                    target="cuda").cuda_source)
+    for arch in ("sm_90", "sm_80"):
+        result = subprocess.run(["nvcc", f"-arch={arch}", "-cubin", "-Xptxas", "-v", "k.cu", "-o", f"{arch}.cubin"],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-4000:]
+        assert not re.search(r"[1-9]\d* bytes spill", result.stderr)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -333,17 +374,44 @@ def test_suite_gemm_with_alpha_and_beta(dtype, sizes):
 
 @needs_gpu
 def test_exact_f32_is_the_statements_arithmetic():
-    """precision='exact' on f32 sums each element in K order with FMA contraction: bitwise the
-    result of the general mapping (which runs the same order)."""
+    """precision='exact' on f32 sums each element in K order with FMA contraction where the
+    launch does not split K (a grid that fills the SMs): bitwise the result of the general
+    mapping (which runs the same order)."""
     import cupy
 
     rng = np.random.default_rng(3)
-    a, b = rng.standard_normal((70, 300)).astype(np.float32), rng.standard_normal((300, 50)).astype(np.float32)
+    a, b = rng.standard_normal((4096, 300)).astype(np.float32), rng.standard_normal((300, 1024)).astype(np.float32)
     fast = po.einsum("ij,jk->ik", cupy.asarray(a), cupy.asarray(b)).get()
     general = po.einsum_kernel("ij,jk->ik", a, b, target="cuda", contraction=False)
-    out = cupy.zeros((70, 50), np.float32)
+    out = cupy.zeros((4096, 1024), np.float32)
     general(op0=cupy.asarray(a), op1=cupy.asarray(b), out=out)
     np.testing.assert_array_equal(fast, out.get())
+
+
+@needs_gpu
+def test_split_sums_are_the_same_every_run(monkeypatch):
+    """A launch splitting K over a cluster (few tiles, a long sum; sm_90) adds the blocks' sums
+    in rank order: the same bits every call, within f32 rounding of float64."""
+    import cupy
+
+    chooser, taken = contraction.choose_kernel, []
+
+    def noting(*args, **kwargs):
+        chosen = chooser(*args, **kwargs)
+        taken.append(chosen[1].split_k)
+        return chosen
+    monkeypatch.setattr(contraction, "choose_kernel", noting)
+    monkeypatch.setattr(CudaKernel, "recorded", lambda self, key: None)
+    einsum_calls.clear()
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((200, 30000)).astype(np.float32), rng.standard_normal((30000, 250)).astype(np.float32)
+    da, db = cupy.asarray(a), cupy.asarray(b)
+    first = po.einsum("ij,jk->ik", da, db).get()
+    for _ in range(3):
+        np.testing.assert_array_equal(po.einsum("ij,jk->ik", da, db).get(), first)
+    if int(cupy.cuda.Device().compute_capability) >= 90:
+        assert set(taken) == {4}, taken
+    assert _relative_error(first, a.astype(float) @ b.astype(float)) < 1e-5
 
 
 @po.kernel
