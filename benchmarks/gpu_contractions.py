@@ -108,8 +108,9 @@ def measure(cp, torch, subscripts: str, shapes, dtype: str, precision: str, all_
         try:
             for name, variant in made.source.variants:
                 contraction.choose_kernel = forced(name, variant)
+                kinds = ("asynchronous", "wgmma", "specialized", "tma")
                 label = f"{variant.bm}x{variant.bn}x{variant.bk}/{variant.threads}" + \
-                    "".join(f" {k}" for k in ("asynchronous", "wgmma", "specialized", "tma") if getattr(variant, k, False)) + \
+                    "".join(f" {k}" for k in kinds if getattr(variant, k, False)) + \
                     (f" split_k={variant.split_k}" if variant.split_k else "")
                 try:
                     variants[f"{name} {label}"] = per_launch_ms(cp, lambda: kernel.launch(bound.params, bound.scalars,

@@ -756,8 +756,8 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     split = v.split_k
     out = [f"  enum {{ BM = {v.bm}, BN = {v.bn}, BK = {v.bk}, TM = {v.tm}, TN = {v.tn}, PAD = {vec} }};"]
     if split:  # the tiles' buffers hold the block's sums once its K loop is done
-        out += [f"  __shared__ __align__(16) union {{ struct {{ {t} a[2][BK][BM + PAD]; {t} b[2][BK][BN + PAD]; }} tiles;"
-                f" {t} sums[TM * TN][{v.threads}]; }} _sm;",
+        out += [f"  __shared__ __align__(16) union {{ struct {{ {t} a[2][BK][BM + PAD]; {t} b[2][BK][BN + PAD]; }}"
+                f" tiles; {t} sums[TM * TN][{v.threads}]; }} _sm;",
                 f"  {t} (&_As)[2][BK][BM + PAD] = _sm.tiles.a;",
                 f"  {t} (&_Bs)[2][BK][BN + PAD] = _sm.tiles.b;",
                 f"  const unsigned _rank = blockIdx.x % {split};  /* in the cluster */"]

@@ -186,6 +186,19 @@ def force_contraction_tile(monkeypatch, tile: int, wgmma_only: bool = False) -> 
     return taken
 
 
+def note_contraction_choices(monkeypatch, attribute: str) -> list:
+    """Let every contraction launch choose its kernel as it does, noting the chosen kernel's
+    ``attribute`` (e.g. ``"tma"``, ``"split_k"``) in the list returned."""
+    chooser, taken = contraction.choose_kernel, []
+
+    def noting(*args, **kwargs):
+        chosen = chooser(*args, **kwargs)
+        taken.append(getattr(chosen[1], attribute))
+        return chosen
+    monkeypatch.setattr(contraction, "choose_kernel", noting)
+    return taken
+
+
 def half_operands(scop, arrays: tuple[str, ...] = ("A",)):
     """``scop`` with ``arrays`` of f16 elements, read widened to f32 (as ``po.einsum`` reads f16
     operands): the hmma and wgmma contraction kernels."""

@@ -13,13 +13,12 @@ import polyopt as po
 from polyopt.analysis.contraction import find_contraction
 from polyopt.codegen.contraction_text import Slots, UnitStrides
 from polyopt.codegen.cuda_contraction import HOST_LOCALS, ContractionSource
-from polyopt.targets import contraction
 from polyopt.targets.cache import scop_of
 from polyopt.targets.contraction import choose_kernel, contraction_plan, launch_layout
 from polyopt.targets.cuda import CudaKernel, plan
 from polyopt import einsum_calls
 
-from conftest import CONTRACTION_TILES, force_contraction_tile, needs_gpu
+from conftest import CONTRACTION_TILES, force_contraction_tile, needs_gpu, note_contraction_choices
 from example_kernels import example_kernel
 
 f32, f64 = po.f32, po.f64
@@ -394,13 +393,7 @@ def test_split_sums_are_the_same_every_run(monkeypatch):
     in rank order: the same bits every call, within f32 rounding of float64."""
     import cupy
 
-    chooser, taken = contraction.choose_kernel, []
-
-    def noting(*args, **kwargs):
-        chosen = chooser(*args, **kwargs)
-        taken.append(chosen[1].split_k)
-        return chosen
-    monkeypatch.setattr(contraction, "choose_kernel", noting)
+    taken = note_contraction_choices(monkeypatch, "split_k")
     monkeypatch.setattr(CudaKernel, "recorded", lambda self, key: None)
     einsum_calls.clear()
     rng = np.random.default_rng(4)

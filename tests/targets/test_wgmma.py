@@ -21,7 +21,7 @@ from polyopt.targets.cache import scop_of
 from polyopt.targets.cuda import CudaKernel
 from polyopt import einsum_calls
 
-from conftest import force_contraction_tile, needs_gpu
+from conftest import force_contraction_tile, needs_gpu, note_contraction_choices
 
 f16, f32 = po.f16, po.f32
 
@@ -354,13 +354,7 @@ def test_repeated_tma_calls_follow_their_operands(monkeypatch):
 
     if not _hopper():
         pytest.skip("wgmma needs compute capability 9.0")
-    chooser, taken = contraction.choose_kernel, []
-
-    def noting(*args, **kwargs):
-        chosen = chooser(*args, **kwargs)
-        taken.append(chosen[1].tma)
-        return chosen
-    monkeypatch.setattr(contraction, "choose_kernel", noting)
+    taken = note_contraction_choices(monkeypatch, "tma")
     einsum_calls.clear()
     rng = np.random.default_rng(9)
     for m, k, n in ((1536, 512, 1536), (1536, 512, 1536), (1544, 520, 1528)):
