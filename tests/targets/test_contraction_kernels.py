@@ -271,6 +271,7 @@ def _setup(monkeypatch):
     module = StandInModule(leading=len(STAND_IN_SIZES) + len(arrays))
     monkeypatch.setattr(cuda, "_raw_module", lambda source: module)
     monkeypatch.setattr(cuda, "_sm_count", lambda: 132)
+    monkeypatch.setattr(cuda, "_clusters", lambda: False)
     return compiled, module, arrays, _expected(compiled)
 
 

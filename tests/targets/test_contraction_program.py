@@ -143,6 +143,7 @@ def _stand_in(monkeypatch):
     module = StandInModule(leading=len(STAND_IN_SIZES) + 2 + len(arrays))
     monkeypatch.setattr(cuda, "_raw_module", lambda source: module)
     monkeypatch.setattr(cuda, "_sm_count", lambda: 132)
+    monkeypatch.setattr(cuda, "_clusters", lambda: False)
     expected = []
     for step in contraction_steps(compiled.compiled):
         c = step.contraction
