@@ -210,11 +210,10 @@ WGMMA_MIN_SHARE = 0.75
 #: forced they beat 128 x 128 x 8 on 256 threads, 256 x 128 and 64 x 64 on five of the six
 #: contractions of issue 17 (docs/performance.md, "f32 exact"); :func:`tile_variants` bounds
 #: their registers where the sums start from the output. The narrow tile, taken where N is
-#: short (attention's ``bhqk,bhkd->bhqd``, N = 64), is built for two blocks per SM: unbound,
-#: ptxas held it to 168 registers and spilled (0.143 against 0.121 ms on an H200; the wide
-#: tile ran best unbound, 3.35 against 3.61 ms at 4096^3). Then the wide tile splitting K over
-#: clusters of 2 and 4 blocks, for grids of fewer tiles than SMs (on an H200: 1024^3 in 128
-#: tiles 0.075 -> 0.068 ms split in two; 256 x 65536 x 256 in 8 tiles 4.14 -> 1.19 ms in four).
+#: short (attention's ``bhqk,bhkd->bhqd``, N = 64), is built for two blocks per SM, which ran
+#: faster than unbound (the wide tile ran best unbound). Then the wide tile splitting K over
+#: clusters of 2 and 4 blocks, for grids of fewer tiles than SMs (clusters of 3 ran slower but
+#: on one shape). The measurements: docs/performance.md, "f32 exact".
 VARIANTS = {
     ("simt", "f32"): (Variant("simt", 64, 128, 16, 128, tm=8, tn=8),
                       Variant("simt", 128, 64, 16, 128, tm=8, tn=8, blocks_per_sm=2),
@@ -250,8 +249,9 @@ OTHER_TILE_SPEED = 0.9
 #: Blocks per SM a grid needs to keep the SMs busy (two: while one block waits at a barrier,
 #: the other computes).
 MIN_BLOCKS_PER_SM = 2
-#: K tiles each block of a K-splitting kernel (:attr:`Variant.split_k`) gets at least: fewer,
-#: and adding the cluster's sums costs more than the split gains.
+#: K tiles each block of a K-splitting kernel (:attr:`Variant.split_k`) gets at least, so that
+#: its sums outweigh adding the cluster's (a bound chosen, not measured: the shapes timed split
+#: 32 K tiles a block or more).
 MIN_SPLIT_TILES = 8
 
 
