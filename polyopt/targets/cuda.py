@@ -48,7 +48,8 @@ from polyopt.targets.resident import (ResidentSource, launch as launch_resident,
 from polyopt.targets.sm90a import sm90a_module
 from polyopt.targets.stencil import DEFAULT_RANKS, array_extents, launch as launch_stencil, stencil_plan
 from polyopt.targets.device import compute_capability, device_attribute
-from polyopt.targets.tensor_maps import TmaLaunch
+from polyopt.targets.driver_launch import PackedLaunch, packable
+from polyopt.targets.tensor_maps import TmaLaunch, address_of
 from polyopt.types import ELEMENT_TYPES, DType, bf16
 from polyopt.schedulers.registry import schedule as run_scheduler
 from polyopt.schedulers import gpu as gpu_choice
@@ -692,6 +693,9 @@ class LaunchRecord:
     arguments: tuple[tuple[str, str, object], ...]
     written: frozenset[str]
     launches: tuple[tuple[object, tuple, tuple, tuple], ...]
+    #: Per launch, the same launch packed for the driver (:class:`~polyopt.targets.
+    #: driver_launch.PackedLaunch`), or None where it goes through CuPy; empty: none packed.
+    packed: tuple = ()
 
     def __call__(self, named: dict, *, fresh: str | None = None) -> None:
         """Launch on the current stream with the arguments ``named`` (CuPy arrays, scalars);
@@ -710,9 +714,11 @@ class LaunchRecord:
         self._launch([how if kind == "param" else np.uint64(addresses[name]) for kind, name, how in self.arguments])
 
     def _launch(self, values: list) -> None:
-        """Each launch with the kernel arguments ``values`` and its own trailing arguments."""
-        for function, grid, block, tail in self.launches:
-            function(grid, block, (*values, *tail))
+        """Each launch with the kernel arguments ``values`` and its own trailing arguments (a
+        packed one with the arrays' addresses alone)."""
+        for (function, grid, block, tail), packed in zip(self.launches, self.packed or (None,) * len(self.launches)):
+            if packed is None or not packed([address_of(values[p]) for p in packed.arrays]):
+                function(grid, block, (*values, *tail))
 
     def values(self, named: dict, fresh: str | None = None) -> list:
         """The kernel arguments for the values ``named`` (CuPy arrays, scalars), after the
@@ -843,6 +849,7 @@ class _Recorder:
 
     def __init__(self, module, leading: int):
         self.module, self.leading, self.launches = module, leading, []
+        self.plain: list = []  # per launch: (CuPy kernel, dynamic shared memory), or None
 
     def get_function(self, name: str):
         function = self.module.get_function(name)
@@ -854,6 +861,8 @@ class _Recorder:
             if tensor_maps is not None:  # (cupy, operand positions, map layouts): the maps per call
                 run = TmaLaunch(tensor_maps[0], run, *tensor_maps[1:])
             self.launches.append((run, tuple(grid), tuple(block), tuple(args[self.leading:])))
+            plain = not enable_cooperative_groups and tensor_maps is None
+            self.plain.append((function, shared_mem) if plain else None)
             run(grid, block, args)
         return launch
 
@@ -869,7 +878,25 @@ class _Recorder:
                            else a.dtype.numpy.type if a.kind == "scalar" else None)
                           for a in abi_arguments(scop))
         written = frozenset(w.array for s in scop.statements for w in s.writes)
-        return LaunchRecord(scop.name, arguments, written, tuple(self.launches))
+        return LaunchRecord(scop.name, arguments, written, tuple(self.launches), self._packed(arguments))
+
+    def _packed(self, arguments: tuple) -> tuple:
+        """Per launch seen, its :class:`~polyopt.targets.driver_launch.PackedLaunch` where it
+        can be packed (a CuPy kernel launched plainly, no scalar among the kernel's arguments,
+        8-byte integers after them), else None; empty where none can."""
+        if any(kind == "scalar" for kind, _, _ in arguments):
+            return ()
+        leading = [how if kind == "param" else np.uint64(0) for kind, _, how in arguments]
+        arrays = [p for p, (kind, _, _) in enumerate(arguments) if kind == "array"]
+        packed = []
+        for (_, grid, block, tail), plain in zip(self.launches, self.plain):
+            values = (*leading, *tail)
+            if plain is None or getattr(getattr(plain[0], "kernel", None), "ptr", None) is None \
+                    or not packable(values, arrays):
+                packed.append(None)
+                continue
+            packed.append(PackedLaunch(cupy_module(), plain[0], grid, block, plain[1], values, arrays))
+        return tuple(packed) if any(p is not None for p in packed) else ()
 
 
 def _bound(function, grid: tuple, block: tuple, args: tuple) -> tuple:
