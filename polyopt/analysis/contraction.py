@@ -42,6 +42,7 @@ reading what an earlier nest wrote as an operand.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import islpy as isl
 
@@ -110,9 +111,10 @@ class Contraction:
         """Every operand pair (left, right), the first one first."""
         return ((self.left, self.right),) + self.more_pairs
 
-    @property
+    @cached_property
     def operand_arrays(self) -> tuple[str, ...]:
-        """The arrays the operands read, each once, in the pairs' order."""
+        """The arrays the operands read, each once, in the pairs' order (found once: each
+        launch asks)."""
         return tuple(dict.fromkeys(o.array for pair in self.pairs for o in pair))
 
     def describe(self) -> str:

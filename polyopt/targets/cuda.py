@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cached_property, partial
 
 import islpy as isl
 import numpy as np
@@ -468,6 +468,12 @@ class CudaKernel:
     def cuda_source(self) -> str:
         return self.compiled.source
 
+    @cached_property
+    def _abi(self) -> tuple:
+        """The kernel's arguments in the native calling convention (:func:`abi_arguments`),
+        made once: each launch walks them."""
+        return tuple(abi_arguments(self.scop))
+
     @property
     def program(self) -> GpuProgram:
         return self.compiled.program
@@ -595,7 +601,7 @@ class CudaKernel:
         (and no ``graph``), returns the :class:`LaunchRecord` of these launches (None where
         there were more than :data:`MAX_RECORDED_LAUNCHES`)."""
         values, env = [], dict(params)
-        for arg in abi_arguments(self.scop):
+        for arg in self._abi:
             if arg.kind == "param":
                 values.append(np.int64(params[arg.name]))
             elif arg.kind == "scalar":
