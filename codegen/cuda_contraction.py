@@ -109,6 +109,11 @@ class Variant:
     split_k: int = 0
 
     @property
+    def blocks_per_tile(self) -> int:
+        """Blocks computing one output tile: the cluster splitting its K, or one."""
+        return max(1, self.split_k)
+
+    @property
     def asynchronous(self) -> bool:
         """Whether the tiles go global -> shared by ``cp.async`` in a ring of ``stages`` K tiles
         (dynamic shared memory; only where the operands' rows are 16-byte aligned, see
@@ -791,9 +796,8 @@ def _simt_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
     def k_loop(pair: tuple[Operand, Operand]) -> list[str]:
         return _pipeline(*_tile_loads(pair, scop, v, t, unit, k_major_store=True)[1:], compute, slots, split)
     out += pair_k_loops(c, k_loop)
-    if split:
-        out += _cluster_sums(t, v.threads, split)
-    out += ["      if (_rank == 0) {"] if split else []
+    if split:  # the first block of the cluster adds the others' sums and stores
+        out += _cluster_sums(t, v.threads, split) + ["      if (_rank == 0) {"]
     out += ["      #pragma unroll", "      for (int _i = 0; _i < TM; _i++) {",
             "        #pragma unroll", "        for (int _j = 0; _j < TN; _j++) {",
             f"          const long _m = _m0 + (_i % {v.tm // 2}) + _ty * {v.tm // 2} + (_i / {v.tm // 2}) * (BM / 2);",

@@ -244,7 +244,7 @@ def launch_layout(c: Contraction, variant: Variant, extent: dict[str, int],
         values += [s.get(i, 0) for i in batch + [None] * (slots.batch - len(batch)) for s in (pair_left, pair_right)]
         values += [s.get(i, 0) for i in outer_k + [None] * (slots.outer_k - len(outer_k))
                    for s in (pair_left, pair_right)]
-    split = max(1, variant.split_k)  # a cluster of blocks along x per tile
+    split = variant.blocks_per_tile  # a cluster of blocks along x per tile
     blocks = (-(-size["N"] // variant.bn) * split, -(-size["M"] // variant.bm), z)
     grid = None if 0 in blocks else tuple(min(b, limit // split * split if d == 0 else limit)
                                           for d, (b, limit) in enumerate(zip(blocks, _GRID_LIMIT)))
@@ -375,7 +375,7 @@ def _best(source: ContractionSource, extent: dict[str, int], shapes: dict[str, t
         if variant.split_k and -(-k // variant.bk) * ko < variant.split_k * MIN_SPLIT_TILES:
             continue
         tiles = -(-m // variant.bm) * variant.bm * -(-n // variant.bn) * variant.bn
-        blocks = -(-m // variant.bm) * -(-n // variant.bn) * layout.arguments[9] * max(1, variant.split_k)
+        blocks = -(-m // variant.bm) * -(-n // variant.bn) * layout.arguments[9] * variant.blocks_per_tile
         if variant.split_k and blocks > MIN_BLOCKS_PER_SM * sm_count:
             continue
         score = (m * n / tiles) * min(1.0, blocks / (MIN_BLOCKS_PER_SM * sm_count)) * (1.0 if first else OTHER_TILE_SPEED)

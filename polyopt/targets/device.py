@@ -11,19 +11,20 @@ _ATTRIBUTES: dict[tuple[int, str], int] = {}
 
 def device_attribute(name: str) -> int:
     """Attribute ``name`` of the current CuPy device."""
-    cupy = import_module("cupy")
-    key = (cupy.cuda.Device().id, name)
-    if key not in _ATTRIBUTES:
-        _ATTRIBUTES[key] = int(cupy.cuda.Device(key[0]).attributes[name])
-    return _ATTRIBUTES[key]
+    return _read_once(name, lambda device: device.attributes[name])
 
 
 def compute_capability() -> int:
     """The current CuPy device's compute capability as one number (90 for 9.0)."""
+    return _read_once("compute_capability", lambda device: device.compute_capability)
+
+
+def _read_once(name: str, read) -> int:
+    """``read(device)`` of the current CuPy device as an int, read once per device."""
     cupy = import_module("cupy")
-    key = (cupy.cuda.Device().id, "compute_capability")
+    key = (cupy.cuda.Device().id, name)
     if key not in _ATTRIBUTES:
-        _ATTRIBUTES[key] = int(cupy.cuda.Device(key[0]).compute_capability)
+        _ATTRIBUTES[key] = int(read(cupy.cuda.Device(key[0])))
     return _ATTRIBUTES[key]
 
 
