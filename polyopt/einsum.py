@@ -740,6 +740,11 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
         result = known(operands[1:], out)
         if result is not None:
             return result
+    if key is None and out is None:  # a call like an earlier one on PyTorch tensors (see _on_cupy_views)
+        known = einsum_calls.recorded(einsum_calls.torch_call_key(
+            operands, None, (dtype, order, casting, optimize, target, num_threads, precision)))
+        if known is not None:
+            return known(operands[1:])
     if key is None and any(is_device_array(v) and not is_cupy(v) for v in (*operands, out)):
         return _on_cupy_views(operands, out, dtype=dtype, order=order, casting=casting, optimize=optimize,
                               target=target, num_threads=num_threads, precision=precision)
