@@ -50,6 +50,7 @@ from polyopt.targets.stencil import DEFAULT_RANKS, array_extents, launch as laun
 from polyopt.targets.device import compute_capability, device_attribute
 from polyopt.targets.driver_launch import PackedLaunch, packable
 from polyopt.targets.tensor_maps import TmaLaunch, address_of
+from polyopt.targets.torch_tensors import is_torch_bfloat16, is_torch_cuda, on_torch_stream
 from polyopt.types import ELEMENT_TYPES, DType, bf16
 from polyopt.schedulers.registry import schedule as run_scheduler
 from polyopt.schedulers import gpu as gpu_choice
@@ -410,20 +411,6 @@ def as_cupy(value):
     return cupy.from_dlpack(value)
 
 
-def _is_torch(value) -> bool:
-    return type(value).__module__.split(".")[0] == "torch"
-
-
-def is_torch_cuda(value) -> bool:
-    """Whether ``value`` is a PyTorch tensor on a CUDA device (torch is not imported for this)."""
-    return _is_torch(value) and getattr(value, "is_cuda", False)
-
-
-def is_torch_bfloat16(value) -> bool:
-    """Whether ``value`` is a PyTorch tensor of bfloat16 (torch is not imported for this)."""
-    return _is_torch(value) and str(getattr(value, "dtype", "")) == "torch.bfloat16"
-
-
 def _bits_view(array: np.ndarray) -> np.ndarray:
     """A host array as CuPy holds it: bf16 data (ml_dtypes' bfloat16) as a uint16 view of its
     bits, since CuPy has no bfloat16 (bf16 arrays on the GPU are uint16 arrays); others as
@@ -491,9 +478,19 @@ class CudaKernel:
 
     def __call__(self, *args, **kwargs) -> None:
         last = self._last
-        if last is not None and last.matches(args, kwargs):
+        if last is not None and last.matches(args, kwargs):  # (CuPy arrays only)
             last.launch()
             return
+        tensor = next((v for v in (*args, *kwargs.values()) if is_torch_cuda(v)), None)
+        if tensor is None:
+            self._call(args, kwargs)
+            return
+        with on_torch_stream(cupy_module(), tensor):  # torch's work goes on torch's current stream
+            self._call(args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict) -> None:
+        """A call that is not the last one again: a recorded one's launches, else the checks,
+        the launches and their record."""
         named = self.named(args, kwargs)
         key = self.call_key(named)
         known = self.recorded(key)
@@ -717,13 +714,29 @@ class LaunchRecord:
         :meth:`by_address` kernels only). No overlap check: the caller guarantees that the
         written arrays overlap nothing (:class:`polyopt.einsum_calls.TorchCall`: a result it
         has just allocated)."""
+        names = self._packed_names
+        if names is not None and self.packed[0].here():  # every launch packed: the addresses alone
+            for packed, arrays in zip(self.packed, names):
+                packed([addresses[name] for name in arrays])
+            return
         self._launch([how if kind == "param" else np.uint64(addresses[name]) for kind, name, how in self.arguments])
+
+    @cached_property
+    def _packed_names(self) -> tuple[tuple[str, ...], ...] | None:
+        """Per launch, the names of the arrays its packed launch takes, in order; None unless
+        every launch is packed."""
+        if not self.packed or any(packed is None for packed in self.packed):
+            return None
+        return tuple(tuple(self.arguments[p][1] for p in packed.arrays) for packed in self.packed)
 
     def _launch(self, values: list) -> None:
         """Each launch with the kernel arguments ``values`` and its own trailing arguments (a
-        packed one with the arrays' addresses alone)."""
+        packed one with the arrays' addresses alone, on the recording device)."""
+        here = any(packed is not None and packed.here() for packed in self.packed)
         for (function, grid, block, tail), packed in zip(self.launches, self.packed or (None,) * len(self.launches)):
-            if packed is None or not packed([address_of(values[p]) for p in packed.arrays]):
+            if packed is not None and here:
+                packed([address_of(values[p]) for p in packed.arrays])
+            else:
                 function(grid, block, (*values, *tail))
 
     def values(self, named: dict, fresh: str | None = None) -> list:

@@ -61,19 +61,19 @@ class PackedLaunch:
         self.pointers = (ctypes.c_void_p * len(values))(*(start + SLOT_BYTES * p for p in range(len(values))))
         self.lock = threading.Lock()
 
-    def __call__(self, addresses: Sequence[int]) -> bool:
-        """Launch on the current stream with these array addresses; False (nothing launched)
-        where the current device is not the recording one."""
-        cupy = self.cupy
-        if cupy.cuda.runtime.getDevice() != self.device:
-            return False
-        stream = cupy.cuda.get_current_stream().ptr
+    def here(self) -> bool:
+        """Whether the current device is the recording one (where the function is loaded)."""
+        return self.cupy.cuda.runtime.getDevice() == self.device
+
+    def __call__(self, addresses: Sequence[int]) -> None:
+        """Launch on the current stream with these array addresses (on the recording device:
+        :meth:`here`)."""
+        stream = self.cupy.cuda.get_current_stream().ptr
         with self.lock:
             for position, address in zip(self.arrays, addresses):
                 self.slots[position] = address
-            cupy.cuda.driver.launchKernel(self.function, *self.grid, *self.block, self.shared_mem, stream,
-                                          ctypes.addressof(self.pointers), 0)
-        return True
+            self.cupy.cuda.driver.launchKernel(self.function, *self.grid, *self.block, self.shared_mem, stream,
+                                               ctypes.addressof(self.pointers), 0)
 
 
 __all__ = ["PackedLaunch", "SLOT_BYTES", "packable"]

@@ -42,12 +42,14 @@ def test_a_packed_launch_hands_the_driver_the_recorded_values_and_each_calls_add
     driver, device = StandInDriver(len(values)), [0]
     kernel = SimpleNamespace(kernel=SimpleNamespace(ptr=0x1234))
     packed = PackedLaunch(_cupy(driver, device), kernel, (4, 2), (128,), 4096, values, arrays=(1, 2))
-    assert packed((0xA000, 0xB000)) and packed((0xC000, 0xD000))
+    assert packed.here()
+    packed((0xA000, 0xB000))
+    packed((0xC000, 0xD000))
     first, second = driver.launched
     assert first == (0x1234, (4, 2, 1), (128, 1, 1), 4096, 0x5000, [96, 0xA000, 0xB000, 2**64 - 3, 7], 0)
     assert second[5] == [96, 0xC000, 0xD000, 2**64 - 3, 7]
     device[0] = 1  # the function is the recording device's: the caller launches through CuPy
-    assert not packed((0xA000, 0xB000)) and len(driver.launched) == 2
+    assert not packed.here()
 
 
 def test_only_8_byte_integer_arguments_are_packed():
@@ -91,23 +93,51 @@ def test_a_record_launches_its_packed_launches_and_the_others_through_cupy():
     record._launch([address, np.int64(8)])
     assert driver.launched[0][5] == [0xF000, 8, 11]
     assert through_cupy == [(address, np.int64(8), np.int64(12))]
+    record.at_addresses({"A": 0xE000})  # (not every launch packed: the arguments made as for CuPy)
+    assert driver.launched[1][5] == [0xE000, 8, 11] and through_cupy[1] == (np.uint64(0xE000), np.int64(8), 12)
+
+
+def test_a_record_whose_launches_are_all_packed_takes_the_addresses_alone():
+    """:meth:`LaunchRecord.at_addresses` (PyTorch tensors' repeats) hands each packed launch its
+    arrays' addresses by name, in the launch's order; on another device than the recording one
+    every launch goes through CuPy."""
+    driver, device, through_cupy = StandInDriver(4), [0], []
+    cupy = _cupy(driver, device)
+    first = PackedLaunch(cupy, SimpleNamespace(kernel=SimpleNamespace(ptr=1)), (1,), (32,), 0,
+                         (np.uint64(0), np.uint64(0), np.uint64(0), np.int64(5)), arrays=(0, 1, 2))
+    second = PackedLaunch(cupy, SimpleNamespace(kernel=SimpleNamespace(ptr=2)), (1,), (32,), 0,
+                          (np.uint64(0), np.uint64(0), np.uint64(0), np.int64(6)), arrays=(0, 2))
+    cupy_launch = lambda grid, block, args: through_cupy.append(args)  # noqa: E731
+    arguments = (("array", "A", None), ("array", "B", None), ("array", "C", None))
+    record = LaunchRecord("k", arguments, frozenset({"C"}), ((cupy_launch, (1,), (32,), (np.int64(5),)),
+                                                            (cupy_launch, (1,), (32,), (np.int64(6),))), (first, second))
+    record.at_addresses({"A": 0x100, "B": 0x200, "C": 0x300})
+    assert [launch[5] for launch in driver.launched] == [[0x100, 0x200, 0x300, 5], [0x100, 0, 0x300, 6]]
+    assert not through_cupy
+    device[0] = 1
+    record.at_addresses({"A": 0x400, "B": 0x500, "C": 0x600})
+    assert len(driver.launched) == 2 and [args[0] for args in through_cupy] == [0x400, 0x400]
 
 
 @needs_gpu
 def test_packed_replays_on_fresh_and_freed_arrays_in_a_child_process():
     """Repeated einsum calls (one contraction kernel, and a three-operand product of two) on
-    CuPy arrays made anew and freed between calls, several shapes in turn, through packed
-    launches, each result checked against numpy."""
+    CuPy arrays (and PyTorch tensors, where torch is installed) made anew and freed between calls,
+    several shapes in turn, through packed launches, each result checked against numpy."""
     program = textwrap.dedent("""
         import gc
         import cupy, numpy as np
         import polyopt as po
         from polyopt.targets import driver_launch
+        try:
+            import torch
+        except ImportError:
+            torch = None
         packed, launch = [0], driver_launch.PackedLaunch.__call__
 
         def counted(self, addresses):
             packed[0] += 1
-            return launch(self, addresses)
+            launch(self, addresses)
         driver_launch.PackedLaunch.__call__ = counted
         rng = np.random.default_rng(7)
         for round_ in range(40):
@@ -117,6 +147,10 @@ def test_packed_replays_on_fresh_and_freed_arrays_in_a_child_process():
             np.testing.assert_allclose(po.einsum("ij,jk->ik", x, y).get(), a @ b, rtol=1e-4, atol=1e-4)
             np.testing.assert_allclose(po.einsum("ij,jk,kl->il", x, y, z).get(), a @ b @ c, rtol=1e-3, atol=1e-3)
             del x, y, z
+            if torch is not None:  # PyTorch tensors' repeats: packed launches on the tensors' addresses
+                s, t = torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")
+                np.testing.assert_allclose(po.einsum("ij,jk->ik", s, t).cpu().numpy(), a @ b, rtol=1e-4, atol=1e-4)
+                del s, t
             if round_ % 7 == 0:
                 gc.collect()
                 cupy.get_default_memory_pool().free_all_blocks()
