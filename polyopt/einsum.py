@@ -613,10 +613,15 @@ def _record_torch_call(torch_key: tuple, device_call, dtype) -> None:
     import torch
     half = device_call.final is not None  # (else the kernel wrote the result in its own type)
     final = (lambda value: value.to(dtype)) if half else None
-    torch_call = einsum_calls.TorchCall.of(device_call, torch.float32 if half else dtype, torch.empty,
+    torch_call = einsum_calls.TorchCall.of(device_call, torch.float32 if half else dtype, _new_tensor,
                                            partial(on_torch_stream, cupy_module()), final)
     if torch_call is not None:
         einsum_calls.record(torch_key, torch_call)
+
+
+def _new_tensor(like, shape: tuple, dtype):
+    """A new tensor on the device of tensor ``like`` (the result of a :class:`~polyopt.einsum_calls.TorchCall`)."""
+    return like.new_empty(shape, dtype=dtype)
 
 
 def _on_bf16_tensors(operands: tuple, out, like, dtype=None, **options):

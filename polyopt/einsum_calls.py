@@ -263,7 +263,7 @@ def torch_call_key(operands: tuple, out, options: tuple) -> tuple | None:
     for op in operands[1:]:
         if not is_torch_cuda(op) or not op.is_contiguous():
             return None
-        signature.append((tuple(op.shape), op.dtype, op.stride(), op.device.index, op.data_ptr() % 16 == 0))
+        signature.append((tuple(op.shape), op.dtype, op.stride(), op.get_device(), op.data_ptr() % 16 == 0))
     return ("torch", operands[0], tuple(signature)) + tuple(options)
 
 
@@ -271,7 +271,8 @@ def torch_call_key(operands: tuple, out, options: tuple) -> tuple | None:
 class TorchCall:
     """Run a recorded :class:`DeviceCall`'s launches on PyTorch CUDA tensors like the recorded
     call's: ``operands``, ``output``: the kernel's argument names; ``shape``, ``dtype``: the
-    kernel's result's (a torch dtype); ``empty``: ``torch.empty``; ``final``: for a
+    kernel's result's (a torch dtype); ``empty(tensor, shape, dtype)``: a new tensor on
+    ``tensor``'s device (``Tensor.new_empty``); ``final``: for a
     half-precision call, the torch conversion of the kernel's float32 sums into the call's type
     (``Tensor.to``, rounding to nearest even as the recorded call's :attr:`DeviceCall.final`
     does), else None. Only for calls whose kernel writes nothing but the result (no
@@ -300,7 +301,7 @@ class TorchCall:
 
     def __call__(self, operands: tuple):
         first = operands[0]
-        result = self.empty(self.shape, dtype=self.dtype, device=first.device)
+        result = self.empty(first, self.shape, self.dtype)
         addresses = {name: op.data_ptr() for name, op in zip(self.operands, operands)}
         addresses[self.output] = result.data_ptr()
         with self.stream(first):

@@ -67,17 +67,26 @@ def on_torch_stream(cupy, value):
     nothing."""
     if not is_torch_cuda(value):
         return _SAME_STREAM
-    device = value.device
-    address = sys.modules["torch"].cuda.current_stream(device).cuda_stream
+    device = value.get_device()
+    address = _current_stream_address(sys.modules["torch"], device)
     if address == cupy.cuda.get_current_stream().ptr:
         return _SAME_STREAM
-    key = (address, device.index)
+    key = (address, device)
     stream = _WRAPPERS.get(key)
     if stream is None:
         if len(_WRAPPERS) >= MAX_WRAPPERS:
             _WRAPPERS.clear()
-        stream = _WRAPPERS[key] = _wrapper(cupy, address, device.index)
+        stream = _WRAPPERS[key] = _wrapper(cupy, address, device)
     return stream
+
+
+def _current_stream_address(torch, device: int) -> int:
+    """The address of torch's current stream on ``device``: from ``_cuda_getCurrentRawStream``
+    where torch has it -- the call Triton and torch's compiler launch with, which makes no
+    ``torch.cuda.Stream`` object (that costs more than the rest of a repeated call's lookup)
+    -- else from the public ``torch.cuda.current_stream``."""
+    raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
 
 
 __all__ = ["MAX_WRAPPERS", "is_torch_bfloat16", "is_torch_cuda", "on_torch_stream"]

@@ -145,6 +145,9 @@ class FakeTensor:
         self.shape, self.ptr, self.dtype, self.contiguous = tuple(shape), ptr, dtype, contiguous
         self.device = type("Device", (), {"index": 0})()
 
+    def get_device(self):
+        return self.device.index
+
     def is_contiguous(self):
         return self.contiguous
 
@@ -186,7 +189,8 @@ def test_torch_keys_and_a_torch_replay_on_addresses():
         streams.append(tensor)
         yield
 
-    def empty(shape, dtype, device):
+    def empty(like, shape, dtype):  # (Tensor.new_empty: on the first operand's device)
+        assert like is a
         allocated.append(FakeTensor(shape, 1 << 22, dtype))
         return allocated[-1]
 
@@ -240,6 +244,8 @@ def test_work_on_torch_tensors_goes_on_torchs_current_stream(monkeypatch):
     current["torch"] = 0x9000  # CuPy without Stream.from_external
     cuda.Stream, cuda.ExternalStream = SimpleNamespace(), lambda address, device: ("external", address, device)
     assert torch_tensors.on_torch_stream(cupy, tensor) == ("external", 0x9000, 0)
+    torch._C = SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 0xB000 + device)  # torch's raw read
+    assert torch_tensors.on_torch_stream(cupy, tensor) == ("external", 0xB000, 0)
 
 
 def test_a_launch_record_replays_with_the_new_arrays_and_scalars():
