@@ -50,7 +50,7 @@ accuracy on long reductions).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, Callable
 
 import numpy as np
@@ -58,8 +58,8 @@ import numpy as np
 from polyopt import einsum_calls
 from polyopt.analysis import expr as E
 from polyopt.targets.contraction import check_precision
-from polyopt.targets.cuda import (CudaKernel, LaunchRecord, as_cupy, cupy_module, is_cupy, is_device_array,
-                                  is_torch_bfloat16)
+from polyopt.targets.cuda import CudaKernel, LaunchRecord, as_cupy, cupy_module, is_cupy, is_device_array
+from polyopt.targets.torch_tensors import is_torch_bfloat16, on_torch_stream
 from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, SUM_BLOCK, contraction_path, einsum_scop, is_partial_sum,
                                       iteration_count, label_sizes, merge_summed_runs, parse_subscripts, size_parameter,
@@ -592,7 +592,8 @@ def _on_cupy_views(operands: tuple, out, **options):
     if known is not None:
         return known(operands[1:])
     views = tuple(as_cupy(v) if is_device_array(v) else v for v in operands)
-    result = einsum(*views, out=None if out is None else as_cupy(out), **options)
+    with on_torch_stream(cupy_module(), like):  # (a torch tensor's work goes on torch's current stream)
+        result = einsum(*views, out=None if out is None else as_cupy(out), **options)
     if out is not None:
         return out
     result = _same_kind(result, like)
@@ -612,9 +613,15 @@ def _record_torch_call(torch_key: tuple, device_call, dtype) -> None:
     import torch
     half = device_call.final is not None  # (else the kernel wrote the result in its own type)
     final = (lambda value: value.to(dtype)) if half else None
-    torch_call = einsum_calls.TorchCall.of(device_call, torch.float32 if half else dtype, torch.empty, final)
+    torch_call = einsum_calls.TorchCall.of(device_call, torch.float32 if half else dtype, _new_tensor,
+                                           partial(on_torch_stream, cupy_module()), final)
     if torch_call is not None:
         einsum_calls.record(torch_key, torch_call)
+
+
+def _new_tensor(like, shape: tuple, dtype):
+    """A new tensor on the device of tensor ``like`` (the result of a :class:`~polyopt.einsum_calls.TorchCall`)."""
+    return like.new_empty(shape, dtype=dtype)
 
 
 def _on_bf16_tensors(operands: tuple, out, like, dtype=None, **options):
@@ -645,9 +652,10 @@ def _on_bf16_tensors(operands: tuple, out, like, dtype=None, **options):
     out_bits = None if out is None else as_cupy(out)
     key = _call_key(bits, out_bits, *_with_defaults({**options, "dtype": BF16_BITS}).values())
     known = einsum_calls.recorded(key)
-    result = None if known is None else known(bits[1:], out_bits)
-    if result is None:
-        result = _bf16_einsum(bits, out_bits, key=key, **options)
+    with on_torch_stream(cupy_module(), like):
+        result = None if known is None else known(bits[1:], out_bits)
+        if result is None:
+            result = _bf16_einsum(bits, out_bits, key=key, **options)
     if out is not None:
         return out
     if torch_key is not None:
@@ -740,6 +748,11 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
         result = known(operands[1:], out)
         if result is not None:
             return result
+    if key is None and out is None:  # a call like an earlier one on PyTorch tensors (see _on_cupy_views)
+        known = einsum_calls.recorded(einsum_calls.torch_call_key(
+            operands, None, (dtype, order, casting, optimize, target, num_threads, precision)))
+        if known is not None:
+            return known(operands[1:])
     if key is None and any(is_device_array(v) and not is_cupy(v) for v in (*operands, out)):
         return _on_cupy_views(operands, out, dtype=dtype, order=order, casting=casting, optimize=optimize,
                               target=target, num_threads=num_threads, precision=precision)

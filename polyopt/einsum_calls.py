@@ -32,7 +32,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from polyopt.targets.cuda import LaunchRecord, array_signature, is_cupy, is_torch_cuda
+from polyopt.targets.cuda import LaunchRecord, array_signature, is_cupy
+from polyopt.targets.torch_tensors import is_torch_cuda
 
 #: Recorded calls kept at most (the oldest go first).
 MAX_CALLS = 1024
@@ -262,7 +263,7 @@ def torch_call_key(operands: tuple, out, options: tuple) -> tuple | None:
     for op in operands[1:]:
         if not is_torch_cuda(op) or not op.is_contiguous():
             return None
-        signature.append((tuple(op.shape), op.dtype, op.stride(), op.device.index, op.data_ptr() % 16 == 0))
+        signature.append((tuple(op.shape), op.dtype, op.stride(), op.get_device(), op.data_ptr() % 16 == 0))
     return ("torch", operands[0], tuple(signature)) + tuple(options)
 
 
@@ -270,12 +271,15 @@ def torch_call_key(operands: tuple, out, options: tuple) -> tuple | None:
 class TorchCall:
     """Run a recorded :class:`DeviceCall`'s launches on PyTorch CUDA tensors like the recorded
     call's: ``operands``, ``output``: the kernel's argument names; ``shape``, ``dtype``: the
-    kernel's result's (a torch dtype); ``empty``: ``torch.empty``; ``final``: for a
+    kernel's result's (a torch dtype); ``empty(tensor, shape, dtype)``: a new tensor on
+    ``tensor``'s device (``Tensor.new_empty``); ``final``: for a
     half-precision call, the torch conversion of the kernel's float32 sums into the call's type
     (``Tensor.to``, rounding to nearest even as the recorded call's :attr:`DeviceCall.final`
     does), else None. Only for calls whose kernel writes nothing but the result (no
     intermediate arrays): the result is allocated here, so it overlaps no operand, and the
-    launches take the tensors' addresses without the overlap check."""
+    launches take the tensors' addresses without the overlap check. ``stream``: the context of
+    the launches for a tensor (:func:`~polyopt.targets.torch_tensors.on_torch_stream`: torch's
+    current stream, where torch allocates the result too)."""
 
     launch: LaunchRecord
     operands: tuple[str, ...]
@@ -283,21 +287,25 @@ class TorchCall:
     shape: tuple[int, ...]
     dtype: object
     empty: Callable
+    stream: Callable
     final: Callable | None = None
 
     @staticmethod
-    def of(call: "DeviceCall", dtype, empty: Callable, final: Callable | None = None) -> "TorchCall | None":
+    def of(call: "DeviceCall", dtype, empty: Callable, stream: Callable, final: Callable | None = None
+           ) -> "TorchCall | None":
         """The call on tensors of the CuPy-view call ``call`` (None where it has intermediate
         arrays or scalar arguments, or a final conversion and no ``final`` in torch)."""
         if call.temporaries or (call.final is not None) != (final is not None) or not call.launch.by_address():
             return None
-        return TorchCall(call.launch, call.operands, call.output, call.shape, dtype, empty, final)
+        return TorchCall(call.launch, call.operands, call.output, call.shape, dtype, empty, stream, final)
 
     def __call__(self, operands: tuple):
-        result = self.empty(self.shape, dtype=self.dtype, device=operands[0].device)
+        first = operands[0]
+        result = self.empty(first, self.shape, self.dtype)
         addresses = {name: op.data_ptr() for name, op in zip(self.operands, operands)}
         addresses[self.output] = result.data_ptr()
-        self.launch.at_addresses(addresses)
+        with self.stream(first):
+            self.launch.at_addresses(addresses)
         return result if self.final is None else self.final(result)
 
 

@@ -48,7 +48,9 @@ from polyopt.targets.resident import (ResidentSource, launch as launch_resident,
 from polyopt.targets.sm90a import sm90a_module
 from polyopt.targets.stencil import DEFAULT_RANKS, array_extents, launch as launch_stencil, stencil_plan
 from polyopt.targets.device import compute_capability, device_attribute
-from polyopt.targets.tensor_maps import TmaLaunch
+from polyopt.targets.driver_launch import PackedLaunch, packable
+from polyopt.targets.tensor_maps import TmaLaunch, address_of
+from polyopt.targets.torch_tensors import is_torch_bfloat16, is_torch_cuda, on_torch_stream
 from polyopt.types import ELEMENT_TYPES, DType, bf16
 from polyopt.schedulers.registry import schedule as run_scheduler
 from polyopt.schedulers import gpu as gpu_choice
@@ -409,20 +411,6 @@ def as_cupy(value):
     return cupy.from_dlpack(value)
 
 
-def _is_torch(value) -> bool:
-    return type(value).__module__.split(".")[0] == "torch"
-
-
-def is_torch_cuda(value) -> bool:
-    """Whether ``value`` is a PyTorch tensor on a CUDA device (torch is not imported for this)."""
-    return _is_torch(value) and getattr(value, "is_cuda", False)
-
-
-def is_torch_bfloat16(value) -> bool:
-    """Whether ``value`` is a PyTorch tensor of bfloat16 (torch is not imported for this)."""
-    return _is_torch(value) and str(getattr(value, "dtype", "")) == "torch.bfloat16"
-
-
 def _bits_view(array: np.ndarray) -> np.ndarray:
     """A host array as CuPy holds it: bf16 data (ml_dtypes' bfloat16) as a uint16 view of its
     bits, since CuPy has no bfloat16 (bf16 arrays on the GPU are uint16 arrays); others as
@@ -490,9 +478,19 @@ class CudaKernel:
 
     def __call__(self, *args, **kwargs) -> None:
         last = self._last
-        if last is not None and last.matches(args, kwargs):
+        if last is not None and last.matches(args, kwargs):  # (CuPy arrays only)
             last.launch()
             return
+        tensor = next((v for v in (*args, *kwargs.values()) if is_torch_cuda(v)), None)
+        if tensor is None:
+            self._call(args, kwargs)
+            return
+        with on_torch_stream(cupy_module(), tensor):  # torch's work goes on torch's current stream
+            self._call(args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict) -> None:
+        """A call that is not the last one again: a recorded one's launches, else the checks,
+        the launches and their record."""
         named = self.named(args, kwargs)
         key = self.call_key(named)
         known = self.recorded(key)
@@ -698,6 +696,9 @@ class LaunchRecord:
     arguments: tuple[tuple[str, str, object], ...]
     written: frozenset[str]
     launches: tuple[tuple[object, tuple, tuple, tuple], ...]
+    #: Per launch, the same launch packed for the driver (:class:`~polyopt.targets.
+    #: driver_launch.PackedLaunch`), or None where it goes through CuPy; empty: none packed.
+    packed: tuple = ()
 
     def __call__(self, named: dict, *, fresh: str | None = None) -> None:
         """Launch on the current stream with the arguments ``named`` (CuPy arrays, scalars);
@@ -713,12 +714,30 @@ class LaunchRecord:
         :meth:`by_address` kernels only). No overlap check: the caller guarantees that the
         written arrays overlap nothing (:class:`polyopt.einsum_calls.TorchCall`: a result it
         has just allocated)."""
+        names = self._packed_names
+        if names is not None and self.packed[0].here():  # every launch packed: the addresses alone
+            for packed, arrays in zip(self.packed, names):
+                packed([addresses[name] for name in arrays])
+            return
         self._launch([how if kind == "param" else np.uint64(addresses[name]) for kind, name, how in self.arguments])
 
+    @cached_property
+    def _packed_names(self) -> tuple[tuple[str, ...], ...] | None:
+        """Per launch, the names of the arrays its packed launch takes, in order; None unless
+        every launch is packed."""
+        if not self.packed or any(packed is None for packed in self.packed):
+            return None
+        return tuple(tuple(self.arguments[p][1] for p in packed.arrays) for packed in self.packed)
+
     def _launch(self, values: list) -> None:
-        """Each launch with the kernel arguments ``values`` and its own trailing arguments."""
-        for function, grid, block, tail in self.launches:
-            function(grid, block, (*values, *tail))
+        """Each launch with the kernel arguments ``values`` and its own trailing arguments (a
+        packed one with the arrays' addresses alone, on the recording device)."""
+        here = any(packed is not None and packed.here() for packed in self.packed)
+        for (function, grid, block, tail), packed in zip(self.launches, self.packed or (None,) * len(self.launches)):
+            if packed is not None and here:
+                packed([address_of(values[p]) for p in packed.arrays])
+            else:
+                function(grid, block, (*values, *tail))
 
     def values(self, named: dict, fresh: str | None = None) -> list:
         """The kernel arguments for the values ``named`` (CuPy arrays, scalars), after the
@@ -849,6 +868,7 @@ class _Recorder:
 
     def __init__(self, module, leading: int):
         self.module, self.leading, self.launches = module, leading, []
+        self.plain: list = []  # per launch: (CuPy kernel, dynamic shared memory), or None
 
     def get_function(self, name: str):
         function = self.module.get_function(name)
@@ -860,6 +880,8 @@ class _Recorder:
             if tensor_maps is not None:  # (cupy, operand positions, map layouts): the maps per call
                 run = TmaLaunch(tensor_maps[0], run, *tensor_maps[1:])
             self.launches.append((run, tuple(grid), tuple(block), tuple(args[self.leading:])))
+            plain = not enable_cooperative_groups and tensor_maps is None
+            self.plain.append((function, shared_mem) if plain else None)
             run(grid, block, args)
         return launch
 
@@ -875,7 +897,25 @@ class _Recorder:
                            else a.dtype.numpy.type if a.kind == "scalar" else None)
                           for a in abi_arguments(scop))
         written = frozenset(w.array for s in scop.statements for w in s.writes)
-        return LaunchRecord(scop.name, arguments, written, tuple(self.launches))
+        return LaunchRecord(scop.name, arguments, written, tuple(self.launches), self._packed(arguments))
+
+    def _packed(self, arguments: tuple) -> tuple:
+        """Per launch seen, its :class:`~polyopt.targets.driver_launch.PackedLaunch` where it
+        can be packed (a CuPy kernel launched plainly, no scalar among the kernel's arguments,
+        8-byte integers after them), else None; empty where none can."""
+        if any(kind == "scalar" for kind, _, _ in arguments):
+            return ()
+        leading = [how if kind == "param" else np.uint64(0) for kind, _, how in arguments]
+        arrays = [p for p, (kind, _, _) in enumerate(arguments) if kind == "array"]
+        packed = []
+        for (_, grid, block, tail), plain in zip(self.launches, self.plain):
+            values = (*leading, *tail)
+            if plain is None or getattr(getattr(plain[0], "kernel", None), "ptr", None) is None \
+                    or not packable(values, arrays):
+                packed.append(None)
+                continue
+            packed.append(PackedLaunch(cupy_module(), plain[0], grid, block, plain[1], values, arrays))
+        return tuple(packed) if any(p is not None for p in packed) else ()
 
 
 def _bound(function, grid: tuple, block: tuple, args: tuple) -> tuple:

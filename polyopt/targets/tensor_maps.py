@@ -99,22 +99,42 @@ def tensor_map(cupy, address: int, spec: MapSpec):
 
 #: A tiled transpose of 4-byte elements: ``src`` holds ``z`` matrices of ``rows`` x ``k``
 #: elements with the rows contiguous (element (r, kk) at ``kk * k_stride + r``, matrix ``b`` at
-#: ``b * outer``); ``dst`` gets them K-major, each row ``row`` elements apart. 32 x 32 tiles
+#: ``b * outer``); ``dst`` gets them K-major, each row ``row`` elements apart. 64 x 64 tiles
 #: through shared memory (padded against bank conflicts), so both sides are read and written
-#: in whole 128-byte lines.
+#: in whole 128-byte lines; each of the 256 threads keeps its 16 loads of a tile in flight at
+#: once (a whole tile without bound tests), which the copy's bandwidth needs.
 K_MAJOR_COPY = r"""
-extern "C" __global__ void polyopt_k_major_copy(const unsigned *src, unsigned *dst, long rows, long k, long z,
-                                               long k_stride, long outer, long row) {
-  __shared__ unsigned tile[32][33];
-  const long r0 = (long)blockIdx.x * 32, k0 = (long)blockIdx.y * 32;
+extern "C" __global__ void __launch_bounds__(256) polyopt_k_major_copy(const unsigned *src, unsigned *dst, long rows,
+                                                                      long k, long z, long k_stride, long outer,
+                                                                      long row) {
+  __shared__ unsigned tile[64][65];
+  const long r0 = (long)blockIdx.x * 64, k0 = (long)blockIdx.y * 64;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const bool whole = r0 + 64 <= rows && k0 + 64 <= k;
   for (long b = blockIdx.z; b < z; b += gridDim.z) {
-    for (int j = threadIdx.y; j < 32; j += 8)
-      if (k0 + j < k && r0 + threadIdx.x < rows)
-        tile[j][threadIdx.x] = src[b * outer + (k0 + j) * k_stride + r0 + threadIdx.x];
+    const unsigned *const s = src + b * outer + k0 * k_stride + r0;
+    unsigned *const d = dst + (b * rows + r0) * row + k0;
+    if (whole) {
+      #pragma unroll
+      for (int q = 0; q < 16; q++) tile[ty + 8 * (q / 2)][tx + 32 * (q % 2)] = s[(ty + 8 * (q / 2)) * k_stride + tx + 32 * (q % 2)];
+    } else {
+      #pragma unroll
+      for (int q = 0; q < 16; q++) {
+        const int j = ty + 8 * (q / 2), c = tx + 32 * (q % 2);
+        if (k0 + j < k && r0 + c < rows) tile[j][c] = s[j * k_stride + c];
+      }
+    }
     __syncthreads();
-    for (int j = threadIdx.y; j < 32; j += 8)
-      if (r0 + j < rows && k0 + threadIdx.x < k)
-        dst[(b * rows + r0 + j) * row + k0 + threadIdx.x] = tile[threadIdx.x][j];
+    if (whole) {
+      #pragma unroll
+      for (int q = 0; q < 16; q++) d[(ty + 8 * (q / 2)) * row + tx + 32 * (q % 2)] = tile[tx + 32 * (q % 2)][ty + 8 * (q / 2)];
+    } else {
+      #pragma unroll
+      for (int q = 0; q < 16; q++) {
+        const int j = ty + 8 * (q / 2), c = tx + 32 * (q % 2);
+        if (r0 + j < rows && k0 + c < k) d[j * row + c] = tile[c][j];
+      }
+    }
     __syncthreads();
   }
 }
@@ -129,7 +149,7 @@ def k_major_copy_into(cupy, address: int, copy, spec: MapSpec) -> None:
     k_stride, outer = spec.copied_from
     if not _COPY_KERNEL:
         _COPY_KERNEL.append(cupy.RawKernel(K_MAJOR_COPY, "polyopt_k_major_copy"))
-    grid = (-(-rows // 32), -(-k // 32), min(z, 65535))
+    grid = (-(-rows // 64), -(-k // 64), min(z, 65535))
     _COPY_KERNEL[0](grid, (32, 8, 1), (np.uint64(address), copy, *(np.int64(v) for v in (
         rows, k, z, k_stride, outer, spec.strides[0] // 4))))
 

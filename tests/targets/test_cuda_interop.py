@@ -6,10 +6,12 @@ of recorded einsum calls on fake arrays, the benchmark's precision and table log
 one-line error. With CuPy and a GPU (skipped otherwise): CuPy, torch and bare
 ``__cuda_array_interface__`` operands written in place, the same kind returned, repeated calls
 replayed and their host time under 20 us."""
+import contextlib
 import subprocess
 import sys
 import textwrap
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from polyopt import einsum_calls
 from polyopt.bench import einsum_cuda
 from polyopt.cli import main
 from polyopt.errors import ArgumentError
+from polyopt.targets import torch_tensors
 from polyopt.targets.cuda import LaunchRecord, RepeatedCall, array_signature, as_cupy, is_device_array
 
 from conftest import needs_gpu, needs_no_gpu
@@ -142,6 +145,9 @@ class FakeTensor:
         self.shape, self.ptr, self.dtype, self.contiguous = tuple(shape), ptr, dtype, contiguous
         self.device = type("Device", (), {"index": 0})()
 
+    def get_device(self):
+        return self.device.index
+
     def is_contiguous(self):
         return self.contiguous
 
@@ -176,29 +182,70 @@ def test_torch_keys_and_a_torch_replay_on_addresses():
     record = LaunchRecord("mv", (("param", "N", np.int64(4)), ("array", "op0", None), ("array", "op1", None),
                                  ("array", "out", None)),
                           frozenset({"out"}), ((_recording_function(calls), (1, 1, 1), (32, 1, 1), ()),))
-    allocated = []
+    allocated, streams = [], []
 
-    def empty(shape, dtype, device):
+    @contextlib.contextmanager
+    def stream(tensor):  # (torch's current stream for the launches: on_torch_stream)
+        streams.append(tensor)
+        yield
+
+    def empty(like, shape, dtype):  # (Tensor.new_empty: on the first operand's device)
+        assert like is a
         allocated.append(FakeTensor(shape, 1 << 22, dtype))
         return allocated[-1]
 
     device_call = einsum_calls.DeviceCall(record, None, ("op0", "op1"), "out", (), (4,), np.dtype(np.float32))
-    torch_call = einsum_calls.TorchCall.of(device_call, "torch.float32", empty)
+    torch_call = einsum_calls.TorchCall.of(device_call, "torch.float32", empty, stream)
     assert torch_call((a, b)) is allocated[0] and allocated[0].shape == (4,)
+    assert streams == [a]  # the launches in the first operand's stream context
     ((_, _, args),) = calls
     assert args[0] == 4 and all(type(v) is np.uint64 for v in args[1:])
     assert [int(v) for v in args[1:]] == [1 << 20, 1 << 21, 1 << 22]
-    assert einsum_calls.TorchCall.of(einsum_calls.DeviceCall(_scale_record([]), None, ("A",), "B", (), (8,),
-                                                             np.dtype(np.float32)), "torch.float32", empty) is None
+    scale = einsum_calls.DeviceCall(_scale_record([]), None, ("A",), "B", (), (8,), np.dtype(np.float32))
+    assert einsum_calls.TorchCall.of(scale, "torch.float32", empty, stream) is None
     with_temporary = einsum_calls.DeviceCall(record, None, ("op0", "op1"), "out",
                                              (("t0", (4,), np.dtype(np.float32)),), (4,),
                                              np.dtype(np.float32))
-    assert einsum_calls.TorchCall.of(with_temporary, "torch.float32", empty) is None
+    assert einsum_calls.TorchCall.of(with_temporary, "torch.float32", empty, stream) is None
     rounded = einsum_calls.DeviceCall(record, None, ("op0", "op1"), "out", (), (4,), np.dtype(np.float32),
                                       final=lambda value: value)
-    assert einsum_calls.TorchCall.of(rounded, "torch.float32", empty) is None  # no rounding in torch given
-    half_call = einsum_calls.TorchCall.of(rounded, "torch.float32", empty, final=lambda t: ("rounded", t))
+    assert einsum_calls.TorchCall.of(rounded, "torch.float32", empty, stream) is None  # no rounding in torch
+    half_call = einsum_calls.TorchCall.of(rounded, "torch.float32", empty, stream, final=lambda t: ("rounded", t))
     assert half_call((a, b)) == ("rounded", allocated[-1]) and allocated[-1].dtype == "torch.float32"
+
+
+def test_work_on_torch_tensors_goes_on_torchs_current_stream(monkeypatch):
+    """:func:`on_torch_stream` changes nothing for other values, nor where torch's current
+    stream is CuPy's already; otherwise it is CuPy's wrapper of torch's stream (through the
+    CUDA stream protocol where CuPy has ``Stream.from_external``, else ``ExternalStream``),
+    made once per stream and device."""
+    current = {"torch": 0, "cupy": 0}
+    torch = SimpleNamespace(cuda=SimpleNamespace(
+        current_stream=lambda device: SimpleNamespace(cuda_stream=current["torch"])))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(torch_tensors, "_WRAPPERS", {})
+    made = []
+
+    def from_external(handle):
+        made.append(handle.__cuda_stream__())
+        return ("stream", handle.__cuda_stream__()[1])
+    cuda = SimpleNamespace(Stream=SimpleNamespace(from_external=from_external),
+                           get_current_stream=lambda: SimpleNamespace(ptr=current["cupy"]))
+    cupy, tensor = SimpleNamespace(cuda=cuda), FakeTensor((4,), 64)
+    unchanged = torch_tensors.on_torch_stream(cupy, np.zeros(3))
+    assert torch_tensors.on_torch_stream(cupy, tensor) is unchanged  # the same stream: nothing to switch
+    with unchanged:
+        pass
+    current["torch"] = 0x7000
+    assert torch_tensors.on_torch_stream(cupy, tensor) == ("stream", 0x7000)
+    assert torch_tensors.on_torch_stream(cupy, tensor) == ("stream", 0x7000) and made == [(0, 0x7000)]
+    current["cupy"] = 0x7000  # (inside CuPy's with-block of that stream: nothing to switch)
+    assert torch_tensors.on_torch_stream(cupy, tensor) is unchanged
+    current["torch"] = 0x9000  # CuPy without Stream.from_external
+    cuda.Stream, cuda.ExternalStream = SimpleNamespace(), lambda address, device: ("external", address, device)
+    assert torch_tensors.on_torch_stream(cupy, tensor) == ("external", 0x9000, 0)
+    torch._C = SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 0xB000 + device)  # torch's raw read
+    assert torch_tensors.on_torch_stream(cupy, tensor) == ("external", 0xB000, 0)
 
 
 def test_a_launch_record_replays_with_the_new_arrays_and_scalars():
@@ -473,6 +520,41 @@ def test_kernel_and_einsum_on_torch_tensors(scale_kernel):
     out = torch.empty(6, 7, device="cuda")
     assert po.einsum("ij,jk->ik", x, y, out=out) is out
     torch.testing.assert_close(out, x @ y, rtol=1e-5, atol=1e-5)
+
+
+@needs_gpu
+def test_calls_on_torch_tensors_run_on_torchs_current_stream(scale_kernel):
+    """Under ``torch.cuda.stream(s)`` (a stream that does not wait for the legacy default
+    stream), a compiled kernel and po.einsum -- its first call and its recorded repeats, float32
+    and bfloat16 -- on tensors that work on ``s`` writes after a long sleep read the written
+    values: they run on ``s``, after that work, as torch's own operations would."""
+    torch = _torch()
+    if not hasattr(torch.cuda, "_sleep"):
+        pytest.skip("this torch has no torch.cuda._sleep to hold a stream back")
+    stream = torch.cuda.Stream()
+    x, y = torch.randn(256, 128, device="cuda"), torch.randn(128, 64, device="cuda")
+    for dtype in (torch.float32, torch.bfloat16):
+        x, y = x.to(dtype), y.to(dtype)
+        expected = torch.einsum("ij,jk->ik", x.double(), y.double())
+        for _ in range(3):  # the full path, then the recorded one
+            written = torch.zeros_like(x)
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                torch.cuda._sleep(20_000_000)  # (some milliseconds of GPU time before the write)
+                written.copy_(x)
+                result = po.einsum("ij,jk->ik", written, y)
+            stream.synchronize()
+            torch.testing.assert_close(result.double(), expected, rtol=2e-2, atol=2e-1)
+    a, b = torch.arange(8, dtype=torch.float32, device="cuda"), torch.zeros(8, device="cuda")
+    for scale in (2.0, 3.0):
+        source = torch.zeros_like(a)
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(20_000_000)
+            source.copy_(a)
+            scale_kernel(scale, source, b)
+        stream.synchronize()
+        torch.testing.assert_close(b, scale * a)
 
 
 @needs_gpu

@@ -130,7 +130,7 @@ def test_an_operand_read_from_a_k_major_copy_is_copied_before_each_launch(encode
     for _ in range(2):
         function((1,), (384,), bound)
     assert [e[0] for e in events] == ["empty", "copy", "launch", "copy", "launch"]
-    assert events[1] == ("copy", (7, 3, 1), 0x2000, copy_address, (204, 72, 1, 204, 72 * 204, 80))
+    assert events[1] == ("copy", (4, 2, 1), 0x2000, copy_address, (204, 72, 1, 204, 72 * 204, 80))  # 64 x 64 tiles
     assert events[2][1] == bound[3:]  # the maps: the left operand's, the copy's
 
 

@@ -1,0 +1,92 @@
+"""What polyopt needs of PyTorch tensors, without importing torch: whether a value is a CUDA
+tensor (:func:`is_torch_cuda`) or a bfloat16 one (:func:`is_torch_bfloat16`), and the stream to
+launch on for one (:func:`on_torch_stream`).
+
+PyTorch orders the work on a tensor by its *current stream* (``torch.cuda.current_stream``),
+which a program changes with ``with torch.cuda.stream(s):``; polyopt launches on CuPy's current
+stream. The two are the same stream by default (the legacy default stream, address 0), but
+under a torch stream a launch on CuPy's would race with the torch work that wrote the operands
+(torch's streams do not wait for the legacy stream, nor it for them) and with later work on
+the result, and torch's allocator would hand out the result's memory as free on the wrong
+stream. So a call on torch tensors runs inside :func:`on_torch_stream`: torch's current stream
+made CuPy's current one for the call (as CuPy's own ``with stream:`` does), nothing where they
+are the same already.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+
+#: CuPy's wrappers of torch streams by (address, device), made once each (at most this many
+#: kept; a wrapper holds only the address, so a stale one costs nothing).
+MAX_WRAPPERS = 64
+_WRAPPERS: dict[tuple[int, int], object] = {}
+_SAME_STREAM = contextlib.nullcontext()
+
+
+class _StreamHandle:
+    """An object naming a stream by the CUDA stream protocol (``__cuda_stream__``: version 0
+    and the stream's address), which ``cupy.cuda.Stream.from_external`` takes."""
+
+    __slots__ = ("address",)
+
+    def __init__(self, address: int):
+        self.address = address
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return 0, self.address
+
+
+def _wrapper(cupy, address: int, device: int):
+    """CuPy's stream object for the stream at ``address`` on ``device`` (not owned by CuPy):
+    ``Stream.from_external`` where CuPy has it, else ``ExternalStream`` (older CuPy)."""
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(_StreamHandle(address))
+    return cupy.cuda.ExternalStream(address, device)
+
+
+def _is_torch(value) -> bool:
+    return type(value).__module__.split(".")[0] == "torch"
+
+
+def is_torch_cuda(value) -> bool:
+    """Whether ``value`` is a PyTorch tensor on a CUDA device."""
+    return _is_torch(value) and getattr(value, "is_cuda", False)
+
+
+def is_torch_bfloat16(value) -> bool:
+    """Whether ``value`` is a PyTorch tensor of bfloat16."""
+    return _is_torch(value) and str(getattr(value, "dtype", "")) == "torch.bfloat16"
+
+
+def on_torch_stream(cupy, value):
+    """A context manager in which CuPy's current stream is PyTorch's current stream on the device
+    of ``value`` where that is a PyTorch CUDA tensor (torch is imported already then: ``value``
+    is one of its tensors); for other values, and where the two streams are one, it changes
+    nothing."""
+    if not is_torch_cuda(value):
+        return _SAME_STREAM
+    device = value.get_device()
+    address = _current_stream_address(sys.modules["torch"], device)
+    if address == cupy.cuda.get_current_stream().ptr:
+        return _SAME_STREAM
+    key = (address, device)
+    stream = _WRAPPERS.get(key)
+    if stream is None:
+        if len(_WRAPPERS) >= MAX_WRAPPERS:
+            _WRAPPERS.clear()
+        stream = _WRAPPERS[key] = _wrapper(cupy, address, device)
+    return stream
+
+
+def _current_stream_address(torch, device: int) -> int:
+    """The address of torch's current stream on ``device``: from ``_cuda_getCurrentRawStream``
+    where torch has it -- the call Triton and torch's compiler launch with, which makes no
+    ``torch.cuda.Stream`` object (that costs more than the rest of a repeated call's lookup)
+    -- else from the public ``torch.cuda.current_stream``."""
+    raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+__all__ = ["MAX_WRAPPERS", "is_torch_bfloat16", "is_torch_cuda", "on_torch_stream"]
