@@ -106,19 +106,39 @@ def assert_normwise_close(result: dict, expected: dict, dtype, bound: float | No
 class StandInModule:
     """A stand-in for a built CUDA module (no GPU): notes each function loaded outside a graph
     capture in ``loaded``, and each launch -- (kernel, grid, the arguments after the first
-    ``leading``, the ABI's) -- in ``launched``, or in ``capture`` (a list) while one is captured."""
+    ``leading``, the ABI's) -- in ``launched``, or in ``capture`` (a list) while one is captured.
+    As CuPy's, ``get_function`` makes a new kernel object at each call, all on one driver
+    function per name (``.kernel``; its ``ptr`` no number: nothing packs launches for a driver);
+    each dynamic shared memory opt-in (``max_dynamic_shared_size_bytes`` set) is noted in
+    ``opted_in`` as (name, bytes)."""
 
     def __init__(self, leading: int):
         self.leading, self.launched, self.loaded, self.capture = leading, [], [], None
+        self.opted_in, self.drivers = [], {}
 
     def get_function(self, name: str):
         if self.capture is None:
             self.loaded.append(name)
+        return _StandInKernel(self, name, self.drivers.setdefault(name, SimpleNamespace(ptr=f"driver {name}")))
 
-        def launch(grid, block, args, shared_mem=0):
-            into = self.launched if self.capture is None else self.capture
-            into.append((name, tuple(grid), tuple(int(a) for a in args[self.leading:])))
-        return launch
+
+class _StandInKernel:
+    """A kernel object of :class:`StandInModule`."""
+
+    def __init__(self, module: StandInModule, name: str, kernel):
+        self.module, self.name, self.kernel = module, name, kernel
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        into = self.module.launched if self.module.capture is None else self.module.capture
+        into.append((self.name, tuple(grid), tuple(int(a) for a in args[self.module.leading:])))
+
+    @property
+    def max_dynamic_shared_size_bytes(self):
+        raise AttributeError("a stand-in reads no attributes")
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, nbytes: int):
+        self.module.opted_in.append((self.name, nbytes))
 
 
 class StandInArray:

@@ -487,19 +487,24 @@ _CHOSEN: dict[tuple, tuple] = {}
 MAX_CHOSEN = 256
 #: Dynamic shared memory a kernel may take without opting in (bytes).
 STATIC_SHARED_LIMIT = 48 * 1024
-#: Per CuPy kernel (by identity; the kernel is kept), the dynamic shared memory it may take.
+#: Per driver function (its handle; the function is kept, so the handle stays its own), the
+#: dynamic shared memory it may take.
 _SHARED_ALLOWED: dict[int, tuple[object, int]] = {}
 
 
 def allow_dynamic_shared(module, name: str, nbytes: int) -> None:
     """Let kernel ``name`` of the built ``module`` (or of the module a recorder stands in for:
     its ``raw_function``) launch with ``nbytes`` of dynamic shared memory: past
-    :data:`STATIC_SHARED_LIMIT` a kernel has to opt in, once."""
+    :data:`STATIC_SHARED_LIMIT` a kernel has to opt in, once per driver function. (CuPy's
+    ``get_function`` makes a new kernel object at each call, all of them on the one driver
+    function of the current device, ``.kernel``: keyed by the object, the opt-ins grew by one
+    entry and one driver call a launch.)"""
     function = module.raw_function(name) if hasattr(module, "raw_function") else module.get_function(name)
-    if nbytes <= max(STATIC_SHARED_LIMIT, _SHARED_ALLOWED.get(id(function), (None, 0))[1]):
+    loaded = function.kernel
+    if nbytes <= max(STATIC_SHARED_LIMIT, _SHARED_ALLOWED.get(loaded.ptr, (None, 0))[1]):
         return
     function.max_dynamic_shared_size_bytes = nbytes
-    _SHARED_ALLOWED[id(function)] = (function, nbytes)
+    _SHARED_ALLOWED[loaded.ptr] = (loaded, nbytes)
 
 
 __all__ = ["ContractionPlan", "Launch", "allow_dynamic_shared", "array_strides", "async_aligned", "check_precision", "choose_kernel",

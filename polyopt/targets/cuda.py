@@ -910,7 +910,7 @@ class _Recorder:
         packed = []
         for (_, grid, block, tail), plain in zip(self.launches, self.plain):
             values = (*leading, *tail)
-            if plain is None or getattr(getattr(plain[0], "kernel", None), "ptr", None) is None \
+            if plain is None or not isinstance(getattr(getattr(plain[0], "kernel", None), "ptr", None), int) \
                     or not packable(values, arrays):
                 packed.append(None)
                 continue

@@ -275,6 +275,19 @@ def _setup(monkeypatch):
     return compiled, module, arrays, _expected(compiled)
 
 
+def test_a_kernel_opts_in_to_more_dynamic_shared_memory_once(monkeypatch):
+    """CuPy makes a new kernel object at each ``get_function``: the opt-in to dynamic shared
+    memory past 48 KiB is kept per driver function, so repeated launches set it once (and again
+    only for more), and keep no object per launch."""
+    monkeypatch.setattr(contraction, "_SHARED_ALLOWED", {})
+    module = StandInModule(0)
+    for nbytes in (40_000, *[100_000] * 50, 90_000, 120_000):
+        contraction.allow_dynamic_shared(module, "k", nbytes)
+    contraction.allow_dynamic_shared(module, "other", 100_000)
+    assert module.opted_in == [("k", 100_000), ("k", 120_000), ("other", 100_000)]
+    assert len(contraction._SHARED_ALLOWED) == 2
+
+
 def test_the_host_program_launches_the_contraction_kernel_in_place(monkeypatch):
     """``CudaKernel.launch`` (stand-in module, no GPU) runs the general host program, the
     product's launch replaced by the contraction kernel its sizes choose (not the first tile
