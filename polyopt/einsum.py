@@ -59,7 +59,7 @@ from polyopt import einsum_calls
 from polyopt.analysis import expr as E
 from polyopt.targets.contraction import check_precision
 from polyopt.targets.cuda import CudaKernel, LaunchRecord, as_cupy, cupy_module, is_cupy, is_device_array
-from polyopt.targets.torch_tensors import is_torch_bfloat16, on_torch_stream
+from polyopt.targets.torch_tensors import check_untracked, is_torch_bfloat16, on_torch_stream
 from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, SUM_BLOCK, contraction_path, einsum_scop, is_partial_sum,
                                       iteration_count, label_sizes, merge_summed_runs, parse_subscripts, size_parameter,
@@ -584,6 +584,7 @@ def _on_cupy_views(operands: tuple, out, **options):
     memory (no copies); returns ``out`` itself when given, else the result as the kind of the
     first such operand (:func:`_same_kind`)."""
     like = next(v for v in (*operands, out) if is_device_array(v) and not is_cupy(v))
+    check_untracked(operands[1:] if isinstance(operands[0], str) else operands[::2], "einsum")
     if any(is_torch_bfloat16(v) for v in (*operands, out)):
         return _on_bf16_tensors(operands, out, like, **options)
     given = _with_defaults(options)

@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from polyopt.targets.cuda import LaunchRecord, array_signature, is_cupy
-from polyopt.targets.torch_tensors import is_torch_cuda
+from polyopt.targets.torch_tensors import check_untracked, is_torch_cuda
 
 #: Recorded calls kept at most (the oldest go first).
 MAX_CALLS = 1024
@@ -300,6 +300,7 @@ class TorchCall:
         return TorchCall(call.launch, call.operands, call.output, call.shape, dtype, empty, stream, final)
 
     def __call__(self, operands: tuple):
+        check_untracked(operands, "einsum")
         first = operands[0]
         result = self.empty(first, self.shape, self.dtype)
         addresses = {name: op.data_ptr() for name, op in zip(self.operands, operands)}

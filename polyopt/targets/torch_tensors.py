@@ -1,6 +1,7 @@
 """What polyopt needs of PyTorch tensors, without importing torch: whether a value is a CUDA
-tensor (:func:`is_torch_cuda`) or a bfloat16 one (:func:`is_torch_bfloat16`), and the stream to
-launch on for one (:func:`on_torch_stream`).
+tensor (:func:`is_torch_cuda`) or a bfloat16 one (:func:`is_torch_bfloat16`), the stream to
+launch on for one (:func:`on_torch_stream`), and the refusal of tensors whose gradient torch
+tracks (:func:`check_untracked`: po.einsum's result has no backward).
 
 PyTorch orders the work on a tensor by its *current stream* (``torch.cuda.current_stream``),
 which a program changes with ``with torch.cuda.stream(s):``; polyopt launches on CuPy's current
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
+
+from polyopt.errors import ArgumentTypeError
 
 #: CuPy's wrappers of torch streams by (address, device), made once each (at most this many
 #: kept; a wrapper holds only the address, so a stale one costs nothing).
@@ -60,6 +63,17 @@ def is_torch_bfloat16(value) -> bool:
     return _is_torch(value) and str(getattr(value, "dtype", "")) == "torch.bfloat16"
 
 
+def check_untracked(operands, where: str) -> None:
+    """:class:`~polyopt.errors.ArgumentTypeError` where an operand is a PyTorch tensor that
+    requires grad while torch records gradients: polyopt's result has no backward, so the
+    gradient through it would silently be missing from a training step."""
+    for position, value in enumerate(operands):
+        if getattr(value, "requires_grad", False) and _is_torch(value) and sys.modules["torch"].is_grad_enabled():
+            raise ArgumentTypeError(
+                f"{where}: operand {position} is a PyTorch tensor that requires grad, and polyopt records no "
+                "backward; call it under torch.no_grad() or on .detach()ed tensors (torch.einsum for training)")
+
+
 def on_torch_stream(cupy, value):
     """A context manager in which CuPy's current stream is PyTorch's current stream on the device
     of ``value`` where that is a PyTorch CUDA tensor (torch is imported already then: ``value``
@@ -89,4 +103,4 @@ def _current_stream_address(torch, device: int) -> int:
     return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
 
 
-__all__ = ["MAX_WRAPPERS", "is_torch_bfloat16", "is_torch_cuda", "on_torch_stream"]
+__all__ = ["MAX_WRAPPERS", "check_untracked", "is_torch_bfloat16", "is_torch_cuda", "on_torch_stream"]

@@ -20,7 +20,7 @@ import polyopt as po
 from polyopt import einsum_calls
 from polyopt.bench import einsum_cuda
 from polyopt.cli import main
-from polyopt.errors import ArgumentError
+from polyopt.errors import ArgumentError, ArgumentTypeError
 from polyopt.targets import torch_tensors
 from polyopt.targets.cuda import LaunchRecord, RepeatedCall, array_signature, as_cupy, is_device_array
 
@@ -140,6 +140,7 @@ class FakeTensor:
     """Enough of a PyTorch CUDA tensor for the keys and replays of :class:`einsum_calls.TorchCall`."""
 
     is_cuda = True
+    requires_grad = False
 
     def __init__(self, shape, ptr, dtype="torch.float32", contiguous=True):
         self.shape, self.ptr, self.dtype, self.contiguous = tuple(shape), ptr, dtype, contiguous
@@ -212,6 +213,30 @@ def test_torch_keys_and_a_torch_replay_on_addresses():
     assert einsum_calls.TorchCall.of(rounded, "torch.float32", empty, stream) is None  # no rounding in torch
     half_call = einsum_calls.TorchCall.of(rounded, "torch.float32", empty, stream, final=lambda t: ("rounded", t))
     assert half_call((a, b)) == ("rounded", allocated[-1]) and allocated[-1].dtype == "torch.float32"
+
+
+def test_tensors_whose_gradient_torch_tracks_are_refused(monkeypatch):
+    """po.einsum's result has no backward: an operand that requires grad while torch records
+    gradients is a one-line ArgumentTypeError naming it, on the first call and on a recorded
+    repeat (TorchCall) alike; under torch.no_grad() (or detached) the call goes on."""
+    grad = {"enabled": True}
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(is_grad_enabled=lambda: grad["enabled"]))
+    a, b = FakeTensor((4, 8), 1 << 20), FakeTensor((8,), 1 << 21)
+    b.requires_grad = True
+    with pytest.raises(ArgumentTypeError, match=r"einsum: operand 1 is a PyTorch tensor that requires grad.*no_grad"):
+        po.einsum("ij,j->i", a, b)
+    with pytest.raises(ArgumentTypeError, match="operand 1"):
+        po.einsum(a, [0, 1], b, [1], [0])  # (the interleaved form: operands, not sublists, counted)
+    record = LaunchRecord("mv", (("array", "op0", None), ("array", "op1", None), ("array", "out", None)),
+                          frozenset({"out"}), ((_recording_function([]), (1, 1, 1), (32, 1, 1), ()),))
+    call = einsum_calls.TorchCall(record, ("op0", "op1"), "out", (4,), "torch.float32",
+                                  lambda like, shape, dtype: FakeTensor(shape, 1 << 22, dtype),
+                                  lambda tensor: contextlib.nullcontext())
+    with pytest.raises(ArgumentTypeError, match="operand 1"):
+        call((a, b))
+    grad["enabled"] = False
+    assert call((a, b)).shape == (4,)
+    torch_tensors.check_untracked((a, b, np.zeros(2)), "einsum")
 
 
 def test_work_on_torch_tensors_goes_on_torchs_current_stream(monkeypatch):
@@ -520,6 +545,11 @@ def test_kernel_and_einsum_on_torch_tensors(scale_kernel):
     out = torch.empty(6, 7, device="cuda")
     assert po.einsum("ij,jk->ik", x, y, out=out) is out
     torch.testing.assert_close(out, x @ y, rtol=1e-5, atol=1e-5)
+    y.requires_grad_()  # po.einsum records no backward: refused while torch tracks gradients
+    with pytest.raises(ArgumentTypeError, match="requires grad"):
+        po.einsum("ij,jk->ik", x, y)
+    with torch.no_grad():
+        torch.testing.assert_close(po.einsum("ij,jk->ik", x, y), x @ y, rtol=1e-5, atol=1e-5)
 
 
 @needs_gpu
