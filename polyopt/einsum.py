@@ -607,15 +607,17 @@ def _record_torch_call(torch_key: tuple, device_call, dtype) -> None:
     """Record under ``torch_key`` the :class:`~polyopt.einsum_calls.TorchCall` of the call on
     CuPy views that ``device_call`` replays (where it is a recorded launch that allows one), its
     result a tensor of torch dtype ``dtype``: for a half-precision result the kernel's float32
-    sums rounded by torch (``Tensor.to``, to nearest even as the CuPy path rounds), so a repeat
-    makes no CuPy views and no CuPy kernel."""
+    sums rounded by torch (``Tensor.to``, to nearest even as the CuPy path rounds), the
+    intermediate arrays of a contraction path tensors of the same dtypes, so a repeat makes no
+    CuPy views and no CuPy kernel."""
     if not isinstance(device_call, einsum_calls.DeviceCall):
         return
     import torch
     half = device_call.final is not None  # (else the kernel wrote the result in its own type)
     final = (lambda value: value.to(dtype)) if half else None
     torch_call = einsum_calls.TorchCall.of(device_call, torch.float32 if half else dtype, _new_tensor,
-                                           partial(on_torch_stream, cupy_module()), final)
+                                           partial(on_torch_stream, cupy_module()), final,
+                                           lambda kind: getattr(torch, np.dtype(kind).name, None))
     if torch_call is not None:
         einsum_calls.record(torch_key, torch_call)
 

@@ -16,10 +16,11 @@ operand, takes the full path.
 CuPy operands (other GPU arrays arrive as CuPy views of theirs) count with their shape, dtype,
 strides and device (:func:`polyopt.targets.cuda.array_signature`); a GPU call records the CUDA
 kernel's launches (:class:`DeviceCall`), and its repeat allocates the result and launches them
-with the new addresses. A call on contiguous PyTorch CUDA tensors that ran one such kernel,
-with no intermediate array, is also recorded under the tensors' own signature
+with the new addresses. A call on contiguous PyTorch CUDA tensors that ran one such kernel
+is also recorded under the tensors' own signature
 (:func:`torch_call_key`, :class:`TorchCall`): its repeat makes no CuPy views, allocates the
-result with ``torch.empty`` and launches on the tensors' addresses; a float16 or bfloat16 call
+result (and a contraction path's intermediate arrays) with ``Tensor.new_empty`` and launches on
+the tensors' addresses, on torch's current stream; a float16 or bfloat16 call
 then rounds the kernel's float32 sums with torch (``Tensor.to``: to nearest even, as the CuPy
 path; a NaN becomes torch's quiet NaN).
 """
@@ -275,11 +276,14 @@ class TorchCall:
     ``tensor``'s device (``Tensor.new_empty``); ``final``: for a
     half-precision call, the torch conversion of the kernel's float32 sums into the call's type
     (``Tensor.to``, rounding to nearest even as the recorded call's :attr:`DeviceCall.final`
-    does), else None. Only for calls whose kernel writes nothing but the result (no
-    intermediate arrays): the result is allocated here, so it overlaps no operand, and the
-    launches take the tensors' addresses without the overlap check. ``stream``: the context of
-    the launches for a tensor (:func:`~polyopt.targets.torch_tensors.on_torch_stream`: torch's
-    current stream, where torch allocates the result too)."""
+    does), else None; ``temporaries``: (name, shape, torch dtype) of the contraction path's
+    intermediate arrays, allocated per call as the result is and referenced until every launch
+    is queued (on torch's current stream: torch's allocator reuses their memory only for work
+    ordered after those launches). The result and the temporaries are allocated here, so they
+    overlap no operand, and the launches take the tensors' addresses without the overlap check.
+    ``stream``: the context of the launches for a tensor
+    (:func:`~polyopt.targets.torch_tensors.on_torch_stream`: torch's current stream, where torch
+    allocates the result too)."""
 
     launch: LaunchRecord
     operands: tuple[str, ...]
@@ -289,15 +293,21 @@ class TorchCall:
     empty: Callable
     stream: Callable
     final: Callable | None = None
+    temporaries: tuple[tuple[str, tuple[int, ...], object], ...] = ()
 
     @staticmethod
-    def of(call: "DeviceCall", dtype, empty: Callable, stream: Callable, final: Callable | None = None
-           ) -> "TorchCall | None":
-        """The call on tensors of the CuPy-view call ``call`` (None where it has intermediate
-        arrays or scalar arguments, or a final conversion and no ``final`` in torch)."""
-        if call.temporaries or (call.final is not None) != (final is not None) or not call.launch.by_address():
+    def of(call: "DeviceCall", dtype, empty: Callable, stream: Callable, final: Callable | None = None,
+           temporary_dtype: Callable | None = None) -> "TorchCall | None":
+        """The call on tensors of the CuPy-view call ``call`` (None where it has scalar
+        arguments, a final conversion and no ``final`` in torch, or intermediate arrays of a
+        dtype ``temporary_dtype`` (numpy dtype -> torch dtype or None) has no torch dtype for)."""
+        if (call.final is not None) != (final is not None) or not call.launch.by_address():
             return None
-        return TorchCall(call.launch, call.operands, call.output, call.shape, dtype, empty, stream, final)
+        temporaries = tuple((name, shape, temporary_dtype and temporary_dtype(kind))
+                            for name, shape, kind in call.temporaries)
+        if any(kind is None for _, _, kind in temporaries):
+            return None
+        return TorchCall(call.launch, call.operands, call.output, call.shape, dtype, empty, stream, final, temporaries)
 
     def __call__(self, operands: tuple):
         check_untracked(operands, "einsum")
@@ -305,6 +315,9 @@ class TorchCall:
         result = self.empty(first, self.shape, self.dtype)
         addresses = {name: op.data_ptr() for name, op in zip(self.operands, operands)}
         addresses[self.output] = result.data_ptr()
+        held = [self.empty(first, shape, kind) for _, shape, kind in self.temporaries]
+        for (name, _, _), temporary in zip(self.temporaries, held):
+            addresses[name] = temporary.data_ptr()
         with self.stream(first):
             self.launch.at_addresses(addresses)
         return result if self.final is None else self.final(result)

@@ -192,7 +192,7 @@ def test_torch_keys_and_a_torch_replay_on_addresses():
 
     def empty(like, shape, dtype):  # (Tensor.new_empty: on the first operand's device)
         assert like is a
-        allocated.append(FakeTensor(shape, 1 << 22, dtype))
+        allocated.append(FakeTensor(shape, (1 << 22) + 4096 * len(allocated), dtype))
         return allocated[-1]
 
     device_call = einsum_calls.DeviceCall(record, None, ("op0", "op1"), "out", (), (4,), np.dtype(np.float32))
@@ -207,7 +207,23 @@ def test_torch_keys_and_a_torch_replay_on_addresses():
     with_temporary = einsum_calls.DeviceCall(record, None, ("op0", "op1"), "out",
                                              (("t0", (4,), np.dtype(np.float32)),), (4,),
                                              np.dtype(np.float32))
-    assert einsum_calls.TorchCall.of(with_temporary, "torch.float32", empty, stream) is None
+    assert einsum_calls.TorchCall.of(with_temporary, "torch.float32", empty, stream) is None  # no torch dtype
+    torch_dtype = {np.dtype(np.float32): "torch.float32"}.get
+    assert einsum_calls.TorchCall.of(with_temporary, "torch.float32", empty, stream,
+                                     temporary_dtype=lambda kind: None) is None
+    chain_calls = []
+    chain = LaunchRecord("chain", (("array", "op0", None), ("array", "op1", None), ("array", "t0", None),
+                                   ("array", "out", None)), frozenset({"t0", "out"}),
+                         ((_recording_function(chain_calls), (1, 1, 1), (32, 1, 1), ()),))
+    with_temporary = einsum_calls.DeviceCall(chain, None, ("op0", "op1"), "out", (("t0", (6, 2), np.dtype(np.float32)),),
+                                             (4,), np.dtype(np.float32))
+    chained = einsum_calls.TorchCall.of(with_temporary, "torch.float32", empty, stream, temporary_dtype=torch_dtype)
+    assert chained.temporaries == (("t0", (6, 2), "torch.float32"),)
+    result = chained((a, b))  # the result, then the intermediate array, made per call
+    temporary = allocated[-1]
+    assert result is allocated[-2] and temporary.shape == (6, 2) and temporary.dtype == "torch.float32"
+    ((_, _, args),) = chain_calls
+    assert [int(v) for v in args] == [1 << 20, 1 << 21, temporary.ptr, result.ptr] and temporary.ptr != result.ptr
     rounded = einsum_calls.DeviceCall(record, None, ("op0", "op1"), "out", (), (4,), np.dtype(np.float32),
                                       final=lambda value: value)
     assert einsum_calls.TorchCall.of(rounded, "torch.float32", empty, stream) is None  # no rounding in torch
@@ -595,7 +611,7 @@ def test_calls_on_torch_tensors_run_on_torchs_current_stream(scale_kernel):
                                                 ("ij,jk,kl->il", [(7, 9), (9, 5), (5, 3)])])  # a temporary
 def test_repeated_einsum_on_torch_tensors_replays_on_their_addresses(subscripts, shapes):
     """Repeats of a call on contiguous PyTorch tensors launch the recorded kernel on the
-    tensors' addresses (no CuPy views; a TorchCall where the kernel writes only the result):
+    tensors' addresses (no CuPy views; a TorchCall, its intermediate arrays made by torch):
     fresh tensors with other values each time, and operands at an address that is not 16-byte
     aligned (another key: the contraction kernels copy aligned rows with cp.async), give
     torch.einsum's result."""
@@ -611,7 +627,7 @@ def test_repeated_einsum_on_torch_tensors_replays_on_their_addresses(subscripts,
     key = einsum_calls.torch_call_key((subscripts, *ops), None, (None, "K", "safe", "greedy", None, None, "exact"))
     recorded = einsum_calls.recorded(key)
     assert recorded is None or isinstance(recorded, einsum_calls.TorchCall)
-    if len(shapes) == 2 and subscripts != "i,i->":
+    if len(shapes) >= 2 and subscripts != "i,i->":  # (a product of three: its intermediate array made by torch)
         assert isinstance(recorded, einsum_calls.TorchCall)
 
 
