@@ -40,7 +40,7 @@ class _StreamHandle:
         return 0, self.address
 
 
-def _wrapper(cupy, address: int, device: int):
+def _wrapper(cupy, address: int, device: int) -> contextlib.AbstractContextManager:
     """CuPy's stream object for the stream at ``address`` on ``device`` (not owned by CuPy):
     ``Stream.from_external`` where CuPy has it, else ``ExternalStream`` (older CuPy)."""
     from_external = getattr(cupy.cuda.Stream, "from_external", None)
@@ -74,7 +74,7 @@ def check_untracked(operands, where: str) -> None:
                 "backward; call it under torch.no_grad() or on .detach()ed tensors (torch.einsum for training)")
 
 
-def on_torch_stream(cupy, value):
+def on_torch_stream(cupy, value) -> contextlib.AbstractContextManager:
     """A context manager in which CuPy's current stream is PyTorch's current stream on the device
     of ``value`` where that is a PyTorch CUDA tensor (torch is imported already then: ``value``
     is one of its tensors); for other values, and where the two streams are one, it changes
