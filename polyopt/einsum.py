@@ -59,7 +59,7 @@ from polyopt import einsum_calls
 from polyopt.analysis import expr as E
 from polyopt.targets.contraction import check_precision
 from polyopt.targets.cuda import CudaKernel, LaunchRecord, as_cupy, cupy_module, is_cupy, is_device_array
-from polyopt.targets.torch_tensors import check_untracked, is_torch_bfloat16, on_torch_stream
+from polyopt.targets.torch_tensors import check_untracked, is_torch_bfloat16, is_torch_cuda, on_torch_stream
 from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, SUM_BLOCK, contraction_path, einsum_scop, is_partial_sum,
                                       iteration_count, label_sizes, merge_summed_runs, parse_subscripts, size_parameter,
@@ -716,7 +716,7 @@ def _same_kind(result, like):
     """The CuPy array ``result`` as the kind of GPU array ``like``, on the same memory: a PyTorch
     tensor (``torch.as_tensor`` on its ``__cuda_array_interface__``) for a PyTorch operand;
     the CuPy array itself for others (no general way back to an arbitrary producer's type)."""
-    if type(like).__module__.split(".")[0] != "torch":
+    if not is_torch_cuda(like):
         return result
     import torch
     return torch.as_tensor(result, device=like.device)

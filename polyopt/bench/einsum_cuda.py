@@ -25,6 +25,7 @@ import numpy as np
 import polyopt as po
 from polyopt.bench.machine import gpu_info, machine_info, now_utc
 from polyopt.targets.cuda import cupy_module
+from polyopt.targets.torch_tensors import is_torch_cuda
 
 #: (subscripts, operand shapes at scale 1) of issue #17.
 CASES: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...] = (
@@ -128,7 +129,7 @@ def _measure(cp, events, run: Callable[[], object], expected, tolerance: float, 
     """Check ``run()``'s result against ``expected``, then time it (only where correct)."""
     try:
         got = run()
-        if type(got).__module__.split(".")[0] == "torch":
+        if is_torch_cuda(got):
             got = got.double()  # CuPy reads no bf16
         error = _error(cp, cp.asarray(got), expected)
     except Exception as exc:  # an implementation that cannot run this case: say why

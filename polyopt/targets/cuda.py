@@ -715,7 +715,7 @@ class LaunchRecord:
         written arrays overlap nothing (:class:`polyopt.einsum_calls.TorchCall`: a result it
         has just allocated)."""
         names = self._packed_names
-        if names is not None and self.packed[0].here():  # every launch packed: the addresses alone
+        if names is not None and self._packed_here():  # every launch packed: the addresses alone
             for packed, arrays in zip(self.packed, names):
                 packed([addresses[name] for name in arrays])
             return
@@ -729,10 +729,15 @@ class LaunchRecord:
             return None
         return tuple(tuple(self.arguments[p][1] for p in packed.arrays) for packed in self.packed)
 
+    def _packed_here(self) -> bool:
+        """Whether the packed launches may run: the current device is the one they were all
+        recorded on."""
+        return any(packed is not None and packed.here() for packed in self.packed)
+
     def _launch(self, values: list) -> None:
         """Each launch with the kernel arguments ``values`` and its own trailing arguments (a
         packed one with the arrays' addresses alone, on the recording device)."""
-        here = any(packed is not None and packed.here() for packed in self.packed)
+        here = self._packed_here()
         for (function, grid, block, tail), packed in zip(self.launches, self.packed or (None,) * len(self.launches)):
             if packed is not None and here:
                 packed([address_of(values[p]) for p in packed.arrays])
