@@ -57,11 +57,12 @@ from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
 from polyopt.codegen.cuda import CudaSource, cuda_prelude, kernel_parameters
 from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, HALF_STORES, PAIR_TYPES, RUN_STRIDES, Slots,
-                                              UnitStrides, element_store, element_test, fragment_stores,
+                                              UnitStrides, element_store, element_test, element_value, fragment_stores,
                                               grid_loops, half_store, init_text, outer_k_offsets, pair_argument,
                                               pair_k_loops, pair_stride_names, pair_values, reads_output,
                                               scalar_text)
 from polyopt.codegen.cuda_wgmma import wgmma_body, wgmma_helpers, wgmma_shape, wgmma_shared_bytes
+from polyopt.errors import CodegenError
 
 #: The K-loop engines and what they need (element type of the operands and result).
 ENGINES = ("simt", "tf32", "dmma", "hmma")
@@ -987,31 +988,58 @@ def _staged_stores(scop: Scop, c: Contraction, v: Variant, row: str, col: str, t
     16-byte aligned): a warp's fragment stores cover 16 to 64 bytes of eight rows each, which
     left a short sum's tile store-bound (attention's ``bhqd,bhkd->bhqk``, K = 64). An opening
     ``if`` (``else if`` for an ``alternative``), closed by the caller's ``else`` with the
-    fragment stores; ``size``: bytes of a ``c_type`` element."""
+    fragment stores; ``size``: bytes of a ``c_type`` element.
+
+    A tile lying whole in the output (every tile but the last row and column of the grid)
+    takes a path without element tests: with K = 64 the tests of each element against the
+    extents, and the 64-bit address of each vector, were most of the kernel's instructions."""
     per_vector = 16 // size
     pitch, per_row = v.bn + STAGED_PAD, v.bn // per_vector
     test = f"{when} && sCn == 1" if when else "sCn == 1"
     opening = "} else if" if alternative else "if"
+    fragments = [f"        #pragma unroll\n        for (int _i = 0; _i < {im}; _i++)",
+                 f"          #pragma unroll\n          for (int _j = 0; _j < {jn}; _j++)",
+                 "            #pragma unroll\n            for (int _r0 = 0; _r0 < 4; _r0 += 2) {"]
+    pair_store = ["              const int _r = _r0;",
+                  f"              *({pair_type} *)&_Cs[({row}) * {pitch} + {col}] = {pair_make}(_p[0], _p[1]);",
+                  "            }"]
+    value = element_value(scop, c, "_acc[_i][_j][_r]", t)
+    coordinates = [f"              const long _m = _m0 + {row}, _n = _n0 + {col};"] \
+        if re.search(r"\b_[mn]\b", "".join(value)) else []  # only where an epilogue statement reads them
+    whole_values = [f"            {t} _p[2];",
+                    "            #pragma unroll\n            for (int _q = 0; _q < 2; _q++) {",
+                    "              const int _r = _r0 + _q;", *coordinates, *value,
+                    "              _p[_q] = _v;",
+                    "            }"]
     return [f"      {opening} ({test}) {{  /* the tile through shared memory, 16-byte rows */",
             f"        {c_type} *const _Cs = ({c_type} *)_smem;",
-            f"        #pragma unroll\n        for (int _i = 0; _i < {im}; _i++)",
-            f"          #pragma unroll\n          for (int _j = 0; _j < {jn}; _j++)",
-            "            #pragma unroll\n            for (int _r0 = 0; _r0 < 4; _r0 += 2) {",
-            *pair_values(scop, c, row, col, "_acc[_i][_j][_r]", t, offset=False),
-            "              const int _r = _r0;",
-            f"              *({pair_type} *)&_Cs[({row}) * {pitch} + {col}] = {pair_make}(_p[0], _p[1]);",
-            "            }",
+            f"        {c_type} *const _d0 = ({c_type} *){c.output} + _offC + _m0 * sCm + _n0;",
+            "        const bool _inside = _m0 + BM <= _M && _n0 + BN <= _N;",
+            "        if (_inside) {  /* no element outside the output */",
+            *fragments, *whole_values, *pair_store,
+            "        } else {",
+            *fragments, *pair_values(scop, c, row, col, "_acc[_i][_j][_r]", t, offset=False), *pair_store,
+            "        }",
             "        __syncthreads();",
+            f"        if (_inside && ((unsigned long long)_d0 & 15) == 0 && sCm % {per_vector} == 0) {{"
+            "  /* whole aligned rows */",
+            "          #pragma unroll 4",
+            f"          for (int _c = threadIdx.x; _c < BM * {per_row}; _c += {v.threads}) {{",
+            f"            const int _row = _c / {per_row}, _col = _c % {per_row} * {per_vector};",
+            f"            *(uint4 *)(_d0 + _row * sCm + _col) = *(const uint4 *)(_Cs + _row * {pitch} + _col);",
+            "          }",
+            "        } else {",
             f"        for (int _c = threadIdx.x; _c < BM * {per_row}; _c += {v.threads}) {{",
             f"          const int _row = _c / {per_row}, _col = _c % {per_row} * {per_vector};",
             "          const long _m = _m0 + _row, _n = _n0 + _col;",
             "          if (_m < _M && _n < _N) {",
-            f"            {c_type} *const _d = ({c_type} *){c.output} + _offC + _m * sCm + _n;",
+            f"            {c_type} *const _d = _d0 + _row * sCm + _col;",
             f"            const {c_type} *const _s = _Cs + _row * {pitch} + _col;",
             f"            if (_n + {per_vector} <= _N && ((unsigned long long)_d & 15) == 0)"
             " *(uint4 *)_d = *(const uint4 *)_s;",
             f"            else for (int _e = 0; _e < {per_vector} && _n + _e < _N; _e++) _d[_e] = _s[_e];",
             "          }",
+            "        }",
             "        }",
             "        __syncthreads();  /* the next tile's copies reuse the ring */"]
 
@@ -1051,6 +1079,9 @@ def _fragments(scop: Scop, pair: tuple[Operand, Operand], v: Variant, tiles: tup
     a_row, b_row = f"_wm + _i * {fm} + _g + (_q % 2) * 8", f"_wn + _j * {fn} + _g"
     a_value = f"{bits}({a_at(a_row, '_kk + _tg + (_q / 2) * 4')})"
     b_value = f"{bits}({b_at(b_row, '_kk + _tg + _q * 4')})"
+    if v.engine == "hmma" and tiles is not None:
+        half = scop.arrays[pair[0].array].dtype.name
+        return stage + _matrix_loads(tiles, im, jn) + _mma_loop(f"pl_mma_{half}", im, jn)
     if v.engine == "hmma":  # a register holds the halves of K values k, k + 1 (k even)
         half = scop.arrays[pair[0].array].dtype.name
         reg_t, mma = "uint32_t", f"pl_mma_{half}"
@@ -1067,10 +1098,41 @@ def _fragments(scop: Scop, pair: tuple[Operand, Operand], v: Variant, tiles: tup
         f"                _a[_i][_q] = {a_value};",
         f"            #pragma unroll\n            for (int _j = 0; _j < {jn}; _j++)",
         f"              #pragma unroll\n              for (int _q = 0; _q < {per_b}; _q++)",
-        f"                _b[_j][_q] = {b_value};",
-        f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
-        f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
-        f"                {mma}(_acc[_i][_j], _a[_i], _b[_j]);"]
+        f"                _b[_j][_q] = {b_value};"] + _mma_loop(mma, im, jn)
+
+
+def _mma_loop(mma: str, im: int, jn: int) -> list[str]:
+    """The ``im x jn`` MMAs of a warp's tile on fragments ``_a`` and ``_b`` into ``_acc``."""
+    return [f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
+            f"              #pragma unroll\n              for (int _j = 0; _j < {jn}; _j++)",
+            f"                {mma}(_acc[_i][_j], _a[_i], _b[_j]);"]
+
+
+def _matrix_loads(tiles: tuple[StagedTile, StagedTile], im: int, jn: int) -> list[str]:
+    """The A and B fragments of an ``mma.sync`` m16n8k16 step on halves (K values ``_kk`` on),
+    read from the ``cp.async`` ring with ``ldmatrix``: one ``.x4`` (four 8 x 8 matrices) per
+    16 rows of A and per two 8-column blocks of B (every half tile has an even ``jn``),
+    ``.trans`` for a tile whose M or N run is contiguous (``[BK][stride]``), which a 16-bit
+    load and a pack per register read before. Each lane gives one matrix row's address: rows
+    are 16-byte aligned (:data:`_K_MAJOR_STRIDE`, :data:`_ROW_MAJOR_STRIDE`); with those
+    strides the eight rows a phase reads fall in distinct banks."""
+    if jn % 2:
+        raise CodegenError(f"ldmatrix fragments: a warp tile of {jn} 8-column blocks (an even count is loaded in pairs)")
+    a, b = tiles
+    if a.k_major:  # matrix q: rows (q % 2) * 8, K (q / 2) * 8 -- the fragment's order
+        a_at = f"(_wm + _i * 16 + _lane % 16) * {a.stride} + _kk + (_lane / 16) * 8"
+    else:
+        a_at = f"(_kk + (_lane / 16) * 8 + _lane % 8) * {a.stride} + _wm + _i * 16 + (_lane / 8) % 2 * 8"
+    if b.k_major:  # matrix q: column block _j + q / 2, K (q % 2) * 8
+        b_at = f"(_wn + (_j + _lane / 16) * 8 + _lane % 8) * {b.stride} + _kk + (_lane / 8) % 2 * 8"
+    else:
+        b_at = f"(_kk + (_lane / 8) % 2 * 8 + _lane % 8) * {b.stride} + _wn + (_j + _lane / 16) * 8"
+    a_trans, b_trans = ("" if t.k_major else "_t" for t in tiles)
+    return [f"            uint32_t _a[{im}][4], _b[{jn}][2];",
+            f"            #pragma unroll\n            for (int _i = 0; _i < {im}; _i++)",
+            f"              pl_ldsm_x4{a_trans}(_a[_i][0], _a[_i][1], _a[_i][2], _a[_i][3], &_as[{a_at}]);",
+            f"            #pragma unroll\n            for (int _j = 0; _j < {jn}; _j += 2)",
+            f"              pl_ldsm_x4{b_trans}(_b[_j][0], _b[_j][1], _b[_j + 1][0], _b[_j + 1][1], &_bs[{b_at}]);"]
 
 
 def _async_operands(pair: tuple[Operand, Operand], v: Variant, tiles: tuple[StagedTile, StagedTile]):
@@ -1162,6 +1224,14 @@ __device__ inline float pl_tf32(float x) { return __uint_as_float(pl_tf32_bits(x
 __device__ inline void pl_cp16(void *dst, const void *src, int bytes) {
   const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(s), "l"(src), "r"(bytes) : "memory");
+}
+__device__ inline void pl_ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"((unsigned)__cvta_generic_to_shared(p)));
+}
+__device__ inline void pl_ldsm_x4_t(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"((unsigned)__cvta_generic_to_shared(p)));
 }
 __device__ inline void pl_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ inline void pl_cp_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }

@@ -400,10 +400,14 @@ def is_device_array(value) -> bool:
 def as_cupy(value):
     """A CuPy array viewing the GPU memory of the device array ``value`` (no copy: writes through
     it change ``value``): CuPy arrays as they are, ``__cuda_array_interface__`` objects through
-    ``cupy.asarray``, other DLPack producers through ``cupy.from_dlpack``."""
+    ``cupy.asarray``, other DLPack producers through ``cupy.from_dlpack``. A PyTorch tensor that
+    requires grad (allowed under ``torch.no_grad()``: :func:`torch_tensors.check_untracked`) is
+    viewed through ``detach()``, which shares its memory: torch exports no interface otherwise."""
     if is_cupy(value):
         return value
     cupy = cupy_module()
+    if getattr(value, "requires_grad", False) and is_torch_cuda(value):
+        value = value.detach()
     if is_torch_bfloat16(value):  # exported by neither protocol: its bits, as bf16 on CuPy are
         return cupy.asarray(value.view(sys.modules["torch"].int16)).view(cupy.uint16)
     if hasattr(value, "__cuda_array_interface__"):

@@ -566,6 +566,8 @@ def test_kernel_and_einsum_on_torch_tensors(scale_kernel):
         po.einsum("ij,jk->ik", x, y)
     with torch.no_grad():
         torch.testing.assert_close(po.einsum("ij,jk->ik", x, y), x @ y, rtol=1e-5, atol=1e-5)
+        wide = torch.randn(7, 3, device="cuda", requires_grad=True)  # a first call: no recorded launch yet
+        torch.testing.assert_close(po.einsum("ij,jk->ik", y, wide), y @ wide, rtol=1e-5, atol=1e-5)
 
 
 @needs_gpu

@@ -73,6 +73,22 @@ def test_the_kernels_take_the_store_type_last_and_the_host_function_passes_f32()
     assert "*(uint4 *)_d = *(const uint4 *)_s;" in source
     # and a float32 output where the tile fits the ring too (not 128 x 128 halves' ring)
     assert source.count("} else if (!_Ch && sCn == 1) {") == 3
+    # a tile lying whole in the output stages and stores without element tests
+    assert source.count("if (_inside) {  /* no element outside the output */") == 4 + 3
+    assert source.count("if (_inside && ((unsigned long long)_d0 & 15) == 0 && sCm % 8 == 0) {") == 4
+
+
+def test_the_asynchronous_half_kernels_read_their_fragments_with_ldmatrix():
+    """The ``cp.async`` ``mma.sync`` kernels on halves read each A and B fragment from the ring
+    with ``ldmatrix`` (``.trans`` where the tile holds the operand's M or N run contiguous:
+    ``kj`` and ``ki`` below); the register-staged ones keep their 32-bit reads."""
+    def loads(subscripts: str) -> tuple[int, int, int]:
+        source = _kernel(subscripts, [(64, 64), (64, 64)], np.float16).cuda_source
+        return (source.count("pl_ldsm_x4(_a[_i][0]") + source.count("pl_ldsm_x4_t(_a[_i][0]"),
+                source.count("pl_ldsm_x4_t(_a[_i][0]"), source.count("pl_ldsm_x4_t(_b[_j][0]"))
+    assert loads("ik,jk->ij") == (4, 0, 0)  # both tiles K-major, in each of the 4 asynchronous kernels
+    assert loads("ik,kj->ij") == (4, 0, 4)  # B's N run contiguous
+    assert loads("ki,kj->ij") == (4, 4, 4)
 
 
 def test_the_launch_says_which_type_the_output_array_holds():
