@@ -34,7 +34,8 @@ from polyopt.analysis.verify import verify
 from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, MIN_SPLIT_TILES,
                                               OTHER_TILE_SPEED, RUN_ARGUMENTS,
                                               ContractionProgramSource, ContractionSource, Variant,
-                                              contraction_source, engine_for, WGMMA_MIN_K, WGMMA_MIN_SHARE,
+                                              contraction_source, engine_for, NARROW_WGMMA_VARIANT, WGMMA_MIN_K,
+                                              WGMMA_MIN_SHARE,
                                               operand_stride_positions, shared_bytes, staged_tiles,
                                               tile_variants)
 from polyopt.codegen.contraction_text import Slots, half_store
@@ -333,7 +334,9 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
     :data:`~polyopt.codegen.cuda_contraction.WGMMA_MIN_SHARE` of their coordinates in the
     output (not an N of 64); otherwise they never are. ``tma``: the launch may take the
     TMA kernels (not while a stream captures a graph); among the ``wgmma`` kernels they are
-    then the candidates where :func:`tma_specs` allows them, else the others.
+    then the candidates where :func:`tma_specs` allows them, else the others. An N of 64 or
+    less takes :data:`~polyopt.codegen.cuda_contraction.NARROW_WGMMA_VARIANT` (TMA, 128 x 64
+    tiles, the same tests with tiles of that width) and only it.
 
     ``clusters``: the GPU runs thread block clusters (sm_90): the kernels splitting K over one
     (:attr:`~polyopt.codegen.cuda_contraction.Variant.split_k`) are then candidates too where
@@ -346,12 +349,16 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
     if hopper:
         layout = launch_layout(c, hopper[0], extent, shapes)
         m, n, k, z, ko = (layout.arguments[i] for i in (0, 1, 2, 9, 10))
-        tiles = -(-m // 128) * -(-n // 128)
-        if (k * ko >= WGMMA_MIN_K and tiles * z >= sm_count and m * n >= WGMMA_MIN_SHARE * tiles * 128 * 128
+        mapped = [v for v in hopper if v.tma] if tma else []
+        use_tma = bool(mapped) and tma_specs(source, mapped[0], layout) is not None
+        narrow = (n <= 64 and use_tma and NARROW_WGMMA_VARIANT in hopper
+                  and tma_specs(source, NARROW_WGMMA_VARIANT, layout) is not None)
+        width = 64 if narrow else 128
+        tiles = -(-m // 128) * -(-n // width)
+        if (k * ko >= WGMMA_MIN_K and tiles * z >= sm_count and m * n >= WGMMA_MIN_SHARE * tiles * 128 * width
                 and async_aligned(c, hopper[0], layout, aligned_operands)):
-            mapped = [v for v in hopper if v.tma] if tma else []
-            use_tma = bool(mapped) and tma_specs(source, mapped[0], layout) is not None
-            return _best(source, extent, shapes, sm_count, lambda v: v.wgmma and v.tma == use_tma)
+            return _best(source, extent, shapes, sm_count,
+                         lambda v: v.wgmma and v.tma == use_tma and (v == NARROW_WGMMA_VARIANT) == narrow)
     asynchronous = [v for _, v in source.variants if v.asynchronous and not v.wgmma]
     use_async = bool(asynchronous) and async_aligned(
         c, asynchronous[0], launch_layout(c, asynchronous[0], extent, shapes), aligned_operands)

@@ -12,7 +12,7 @@ import pytest
 
 import polyopt as po
 from polyopt.analysis.contraction import find_contraction
-from polyopt.codegen.cuda_contraction import WGMMA_VARIANTS, ContractionSource
+from polyopt.codegen.cuda_contraction import NARROW_WGMMA_VARIANT, WGMMA_VARIANTS, ContractionSource
 from polyopt.codegen.cuda_wgmma import sum_scale, tma_layouts
 from polyopt.analysis import expr as E
 from polyopt.targets import contraction
@@ -120,6 +120,25 @@ def test_tma_kernels_are_chosen_where_the_operands_are_plain_2d_views():
     # syr2k's two operand pairs: the tensor copies address one pair's operands
     two_pairs = find_contraction(scop_of(po.suite.get("syr2k").kernel))
     assert len(two_pairs.pairs) == 2 and not tma_layouts(two_pairs, WGMMA_VARIANTS["hmma"][0])
+
+
+def test_a_narrow_output_takes_the_128_x_64_tma_kernel():
+    """An N of 64 (attention's ``bhqk,bhkd->bhqd``, d = 64) takes the TMA ``wgmma`` kernel of 128 x 64
+    tiles where TMA may run, and the ``mma.sync`` kernels where it may not (a graph capture); a
+    wider N never takes it."""
+    source = _source("bhqk,bhkd->bhqd", [(2, 2, 8, 64), (2, 2, 64, 64)])
+    shapes = {"op0": (8, 16, 512, 512), "op1": (8, 16, 512, 64), "out": (8, 16, 512, 64)}
+    extent = {"i_b": 8, "i_h": 16, "i_q": 512, "i_k": 512, "i_d": 64}
+    _, variant, layout = choose_kernel(source, extent, shapes, 132, wgmma=True, tma=True)
+    assert variant == NARROW_WGMMA_VARIANT and variant.bn == 64
+    left, right = contraction.tma_specs(source, variant, layout)
+    assert left.box == (64, 128, 1) and right.box == (64, 64, 1)  # B (k, d) N-major: a box of 64 d by 64 k
+    assert not choose_kernel(source, extent, shapes, 132, wgmma=True, tma=False)[1].wgmma
+    wide = {"op0": (8, 16, 512, 512), "op1": (8, 16, 512, 128), "out": (8, 16, 512, 128)}
+    assert choose_kernel(source, {**extent, "i_d": 128}, wide, 132, wgmma=True, tma=True)[1] != NARROW_WGMMA_VARIANT
+    short = {"op0": (8, 16, 512, 128), "op1": (8, 16, 128, 64), "out": (8, 16, 512, 64)}  # K = 128: mma.sync
+    assert not choose_kernel(source, {**extent, "i_k": 128}, short, 132, wgmma=True, tma=True)[1].wgmma
+    assert NARROW_WGMMA_VARIANT in WGMMA_VARIANTS["hmma"] and NARROW_WGMMA_VARIANT not in WGMMA_VARIANTS["tf32"]
 
 
 def test_the_tma_kernel_text():
@@ -316,6 +335,25 @@ def test_large_f16_einsum_takes_wgmma_on_hopper():
     result = po.einsum("ij,jk->ik", cupy.asarray(a), cupy.asarray(b)).get()
     assert module_has_wgmma(kernel.compiled.source), "the sm_90a build failed (see the RuntimeWarning)"
     assert _relative_error(result, a.astype(float) @ b.astype(float)) < 2e-3
+
+
+@needs_gpu
+def test_attention_values_take_the_narrow_tma_kernel(monkeypatch):
+    """Unforced: f16 ``bhqk,bhkd->bhqd`` with d = 64 (and a ragged q) takes the 128 x 64 TMA
+    kernel on Hopper, first call and recorded repeat alike, and is right."""
+    import cupy
+
+    if not _hopper():
+        pytest.skip("wgmma needs compute capability 9.0")
+    einsum_calls.clear()
+    taken = note_contraction_choices(monkeypatch, "bn")
+    rng = np.random.default_rng(3)
+    p, v = (rng.standard_normal(shape).astype(np.float16) for shape in ((4, 16, 500, 512), (4, 16, 512, 64)))
+    expected = np.einsum("bhqk,bhkd->bhqd", p.astype(np.float64), v.astype(np.float64))
+    for _ in range(2):
+        result = po.einsum("bhqk,bhkd->bhqd", cupy.asarray(p), cupy.asarray(v)).get()
+        assert _relative_error(result, expected) < 2e-3
+    assert taken == [64]  # chosen once: the repeat replays the recorded launch
 
 
 @needs_gpu
