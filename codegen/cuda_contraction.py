@@ -159,6 +159,11 @@ def contraction_steps(source: CudaSource) -> tuple[ContractionSource, ...]:
     return source.steps if isinstance(source, ContractionProgramSource) else ()
 
 
+#: The TMA ``wgmma`` kernel for contractions of at most 64 output columns (attention's
+#: ``bhqk,bhkd->bhqd``): 128 x 64 tiles, where the 128 x 128 ones leave half of each tile idle.
+#: Taken only there (:func:`polyopt.targets.contraction.choose_kernel`), the others elsewhere.
+NARROW_WGMMA_VARIANT = Variant("hmma", 128, 64, 64, 384, stages=4, wgmma=True, inflight=1, specialized=True,
+                               blocks_per_sm=1, tma=True)
 #: The ``wgmma`` kernels (sm_90a) per engine, listed after the others (the launch takes them
 #: only from a module built for sm_90a, :func:`polyopt.targets.contraction.choose_kernel`).
 #: First the TMA kernels (warp-specialized, one producer thread issuing tensor copies,
@@ -172,11 +177,6 @@ def contraction_steps(source: CudaSource) -> tuple[ContractionSource, ...]:
 #: (one block's epilogue under the other's products). On an H100, f16 4096^3 with every variant
 #: forced: 0.38, 0.45, 0.49, 0.66 and 0.43 ms in this order (TF32 alike): the last three are
 #: taken only where forced (docs/performance.md, "Contractions").
-#: The TMA ``wgmma`` kernel for contractions of at most 64 output columns (attention's
-#: ``bhqk,bhkd->bhqd``): 128 x 64 tiles, where the 128 x 128 ones leave half of each tile idle.
-#: Taken only there (:func:`polyopt.targets.contraction.choose_kernel`), the others elsewhere.
-NARROW_WGMMA_VARIANT = Variant("hmma", 128, 64, 64, 384, stages=4, wgmma=True, inflight=1, specialized=True,
-                               blocks_per_sm=1, tma=True)
 WGMMA_VARIANTS = {
     "hmma": (Variant("hmma", 128, 256, 64, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1,
                      tma=True),
