@@ -57,7 +57,7 @@ from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
 from polyopt.codegen.cuda import CudaSource, cuda_prelude, kernel_parameters
 from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, HALF_STORES, PAIR_TYPES, RUN_STRIDES, Slots,
-                                              UnitStrides, element_store, element_test, element_value, fragment_stores,
+                                              UnitStrides, element_store, element_test, fragment_stores,
                                               grid_loops, half_store, init_text, outer_k_offsets, pair_argument,
                                               pair_k_loops, pair_stride_names, pair_values, reads_output,
                                               scalar_text)
@@ -992,7 +992,8 @@ def _staged_stores(scop: Scop, c: Contraction, v: Variant, row: str, col: str, t
 
     A tile lying whole in the output (every tile but the last row and column of the grid)
     takes a path without element tests: with K = 64 the tests of each element against the
-    extents, and the 64-bit address of each vector, were most of the kernel's instructions."""
+    extents, and the 64-bit address of each vector, were most of the kernel's instructions.
+    Its pairs are staged without tests only where no epilogue statement follows the sum."""
     per_vector = 16 // size
     pitch, per_row = v.bn + STAGED_PAD, v.bn // per_vector
     test = f"{when} && sCn == 1" if when else "sCn == 1"
@@ -1003,23 +1004,17 @@ def _staged_stores(scop: Scop, c: Contraction, v: Variant, row: str, col: str, t
     pair_store = ["              const int _r = _r0;",
                   f"              *({pair_type} *)&_Cs[({row}) * {pitch} + {col}] = {pair_make}(_p[0], _p[1]);",
                   "            }"]
-    value = element_value(scop, c, "_acc[_i][_j][_r]", t)
-    coordinates = [f"              const long _m = _m0 + {row}, _n = _n0 + {col};"] \
-        if re.search(r"\b_[mn]\b", "".join(value)) else []  # only where an epilogue statement reads them
-    whole_values = [f"            {t} _p[2];",
-                    "            #pragma unroll\n            for (int _q = 0; _q < 2; _q++) {",
-                    "              const int _r = _r0 + _q;", *coordinates, *value,
-                    "              _p[_q] = _v;",
-                    "            }"]
+    tested = [*fragments, *pair_values(scop, c, row, col, "_acc[_i][_j][_r]", t, offset=False), *pair_store]
+    whole = [*fragments, f"            {t} _p[2] = {{({t})_acc[_i][_j][_r0], ({t})_acc[_i][_j][_r0 + 1]}};",
+             *pair_store]
+    # (with epilogue statements both ways: a second copy of them cost the register-limited kernels spills)
+    staged = (["        if (_inside) {  /* no element outside the output */", *whole, "        } else {", *tested,
+               "        }"] if not c.epilogue else tested)
     return [f"      {opening} ({test}) {{  /* the tile through shared memory, 16-byte rows */",
             f"        {c_type} *const _Cs = ({c_type} *)_smem;",
             f"        {c_type} *const _d0 = ({c_type} *){c.output} + _offC + _m0 * sCm + _n0;",
             "        const bool _inside = _m0 + BM <= _M && _n0 + BN <= _N;",
-            "        if (_inside) {  /* no element outside the output */",
-            *fragments, *whole_values, *pair_store,
-            "        } else {",
-            *fragments, *pair_values(scop, c, row, col, "_acc[_i][_j][_r]", t, offset=False), *pair_store,
-            "        }",
+            *staged,
             "        __syncthreads();",
             f"        if (_inside && ((unsigned long long)_d0 & 15) == 0 && sCm % {per_vector} == 0) {{"
             "  /* whole aligned rows */",
