@@ -11,7 +11,7 @@ under a torch stream a launch on CuPy's would race with the torch work that wrot
 the result, and torch's allocator would hand out the result's memory as free on the wrong
 stream. So a call on torch tensors runs inside :func:`on_torch_stream`: torch's current stream
 made CuPy's current one for the call (as CuPy's own ``with stream:`` does), nothing where they
-are the same already.
+are the same already; for a tensor on another GPU than CuPy's current device, its device first.
 """
 from __future__ import annotations
 
@@ -77,11 +77,27 @@ def check_untracked(operands, where: str) -> None:
 def on_torch_stream(cupy, value) -> contextlib.AbstractContextManager:
     """A context manager in which CuPy's current stream is PyTorch's current stream on the device
     of ``value`` where that is a PyTorch CUDA tensor (torch is imported already then: ``value``
-    is one of its tensors); for other values, and where the two streams are one, it changes
-    nothing."""
+    is one of its tensors), that device made CuPy's current one first where it is another (a
+    tensor on ``cuda:1``: the launches, allocations and stream belong to its device); for other
+    values, and where the two streams are one, it changes nothing."""
     if not is_torch_cuda(value):
         return _SAME_STREAM
     device = value.get_device()
+    if device != cupy.cuda.runtime.getDevice():
+        return _on_device(cupy, device)
+    return _torch_stream(cupy, device)
+
+
+@contextlib.contextmanager
+def _on_device(cupy, device: int):
+    """CuPy's current device ``device``, and in it torch's current stream there."""
+    with cupy.cuda.Device(device), _torch_stream(cupy, device) as stream:
+        yield stream
+
+
+def _torch_stream(cupy, device: int) -> contextlib.AbstractContextManager:
+    """CuPy's wrapper of torch's current stream on ``device`` (CuPy's current device), nothing
+    where CuPy's current stream is that one already."""
     address = _current_stream_address(sys.modules["torch"], device)
     if address == cupy.cuda.get_current_stream().ptr:
         return _SAME_STREAM

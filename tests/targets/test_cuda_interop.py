@@ -271,7 +271,8 @@ def test_work_on_torch_tensors_goes_on_torchs_current_stream(monkeypatch):
         made.append(handle.__cuda_stream__())
         return ("stream", handle.__cuda_stream__()[1])
     cuda = SimpleNamespace(Stream=SimpleNamespace(from_external=from_external),
-                           get_current_stream=lambda: SimpleNamespace(ptr=current["cupy"]))
+                           get_current_stream=lambda: SimpleNamespace(ptr=current["cupy"]),
+                           runtime=SimpleNamespace(getDevice=lambda: 0))
     cupy, tensor = SimpleNamespace(cuda=cuda), FakeTensor((4,), 64)
     unchanged = torch_tensors.on_torch_stream(cupy, np.zeros(3))
     assert torch_tensors.on_torch_stream(cupy, tensor) is unchanged  # the same stream: nothing to switch
@@ -287,6 +288,40 @@ def test_work_on_torch_tensors_goes_on_torchs_current_stream(monkeypatch):
     assert torch_tensors.on_torch_stream(cupy, tensor) == ("external", 0x9000, 0)
     torch._C = SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 0xB000 + device)  # torch's raw read
     assert torch_tensors.on_torch_stream(cupy, tensor) == ("external", 0xB000, 0)
+
+
+def test_work_on_a_tensor_of_another_gpu_goes_to_its_device(monkeypatch):
+    """A tensor on ``cuda:1`` while CuPy's current device is 0: the call makes its device CuPy's
+    current one (launches, allocations and the stream are that device's), then torch's current
+    stream there -- also where that is the default stream, whose address 0 is CuPy's current
+    stream on every device. Back on device 0 after the call."""
+    entered = []
+    state = {"device": 0}
+
+    class Device:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            entered.append(self.index)
+            self.previous, state["device"] = state["device"], self.index
+
+        def __exit__(self, *exc):
+            state["device"] = self.previous
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(
+        _C=SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 0x5000 * device)))
+    monkeypatch.setattr(torch_tensors, "_WRAPPERS", {})
+    cuda = SimpleNamespace(Device=Device, runtime=SimpleNamespace(getDevice=lambda: state["device"]),
+                           get_current_stream=lambda: SimpleNamespace(ptr=0),
+                           Stream=SimpleNamespace(from_external=lambda handle: contextlib.nullcontext(
+                               ("stream", handle.__cuda_stream__()[1], state["device"]))))
+    cupy, tensor = SimpleNamespace(cuda=cuda), FakeTensor((4,), 64)
+    tensor.device.index = 1
+    with torch_tensors.on_torch_stream(cupy, tensor) as stream:
+        assert state["device"] == 1 and stream == ("stream", 0x5000, 1)  # torch's stream on device 1
+    assert entered == [1] and state["device"] == 0
+    tensor.device.index = 0  # the current device, its default stream: nothing to enter
+    assert torch_tensors.on_torch_stream(cupy, tensor) is torch_tensors.on_torch_stream(cupy, np.zeros(1))
 
 
 def test_a_launch_record_replays_with_the_new_arrays_and_scalars():
