@@ -159,6 +159,11 @@ def contraction_steps(source: CudaSource) -> tuple[ContractionSource, ...]:
     return source.steps if isinstance(source, ContractionProgramSource) else ()
 
 
+#: The TMA ``wgmma`` kernel for contractions of at most 64 output columns (attention's
+#: ``bhqk,bhkd->bhqd``): 128 x 64 tiles, where the 128 x 128 ones leave half of each tile idle.
+#: Taken only there (:func:`polyopt.targets.contraction.choose_kernel`), the others elsewhere.
+NARROW_WGMMA_VARIANT = Variant("hmma", 128, 64, 64, 384, stages=4, wgmma=True, inflight=1, specialized=True,
+                               blocks_per_sm=1, tma=True)
 #: The ``wgmma`` kernels (sm_90a) per engine, listed after the others (the launch takes them
 #: only from a module built for sm_90a, :func:`polyopt.targets.contraction.choose_kernel`).
 #: First the TMA kernels (warp-specialized, one producer thread issuing tensor copies,
@@ -181,7 +186,8 @@ WGMMA_VARIANTS = {
              Variant("hmma", 128, 128, 64, 256, stages=4, wgmma=True),
              Variant("hmma", 128, 256, 64, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1),
              Variant("hmma", 128, 128, 64, 384, stages=6, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1),
-             Variant("hmma", 128, 128, 64, 256, stages=3, wgmma=True, blocks_per_sm=2)),
+             Variant("hmma", 128, 128, 64, 256, stages=3, wgmma=True, blocks_per_sm=2),
+             NARROW_WGMMA_VARIANT),
     "tf32": (Variant("tf32", 128, 256, 32, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1,
                      tma=True),
              Variant("tf32", 128, 128, 32, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1,
