@@ -1118,7 +1118,7 @@ def _matrix_loads(tiles: tuple[StagedTile, StagedTile], im: int, jn: int) -> lis
     are 16-byte aligned (:data:`_K_MAJOR_STRIDE`, :data:`_ROW_MAJOR_STRIDE`); with those
     strides the eight rows a phase reads fall in distinct banks."""
     if jn % 2:
-        raise CodegenError(f"ldmatrix fragments: a warp tile of {jn} 8-column blocks (an even count is loaded in pairs)")
+        raise CodegenError(f"ldmatrix fragments: a warp tile of {jn} 8-column blocks (they are loaded in pairs)")
     a, b = tiles
     if a.k_major:  # matrix q: rows (q % 2) * 8, K (q / 2) * 8 -- the fragment's order
         a_at = f"(_wm + _i * 16 + _lane % 16) * {a.stride} + _kk + (_lane / 16) * 8"

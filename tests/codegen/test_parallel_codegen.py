@@ -241,9 +241,6 @@ def test_gemm_hot_loop_uses_widest_vectors(algorithm, options):
     lanes = llvm_backend._widest_vector_bits() // 64
     if lanes < 4:
         pytest.skip("host has no 256- or 512-bit vectors")
-    if lanes == 8 and algorithm == "pluto":
-        pytest.xfail("known gap (2026-11-28): on an AVX-512 host LLVM vectorizes the tiled gemm loop with 4 doubles "
-                     "a vector (the original order's with 8), register tiles or not")
     compiled = po.compile(po.suite.get("gemm").kernel, algorithm=algorithm, **options)
     assert f'"prefer-vector-width"="{lanes * 64}"' in compiled.llvm_ir
     vector = re.escape(f"<{lanes} x double>")
