@@ -1056,12 +1056,9 @@ def _fragments(scop: Scop, pair: tuple[Operand, Operand], v: Variant, tiles: tup
         def at(buffer: str, tile: StagedTile, operand) -> callable:
             def element(r: str, k: str) -> str:
                 index = f"({r}) * {tile.stride} + ({k})" if tile.k_major else f"({k}) * {tile.stride} + ({r})"
-                if v.engine == "hmma":  # the halves themselves (products and sums are the MMA's, in f32)
-                    return f"{buffer}[{index}]"
                 return scalar_text(scop, operand.value, f"{buffer}[{index}]")
             return element
         a_at, b_at = at("_as", tiles[0], pair[0]), at("_bs", tiles[1], pair[1])
-        a_k_major, b_k_major = tiles[0].k_major, tiles[1].k_major
         stage = [f"            const {op_t} *const _as = _As + _cs * {tiles[0].elements}, "
                  f"*const _bs = _Bs + _cs * {tiles[1].elements};"]
     else:
@@ -1070,27 +1067,23 @@ def _fragments(scop: Scop, pair: tuple[Operand, Operand], v: Variant, tiles: tup
 
         def b_at(r: str, k: str) -> str:
             return f"_Bs[_cur][{r}][{k}]"
-        a_k_major = b_k_major = True
         stage = []
-    if v.engine == "tf32":  # TF32 operands as 32-bit registers (rounded here unless the tile was)
-        reg_t, mma = "uint32_t", "pl_mma_tf32"
-        bits = "pl_tf32_bits" if v.asynchronous else "__float_as_uint"
-    else:
-        reg_t, mma, bits = "double", "pl_mma_f64", ""
     a_row, b_row = f"_wm + _i * {fm} + _g + (_q % 2) * 8", f"_wn + _j * {fn} + _g"
-    a_value = f"{bits}({a_at(a_row, '_kk + _tg + (_q / 2) * 4')})"
-    b_value = f"{bits}({b_at(b_row, '_kk + _tg + _q * 4')})"
-    if v.engine == "hmma" and tiles is not None:
-        half = scop.arrays[pair[0].array].dtype.name
-        return stage + _matrix_loads(tiles, im, jn) + _mma_loop(f"pl_mma_{half}", im, jn)
     if v.engine == "hmma":  # a register holds the halves of K values k, k + 1 (k even)
-        half = scop.arrays[pair[0].array].dtype.name
-        reg_t, mma = "uint32_t", f"pl_mma_{half}"
-
-        def pair(at, k_major: bool, r: str, k: str) -> str:
-            return f"*(const uint32_t *)&{at(r, k)}" if k_major else f"pl_pack_{half}({at(r, k)}, {at(r, f'{k} + 1')})"
-        a_value = pair(a_at, a_k_major, a_row, "_kk + _tg * 2 + (_q / 2) * 8")
-        b_value = pair(b_at, b_k_major, b_row, "_kk + _tg * 2 + _q * 8")
+        reg_t, mma = "uint32_t", f"pl_mma_{scop.arrays[pair[0].array].dtype.name}"
+        if tiles is not None:  # from the cp.async ring (products and sums are the MMA's, in f32)
+            return stage + _matrix_loads(tiles, im, jn) + _mma_loop(mma, im, jn)
+        # the register-staged buffers hold K contiguous: a register is two adjacent halves
+        a_value = f"*(const uint32_t *)&{a_at(a_row, '_kk + _tg * 2 + (_q / 2) * 8')}"
+        b_value = f"*(const uint32_t *)&{b_at(b_row, '_kk + _tg * 2 + _q * 8')}"
+    else:
+        if v.engine == "tf32":  # TF32 operands as 32-bit registers (rounded here unless the tile was)
+            reg_t, mma = "uint32_t", "pl_mma_tf32"
+            bits = "pl_tf32_bits" if v.asynchronous else "__float_as_uint"
+        else:
+            reg_t, mma, bits = "double", "pl_mma_f64", ""
+        a_value = f"{bits}({a_at(a_row, '_kk + _tg + (_q / 2) * 4')})"
+        b_value = f"{bits}({b_at(b_row, '_kk + _tg + _q * 4')})"
 
     return stage + [
         f"            {reg_t} _a[{im}][{per_a}], _b[{jn}][{per_b}];",
@@ -1208,11 +1201,8 @@ def _async_pipeline(pair: tuple[Operand, Operand], v: Variant, tiles: tuple[Stag
 
 
 def _half_helpers(half: str) -> str:
-    """The ``hmma`` engine's MMA and register packing for half type ``half`` (f16 or bf16)."""
-    c_type, bits = {"f16": ("__half", "__half_as_ushort"), "bf16": ("__nv_bfloat16", "__bfloat16_as_ushort")}[half]
-    return (f"__device__ inline uint32_t pl_pack_{half}({c_type} lo, {c_type} hi) "
-            f"{{ return (uint32_t){bits}(lo) | ((uint32_t){bits}(hi) << 16); }}\n"
-            f"__device__ inline void pl_mma_{half}(float *c, const uint32_t *a, const uint32_t *b) {{\n"
+    """The ``hmma`` engine's MMA for half type ``half`` (f16 or bf16)."""
+    return (f"__device__ inline void pl_mma_{half}(float *c, const uint32_t *a, const uint32_t *b) {{\n"
             f'  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{half}.{half}.f32 {{%0,%1,%2,%3}}, '
             '{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"\n'
             '               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])\n'
