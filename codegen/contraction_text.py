@@ -369,13 +369,121 @@ def fragment_stores(scop: Scop, c: Contraction, row: str, col: str, acc: str, t:
             "          }"]
 
 
+#: Elements of padding after each row of a staged output tile: rows stay 16-byte aligned, and
+#: the fragments' pair stores fall into distinct banks (16, 32 and 64 bytes of padding for
+#: halves, floats and doubles: the accesses of a warp's 4-, 8- and 16-byte stores are served a
+#: whole, a half and a quarter warp at a time).
+STAGED_PAD = 8
+
+
+@dataclass(frozen=True)
+class StagedType:
+    """An element type a kernel may stage its output tile in (:func:`staged_stores`): its C
+    type, the pair type and constructor of two adjacent elements, the launch condition under
+    which the output holds it ("" for always) and its bytes."""
+
+    c_type: str
+    pair_type: str
+    pair_make: str
+    when: str
+    size: int
+
+
+@dataclass(frozen=True)
+class StagingScope:
+    """Who writes back the rows of a staged output tile they staged (:func:`staged_stores`): the
+    whole block (every row of the tile, after a block barrier) or one warp (its own rows of
+    fragments, after a warp barrier: no other warp waits). ``first``: this thread's first
+    vector, ``threads``: the vectors' stride, ``rows`` from tile row ``row0``."""
+
+    first: str
+    threads: int
+    rows: int
+    row0: str
+    sync: str
+
+    @staticmethod
+    def block(threads: int, rows: int) -> "StagingScope":
+        return StagingScope("threadIdx.x", threads, rows, "0", "__syncthreads()")
+
+    @staticmethod
+    def warp(row0: str) -> "StagingScope":
+        """The 16 rows of a warp's fragments from ``row0`` (mma.sync's m16, a wgmma warp's quarter)."""
+        return StagingScope("_lane", 32, 16, row0, "__syncwarp()")
+
+
+def staged_stores(scop: Scop, c: Contraction, fragments: list[str], row: str, col: str, acc: str, t: str,
+                  buffer: str, bn: int, scope: StagingScope, kind: StagedType, alternative: bool, whole: bool
+                  ) -> list[str]:
+    """The stores of an output tile through shared memory in unit column stride (and
+    ``kind.when``, a launch condition): each thread's pairs of finished elements (``fragments``:
+    the loop headers over its fragments' pairs, ``_r0`` the first register of a pair, ``acc``
+    the finished value of register ``_r``, at tile row ``row``, column ``col``), as
+    ``kind.c_type`` pairs, into the tile at ``buffer`` (``bn`` columns and :data:`STAGED_PAD`
+    a row), then the ``scope`` writes its rows in 16-byte vectors (an element at a time at a
+    ragged edge or where a row is not 16-byte aligned): a warp's fragment stores cover 16 to 64
+    bytes of eight rows each, which left a short sum's tile store-bound (attention's
+    ``bhqd,bhkd->bhqk``, K = 64). An opening ``if`` (``else if`` for an ``alternative``),
+    closed by the caller's ``else`` with the fragment stores.
+
+    A tile lying whole in the output (every tile but the last row and column of the grid)
+    takes a path without element tests: with K = 64 the tests of each element against the
+    extents, and the 64-bit address of each vector, were most of the kernel's instructions.
+    Its pairs are staged without tests only where ``whole`` (no epilogue statement follows the
+    sum: a second copy of them cost the register-limited kernels spills)."""
+    per_vector = 16 // kind.size
+    pitch, per_row = bn + STAGED_PAD, bn // per_vector
+    test = f"{kind.when} && sCn == 1" if kind.when else "sCn == 1"
+    opening = "} else if" if alternative else "if"
+    pair_store = ["              const int _r = _r0;",
+                  f"              *({kind.pair_type} *)&_Cs[({row}) * {pitch} + {col}] = "
+                  f"{kind.pair_make}(_p[0], _p[1]);",
+                  "            }"]
+    tested = [*fragments, *pair_values(scop, c, row, col, acc, t, offset=False), *pair_store]
+    untested = [*fragments, f"            {t} _p[2];",
+                "            #pragma unroll\n            for (int _q = 0; _q < 2; _q++) {",
+                f"              const int _r = _r0 + _q; _p[_q] = ({t})({acc});",
+                "            }", *pair_store]
+    staged = (["        if (_inside) {  /* no element outside the output */", *untested, "        } else {", *tested,
+               "        }"] if whole else tested)
+    vectors = f"{scope.rows} * {per_row}"
+    row_of = f"{scope.row0} + _c / {per_row}" if scope.row0 != "0" else f"_c / {per_row}"
+    return [f"      {opening} ({test}) {{  /* the tile through shared memory, 16-byte rows */",
+            f"        {kind.c_type} *const _Cs = ({kind.c_type} *)({buffer});",
+            f"        {kind.c_type} *const _d0 = ({kind.c_type} *){c.output} + _offC + _m0 * sCm + _n0;",
+            "        const bool _inside = _m0 + BM <= _M && _n0 + BN <= _N;",
+            *staged,
+            f"        {scope.sync};",
+            f"        if (_inside && ((unsigned long long)_d0 & 15) == 0 && sCm % {per_vector} == 0) {{"
+            "  /* whole aligned rows */",
+            "          #pragma unroll 4",
+            f"          for (int _c = {scope.first}; _c < {vectors}; _c += {scope.threads}) {{",
+            f"            const int _row = {row_of}, _col = _c % {per_row} * {per_vector};",
+            f"            *(uint4 *)(_d0 + _row * sCm + _col) = *(const uint4 *)(_Cs + _row * {pitch} + _col);",
+            "          }",
+            "        } else {",
+            f"        for (int _c = {scope.first}; _c < {vectors}; _c += {scope.threads}) {{",
+            f"          const int _row = {row_of}, _col = _c % {per_row} * {per_vector};",
+            "          const long _m = _m0 + _row, _n = _n0 + _col;",
+            "          if (_m < _M && _n < _N) {",
+            f"            {kind.c_type} *const _d = _d0 + _row * sCm + _col;",
+            f"            const {kind.c_type} *const _s = _Cs + _row * {pitch} + _col;",
+            f"            if (_n + {per_vector} <= _N && ((unsigned long long)_d & 15) == 0)"
+            " *(uint4 *)_d = *(const uint4 *)_s;",
+            f"            else for (int _e = 0; _e < {per_vector} && _n + _e < _N; _e++) _d[_e] = _s[_e];",
+            "          }",
+            "        }",
+            "        }",
+            f"        {scope.sync};  /* the staged tile's space is reused next */"]
+
+
 def init_text(scop: Scop, c: Contraction, element: str) -> str:
     """C of the output element's starting value (the init statement's value of ``element``, or
     ``element`` itself)."""
     return element if c.init is None else scalar_text(scop, c.init, element)
 
 
-__all__ = ["HALF_STORES", "HALF_STORE_ARGUMENT", "PAIR_TYPES", "RUN_STRIDES", "Slots", "UnitStrides", "batch_offsets",
-           "element_store", "element_test", "element_value", "fragment_stores", "grid_loops", "half_store",
-           "init_text", "outer_k_offsets", "pair_argument", "pair_k_loops", "pair_stride_names", "pair_values",
-           "reads_output", "scalar_text"]
+__all__ = ["HALF_STORES", "HALF_STORE_ARGUMENT", "PAIR_TYPES", "RUN_STRIDES", "STAGED_PAD", "Slots", "StagedType",
+           "StagingScope", "UnitStrides", "batch_offsets", "element_store", "element_test", "element_value",
+           "fragment_stores", "grid_loops", "half_store", "init_text", "outer_k_offsets", "pair_argument",
+           "pair_k_loops", "pair_stride_names", "pair_values", "reads_output", "scalar_text", "staged_stores"]

@@ -56,11 +56,11 @@ from polyopt.analysis.scop import Scop
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
 from polyopt.codegen.cuda import CudaSource, cuda_prelude, kernel_parameters
-from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, HALF_STORES, PAIR_TYPES, RUN_STRIDES, Slots,
-                                              UnitStrides, element_store, element_test, fragment_stores,
-                                              grid_loops, half_store, init_text, outer_k_offsets, pair_argument,
-                                              pair_k_loops, pair_stride_names, pair_values, reads_output,
-                                              scalar_text)
+from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, HALF_STORES, PAIR_TYPES, RUN_STRIDES,
+                                              STAGED_PAD, Slots, StagedType, StagingScope, UnitStrides,
+                                              element_store, element_test, fragment_stores, grid_loops, half_store,
+                                              init_text, outer_k_offsets, pair_argument, pair_k_loops,
+                                              pair_stride_names, reads_output, scalar_text, staged_stores)
 from polyopt.codegen.cuda_wgmma import wgmma_body, wgmma_helpers, wgmma_shape, wgmma_shared_bytes
 from polyopt.errors import CodegenError
 
@@ -159,6 +159,11 @@ def contraction_steps(source: CudaSource) -> tuple[ContractionSource, ...]:
     return source.steps if isinstance(source, ContractionProgramSource) else ()
 
 
+#: The TMA ``wgmma`` kernel for contractions of at most 64 output columns (attention's
+#: ``bhqk,bhkd->bhqd``): 128 x 64 tiles, where the 128 x 128 ones leave half of each tile idle.
+#: Taken only there (:func:`polyopt.targets.contraction.choose_kernel`), the others elsewhere.
+NARROW_WGMMA_VARIANT = Variant("hmma", 128, 64, 64, 384, stages=4, wgmma=True, inflight=1, specialized=True,
+                               blocks_per_sm=1, tma=True)
 #: The ``wgmma`` kernels (sm_90a) per engine, listed after the others (the launch takes them
 #: only from a module built for sm_90a, :func:`polyopt.targets.contraction.choose_kernel`).
 #: First the TMA kernels (warp-specialized, one producer thread issuing tensor copies,
@@ -181,7 +186,8 @@ WGMMA_VARIANTS = {
              Variant("hmma", 128, 128, 64, 256, stages=4, wgmma=True),
              Variant("hmma", 128, 256, 64, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1),
              Variant("hmma", 128, 128, 64, 384, stages=6, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1),
-             Variant("hmma", 128, 128, 64, 256, stages=3, wgmma=True, blocks_per_sm=2)),
+             Variant("hmma", 128, 128, 64, 256, stages=3, wgmma=True, blocks_per_sm=2),
+             NARROW_WGMMA_VARIANT),
     "tf32": (Variant("tf32", 128, 256, 32, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1,
                      tma=True),
              Variant("tf32", 128, 128, 32, 384, stages=4, wgmma=True, inflight=1, specialized=True, blocks_per_sm=1,
@@ -945,98 +951,34 @@ def _mma_body(scop: Scop, c: Contraction, v: Variant, t: str) -> list[str]:
               *fragment_stores(scop, c, row, col, "_acc[_i][_j][_r]", t)]
     staged = _staged_tiles(scop, c, v)
     if staged:
-        opening = []
+        opening, fragments = [], [f"        #pragma unroll\n        for (int _i = 0; _i < {im}; _i++)",
+                                  f"          #pragma unroll\n          for (int _j = 0; _j < {jn}; _j++)",
+                                  "            #pragma unroll\n            for (int _r0 = 0; _r0 < 4; _r0 += 2) {"]
         for k, kind in enumerate(staged):
-            opening += _staged_stores(scop, c, v, row, col, t, im, jn, *kind, alternative=k > 0)
+            opening += staged_stores(scop, c, fragments, row, col, "_acc[_i][_j][_r]", t, "_smem", v.bn,
+                                     StagingScope.block(v.threads, v.bm), kind, alternative=k > 0,
+                                     whole=not c.epilogue)
         stores = opening + ["      } else {"] + stores + ["      }"]
     return out + stores + ["    }", "    }", "  }"]
 
 
-#: Elements of padding after each row of a staged output tile: rows stay 16-byte aligned, and
-#: the fragments' pair stores fall into distinct banks (16, 32 and 64 bytes of padding for
-#: halves, floats and doubles: the accesses of a warp's 4-, 8- and 16-byte stores are served a
-#: whole, a half and a quarter warp at a time).
-STAGED_PAD = 8
-
-
-def _staged_tiles(scop: Scop, c: Contraction, v: Variant) -> list[tuple[str, str, str, str, int]]:
-    """How the ``mma.sync`` kernel ``v`` may stage its output tile in shared memory (see
-    :func:`_staged_stores`): per element type whose tile fits the ring (free after the K loop)
-    its C type, pair type, pair constructor, launch condition and element bytes -- a half output
+def _staged_tiles(scop: Scop, c: Contraction, v: Variant) -> list[StagedType]:
+    """How the ``mma.sync`` kernel ``v`` may stage its output tile in shared memory
+    (:func:`~polyopt.codegen.contraction_text.staged_stores`, the whole block writing the tile
+    back): per element type whose tile fits the ring (free after the K loop) -- a half output
     (:func:`half_store`, when the launch says so) and the declared type (when it does not).
     Only asynchronous kernels (the register-staged ones have no ring) of a box (no domain
     tests); empty for others."""
     if not v.asynchronous or v.wgmma or c.domain:
         return []
     half, declared = half_store(scop, c), c_type_name(scop.arrays[c.output].dtype)
-    types = []  # (C type, pair type, pair constructor, launch condition, element bytes)
+    types = []
     if half is not None:
         c_type, _, pair_type, pair_make = HALF_STORES[half]
-        types.append((c_type, pair_type, pair_make, HALF_STORE_ARGUMENT, 2))
+        types.append(StagedType(c_type, pair_type, pair_make, HALF_STORE_ARGUMENT, 2))
     pair_type, pair_make, pair_bytes = PAIR_TYPES[declared]
-    types.append((declared, pair_type, pair_make, f"!{HALF_STORE_ARGUMENT}" if half else "", pair_bytes // 2))
-    return [kind for kind in types if v.bm * (v.bn + STAGED_PAD) * kind[4] <= shared_bytes(c, v)]
-
-
-def _staged_stores(scop: Scop, c: Contraction, v: Variant, row: str, col: str, t: str, im: int, jn: int,
-                   c_type: str, pair_type: str, pair_make: str, when: str, size: int, alternative: bool
-                   ) -> list[str]:
-    """The stores of the output tile through shared memory in unit column stride (and
-    ``when``, a launch condition): each thread's pairs of finished elements, as ``c_type``
-    pairs, into the tile in the ring (free after the K loop), then the block writes the tile's
-    rows in 16-byte vectors (an element at a time at a ragged edge or where a row is not
-    16-byte aligned): a warp's fragment stores cover 16 to 64 bytes of eight rows each, which
-    left a short sum's tile store-bound (attention's ``bhqd,bhkd->bhqk``, K = 64). An opening
-    ``if`` (``else if`` for an ``alternative``), closed by the caller's ``else`` with the
-    fragment stores; ``size``: bytes of a ``c_type`` element.
-
-    A tile lying whole in the output (every tile but the last row and column of the grid)
-    takes a path without element tests: with K = 64 the tests of each element against the
-    extents, and the 64-bit address of each vector, were most of the kernel's instructions.
-    Its pairs are staged without tests only where no epilogue statement follows the sum."""
-    per_vector = 16 // size
-    pitch, per_row = v.bn + STAGED_PAD, v.bn // per_vector
-    test = f"{when} && sCn == 1" if when else "sCn == 1"
-    opening = "} else if" if alternative else "if"
-    fragments = [f"        #pragma unroll\n        for (int _i = 0; _i < {im}; _i++)",
-                 f"          #pragma unroll\n          for (int _j = 0; _j < {jn}; _j++)",
-                 "            #pragma unroll\n            for (int _r0 = 0; _r0 < 4; _r0 += 2) {"]
-    pair_store = ["              const int _r = _r0;",
-                  f"              *({pair_type} *)&_Cs[({row}) * {pitch} + {col}] = {pair_make}(_p[0], _p[1]);",
-                  "            }"]
-    tested = [*fragments, *pair_values(scop, c, row, col, "_acc[_i][_j][_r]", t, offset=False), *pair_store]
-    whole = [*fragments, f"            {t} _p[2] = {{({t})_acc[_i][_j][_r0], ({t})_acc[_i][_j][_r0 + 1]}};",
-             *pair_store]
-    # (with epilogue statements both ways: a second copy of them cost the register-limited kernels spills)
-    staged = (["        if (_inside) {  /* no element outside the output */", *whole, "        } else {", *tested,
-               "        }"] if not c.epilogue else tested)
-    return [f"      {opening} ({test}) {{  /* the tile through shared memory, 16-byte rows */",
-            f"        {c_type} *const _Cs = ({c_type} *)_smem;",
-            f"        {c_type} *const _d0 = ({c_type} *){c.output} + _offC + _m0 * sCm + _n0;",
-            "        const bool _inside = _m0 + BM <= _M && _n0 + BN <= _N;",
-            *staged,
-            "        __syncthreads();",
-            f"        if (_inside && ((unsigned long long)_d0 & 15) == 0 && sCm % {per_vector} == 0) {{"
-            "  /* whole aligned rows */",
-            "          #pragma unroll 4",
-            f"          for (int _c = threadIdx.x; _c < BM * {per_row}; _c += {v.threads}) {{",
-            f"            const int _row = _c / {per_row}, _col = _c % {per_row} * {per_vector};",
-            f"            *(uint4 *)(_d0 + _row * sCm + _col) = *(const uint4 *)(_Cs + _row * {pitch} + _col);",
-            "          }",
-            "        } else {",
-            f"        for (int _c = threadIdx.x; _c < BM * {per_row}; _c += {v.threads}) {{",
-            f"          const int _row = _c / {per_row}, _col = _c % {per_row} * {per_vector};",
-            "          const long _m = _m0 + _row, _n = _n0 + _col;",
-            "          if (_m < _M && _n < _N) {",
-            f"            {c_type} *const _d = _d0 + _row * sCm + _col;",
-            f"            const {c_type} *const _s = _Cs + _row * {pitch} + _col;",
-            f"            if (_n + {per_vector} <= _N && ((unsigned long long)_d & 15) == 0)"
-            " *(uint4 *)_d = *(const uint4 *)_s;",
-            f"            else for (int _e = 0; _e < {per_vector} && _n + _e < _N; _e++) _d[_e] = _s[_e];",
-            "          }",
-            "        }",
-            "        }",
-            "        __syncthreads();  /* the next tile's copies reuse the ring */"]
+    types.append(StagedType(declared, pair_type, pair_make, f"!{HALF_STORE_ARGUMENT}" if half else "", pair_bytes // 2))
+    return [kind for kind in types if v.bm * (v.bn + STAGED_PAD) * kind.size <= shared_bytes(c, v)]
 
 
 def _fragments(scop: Scop, pair: tuple[Operand, Operand], v: Variant, tiles: tuple[StagedTile, StagedTile] | None,

@@ -24,7 +24,9 @@ operands, f32 accumulation) and ``tf32`` engines (``Variant.wgmma``):
 - the accumulators are registers in ``wgmma``'s D fragment: register ``4j + r`` of lane
   ``4g + t`` in warp ``q`` of the warpgroup holds row ``16q + g + 8(r / 2)``, column
   ``8j + 2t + r % 2``; they start as the existing kernels' do (the init statement applied to the
-  output, or zero) and are stored through the same epilogue code (:func:`element_store`).
+  output, or zero) and are stored through the same epilogue code (:func:`element_store`); a
+  warp-specialized kernel of a half output stages each warp's rows in shared memory beside the
+  ring and writes them back in 16-byte vectors (:func:`staging_bytes`).
 
 Warp-specialized variants (``Variant.specialized``, 384 threads, :func:`_specialized`): a
 producer warpgroup issues the copies, two consumer warpgroups only the ``wgmma`` and the epilogue;
@@ -45,8 +47,10 @@ from __future__ import annotations
 from polyopt.analysis import expr as E
 from polyopt.analysis.contraction import ELEMENT, Contraction, Operand
 from polyopt.analysis.scop import Scop
-from polyopt.codegen.contraction_text import (Slots, UnitStrides, element_test, fragment_stores, grid_loops, init_text,
-                                              outer_k_offsets, pair_k_loops, scalar_text)
+from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, HALF_STORES, STAGED_PAD, Slots, StagedType,
+                                              StagingScope, UnitStrides, element_test, fragment_stores, grid_loops,
+                                              half_store, init_text, outer_k_offsets, pair_k_loops, scalar_text,
+                                              staged_stores)
 
 #: Bytes of one row of a swizzled tile (the 128-byte swizzle's width) and of one 8-row atom.
 ROW_BYTES = 128
@@ -146,11 +150,33 @@ def tile_bytes(v, rows: int) -> int:
     return rows * ROW_BYTES
 
 
-def wgmma_shared_bytes(v) -> int:
-    """Dynamic shared memory of ``wgmma`` variant ``v``: the ring, plus the alignment slack
-    (and, warp-specialized, the full and empty mbarrier of each stage)."""
+#: The dynamic shared memory a block may opt in to on sm_90 (bytes).
+SHARED_OPT_IN_LIMIT = 227 * 1024
+
+
+def _ring_bytes(v) -> int:
+    """The ring, the alignment slack and (warp-specialized) the full and empty mbarrier of each
+    stage."""
     barriers = 16 * v.stages if v.specialized else 0
     return v.stages * (tile_bytes(v, v.bm) + tile_bytes(v, v.bn)) + TILE_ALIGN + barriers
+
+
+def staging_bytes(v) -> int:
+    """The shared memory after the mbarriers where a warp-specialized kernel of half operands
+    stages a half output tile (:func:`wgmma_body`): ``BM`` rows of ``BN`` halves and the pad,
+    where it fits beside the ring; 0 for the others (their fragments go straight to memory:
+    the ``cp.async`` ring is busy with the next tile while the consumers store, and the
+    128 x 256 tiles and the kernels of two blocks an SM have no room)."""
+    if not v.specialized or v.engine != "hmma":
+        return 0
+    size = v.bm * (v.bn + STAGED_PAD) * 2
+    return size if _ring_bytes(v) + size <= SHARED_OPT_IN_LIMIT else 0
+
+
+def wgmma_shared_bytes(v) -> int:
+    """Dynamic shared memory of ``wgmma`` variant ``v``: the ring (:func:`_ring_bytes`) and the
+    staged output tile (:func:`staging_bytes`)."""
+    return _ring_bytes(v) + staging_bytes(v)
 
 
 def copy_threads(v) -> int:
@@ -368,6 +394,16 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
         finished = f"(({start}) + ({scalar_text(scop, scale, '0')}) * {finished})"
     store = [f"      #pragma unroll\n      for (int _j = 0; _j < {v.bn // 8}; _j++)",
              *fragment_stores(scop, c, row, col, finished, t)]
+    half = half_store(scop, c)
+    if staging_bytes(v) and half is not None and not c.domain:  # (a cut box: the rows would overwrite)
+        c_type, _, pair_type, pair_make = HALF_STORES[half]
+        fragments = [f"        #pragma unroll\n        for (int _j = 0; _j < {v.bn // 8}; _j++)",
+                     "          #pragma unroll\n          for (int _r0 = 0; _r0 < 4; _r0 += 2) {"]
+        buffer = f"_Bs + {v.stages * tile_bytes(v, v.bn) + 16 * v.stages}"  # after the mbarriers
+        store = staged_stores(scop, c, fragments, row, col, finished, t, buffer, v.bn,
+                              StagingScope.warp(f"_wg * {WARPGROUP_ROWS} + _wq * 16"),
+                              StagedType(c_type, pair_type, pair_make, HALF_STORE_ARGUMENT, 2), alternative=False,
+                              whole=scale is None and not c.epilogue) + ["      } else {"] + store + ["      }"]
     advance = ["        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] + \
               (outer_k_offsets(slots) if slots.outer_k else []) + ["        }"]
     def copies(pair: tuple[Operand, Operand]) -> list[str]:

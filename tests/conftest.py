@@ -186,7 +186,8 @@ def force_contraction_tile(monkeypatch, tile: int, wgmma_only: bool = False) -> 
     einsum_calls.clear()
     taken = []
 
-    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False, tma=False, clusters=False):
+    def forced(source, extent, shapes, sm_count, aligned_operands=True, wgmma=False, tma=False, clusters=False,
+               half=False):
         kernels = [(n, v) for n, v in source.variants if v.wgmma or not wgmma_only]
         if tile >= len(kernels):
             pytest.skip(f"the source has {len(kernels)} {'wgmma ' if wgmma_only else ''}kernels")

@@ -34,11 +34,12 @@ from polyopt.analysis.verify import verify
 from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLOCKS_PER_SM, MIN_SPLIT_TILES,
                                               OTHER_TILE_SPEED, RUN_ARGUMENTS,
                                               ContractionProgramSource, ContractionSource, Variant,
-                                              contraction_source, engine_for, WGMMA_MIN_K, WGMMA_MIN_SHARE,
+                                              contraction_source, engine_for, NARROW_WGMMA_VARIANT, WGMMA_MIN_K,
+                                              WGMMA_MIN_SHARE,
                                               operand_stride_positions, shared_bytes, staged_tiles,
                                               tile_variants)
 from polyopt.codegen.contraction_text import Slots, half_store
-from polyopt.codegen.cuda_wgmma import ROW_BYTES, tma_layouts, transposed_copies, wgmma_layouts
+from polyopt.codegen.cuda_wgmma import ROW_BYTES, staging_bytes, tma_layouts, transposed_copies, wgmma_layouts
 from polyopt.codegen.gpu_mapping import GpuProgram, map_to_gpu
 from polyopt.errors import IllegalScheduleError, ScheduleError
 from polyopt.targets.tensor_maps import MapSpec, TmaLaunch
@@ -316,7 +317,7 @@ def tma_specs(source: ContractionSource, variant: Variant, layout: Launch) -> tu
 
 def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dict[str, tuple[int, ...]],
                   sm_count: int, aligned_operands: bool = True, wgmma: bool = False,
-                  tma: bool = False, clusters: bool = False) -> tuple[str, Variant, Launch]:
+                  tma: bool = False, clusters: bool = False, half: bool = False) -> tuple[str, Variant, Launch]:
     """The kernel of ``source`` to launch (name, tile shape, layout). The candidates are the
     asynchronous kernels where the launch lets them run (:func:`async_aligned`), else the
     register-staged ones (measured on an H100, the ``cp.async`` kernels were as fast or faster on
@@ -333,7 +334,15 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
     :data:`~polyopt.codegen.cuda_contraction.WGMMA_MIN_SHARE` of their coordinates in the
     output (not an N of 64); otherwise they never are. ``tma``: the launch may take the
     TMA kernels (not while a stream captures a graph); among the ``wgmma`` kernels they are
-    then the candidates where :func:`tma_specs` allows them, else the others.
+    then the candidates where :func:`tma_specs` allows them, else the others. An N of 64 or
+    less takes :data:`~polyopt.codegen.cuda_contraction.NARROW_WGMMA_VARIANT` (TMA, 128 x 64
+    tiles, the same tests with tiles of that width) and only it. ``half``: the output is of the
+    operands' half type (:attr:`~polyopt.codegen.cuda_contraction.ContractionSource.half_store`);
+    a shorter sum then takes the TMA kernels that stage the output tile
+    (:func:`~polyopt.codegen.cuda_wgmma.staging_bytes`) where TMA may run: their grid walks
+    its tiles one block an SM, the producer loading the next tiles while the consumers store
+    (attention's ``bhqd,bhkd->bhqk``, K = 64, measured faster than ``mma.sync``:
+    docs/performance.md, "Short sums on the TMA kernels").
 
     ``clusters``: the GPU runs thread block clusters (sm_90): the kernels splitting K over one
     (:attr:`~polyopt.codegen.cuda_contraction.Variant.split_k`) are then candidates too where
@@ -346,12 +355,19 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
     if hopper:
         layout = launch_layout(c, hopper[0], extent, shapes)
         m, n, k, z, ko = (layout.arguments[i] for i in (0, 1, 2, 9, 10))
-        tiles = -(-m // 128) * -(-n // 128)
-        if (k * ko >= WGMMA_MIN_K and tiles * z >= sm_count and m * n >= WGMMA_MIN_SHARE * tiles * 128 * 128
+        mapped = [v for v in hopper if v.tma] if tma else []
+        use_tma = bool(mapped) and tma_specs(source, mapped[0], layout) is not None
+        narrow = (n <= 64 and use_tma and NARROW_WGMMA_VARIANT in hopper
+                  and tma_specs(source, NARROW_WGMMA_VARIANT, layout) is not None)
+        width = 64 if narrow else 128
+        tiles = -(-m // 128) * -(-n // width)
+        short = k * ko < WGMMA_MIN_K  # (then only the persistent kernels staging a half output)
+        if ((not short or (use_tma and half)) and tiles * z >= sm_count
+                and m * n >= WGMMA_MIN_SHARE * tiles * 128 * width
                 and async_aligned(c, hopper[0], layout, aligned_operands)):
-            mapped = [v for v in hopper if v.tma] if tma else []
-            use_tma = bool(mapped) and tma_specs(source, mapped[0], layout) is not None
-            return _best(source, extent, shapes, sm_count, lambda v: v.wgmma and v.tma == use_tma)
+            return _best(source, extent, shapes, sm_count,
+                         lambda v: v.wgmma and v.tma == use_tma and (v == NARROW_WGMMA_VARIANT) == narrow
+                         and (not short or staging_bytes(v) > 0))
     asynchronous = [v for _, v in source.variants if v.asynchronous and not v.wgmma]
     use_async = bool(asynchronous) and async_aligned(
         c, asynchronous[0], launch_layout(c, asynchronous[0], extent, shapes), aligned_operands)
@@ -462,7 +478,7 @@ def _prepared(source: ContractionSource, params: dict[str, int], arrays: dict, s
     extent = {i: int(evaluate(e, params, {})) for i, e in c.extent.items()}
     shapes = {name: tuple(arrays[name].shape) for name in (*c.operand_arrays, c.output)}
     name, variant, layout = choose_kernel(source, extent, shapes, sm_count, aligned, wgmma=wgmma, tma=tma,
-                                          clusters=clusters)
+                                          clusters=clusters, half=half)
     grid, maps = layout.grid, None
     if variant.tma:
         maps = tma_specs(source, variant, layout)

@@ -12,8 +12,8 @@ import pytest
 
 import polyopt as po
 from polyopt.analysis.contraction import find_contraction
-from polyopt.codegen.cuda_contraction import WGMMA_VARIANTS, ContractionSource
-from polyopt.codegen.cuda_wgmma import sum_scale, tma_layouts
+from polyopt.codegen.cuda_contraction import NARROW_WGMMA_VARIANT, WGMMA_VARIANTS, ContractionSource
+from polyopt.codegen.cuda_wgmma import SHARED_OPT_IN_LIMIT, staging_bytes, sum_scale, tma_layouts, wgmma_shared_bytes
 from polyopt.analysis import expr as E
 from polyopt.targets import contraction
 from polyopt.targets.contraction import choose_kernel
@@ -122,6 +122,55 @@ def test_tma_kernels_are_chosen_where_the_operands_are_plain_2d_views():
     assert len(two_pairs.pairs) == 2 and not tma_layouts(two_pairs, WGMMA_VARIANTS["hmma"][0])
 
 
+def test_a_narrow_output_takes_the_128_x_64_tma_kernel():
+    """An N of 64 (attention's ``bhqk,bhkd->bhqd``, d = 64) takes the TMA ``wgmma`` kernel of 128 x 64
+    tiles where TMA may run, and the ``mma.sync`` kernels where it may not (a graph capture); a
+    wider N never takes it."""
+    source = _source("bhqk,bhkd->bhqd", [(2, 2, 8, 64), (2, 2, 64, 64)])
+    shapes = {"op0": (8, 16, 512, 512), "op1": (8, 16, 512, 64), "out": (8, 16, 512, 64)}
+    extent = {"i_b": 8, "i_h": 16, "i_q": 512, "i_k": 512, "i_d": 64}
+    _, variant, layout = choose_kernel(source, extent, shapes, 132, wgmma=True, tma=True)
+    assert variant == NARROW_WGMMA_VARIANT and variant.bn == 64
+    left, right = contraction.tma_specs(source, variant, layout)
+    assert left.box == (64, 128, 1) and right.box == (64, 64, 1)  # B (k, d) N-major: a box of 64 d by 64 k
+    assert not choose_kernel(source, extent, shapes, 132, wgmma=True, tma=False)[1].wgmma
+    wide = {"op0": (8, 16, 512, 512), "op1": (8, 16, 512, 128), "out": (8, 16, 512, 128)}
+    assert choose_kernel(source, {**extent, "i_d": 128}, wide, 132, wgmma=True, tma=True)[1] != NARROW_WGMMA_VARIANT
+    short = {"op0": (8, 16, 512, 128), "op1": (8, 16, 128, 64), "out": (8, 16, 512, 64)}  # K = 128: mma.sync
+    assert not choose_kernel(source, {**extent, "i_k": 128}, short, 132, wgmma=True, tma=True)[1].wgmma
+    assert NARROW_WGMMA_VARIANT in WGMMA_VARIANTS["hmma"] and NARROW_WGMMA_VARIANT not in WGMMA_VARIANTS["tf32"]
+
+
+def test_a_short_sum_of_halves_takes_the_staging_tma_kernels():
+    """A sum shorter than WGMMA_MIN_K (attention's ``bhqd,bhkd->bhqk``, d = 64) takes the TMA
+    kernel that stages its half output tile, persistent, where TMA may run and the output is of
+    the half type; the ``mma.sync`` kernels otherwise (a graph capture, an f32 output)."""
+    source = _source("bhqd,bhkd->bhqk", [(2, 2, 8, 64), (2, 2, 8, 64)])
+    shapes = {"op0": (8, 16, 512, 64), "op1": (8, 16, 512, 64), "out": (8, 16, 512, 512)}
+    extent = {"i_b": 8, "i_h": 16, "i_q": 512, "i_k": 512, "i_d": 64}
+    variant = choose_kernel(source, extent, shapes, 132, wgmma=True, tma=True, half=True)[1]
+    assert variant.tma and staging_bytes(variant) and (variant.bm, variant.bn) == (128, 128)
+    assert not choose_kernel(source, extent, shapes, 132, wgmma=True, tma=False, half=True)[1].wgmma
+    assert not choose_kernel(source, extent, shapes, 132, wgmma=True, tma=True, half=False)[1].wgmma
+    narrow = {"op0": (8, 16, 512, 64), "op1": (8, 16, 64, 512), "out": (8, 16, 512, 64)}  # N = 64 too
+    assert choose_kernel(_source("bhqk,bhkd->bhqd", [(2, 2, 8, 64), (2, 2, 64, 64)]), extent, narrow, 132,
+                         wgmma=True, tma=True, half=True)[1] == NARROW_WGMMA_VARIANT
+
+
+def test_staged_output_tiles_fit_beside_the_ring():
+    """The warp-specialized half kernels stage the output where it fits the SM's shared memory;
+    the 128 x 256 tiles and the TF32 and two-blocks-an-SM kernels store fragments; each kernel
+    staging one writes it back by warps, 16-byte rows after a warp barrier."""
+    sizes = {v: staging_bytes(v) for engine in ("hmma", "tf32") for v in WGMMA_VARIANTS[engine]}
+    assert all(wgmma_shared_bytes(v) <= SHARED_OPT_IN_LIMIT for v in sizes)
+    assert sizes[NARROW_WGMMA_VARIANT] == 128 * 72 * 2 and sizes[WGMMA_VARIANTS["hmma"][1]] == 128 * 136 * 2
+    assert not any(size for v, size in sizes.items() if v.bn == 256 or v.engine == "tf32" or not v.specialized)
+    text = _source("bhqd,bhkd->bhqk", [(2, 2, 64, 64), (2, 2, 64, 64)]).source
+    tma_kernel = text[text.index("polyopt_einsum_k0_8("):text.index("polyopt_einsum_k0_9(")]
+    assert "for (int _c = _lane; _c < 16 * 16; _c += 32)" in tma_kernel and "__syncwarp();" in tma_kernel
+    assert "*(uint4 *)(_d0 + _row * sCm + _col)" in tma_kernel and "if (_inside) {" in tma_kernel
+
+
 def test_the_tma_kernel_text():
     """One producer thread announces each slot's bytes and issues the tensor copies (K-major:
     one box per operand; MN-major: a box per 64 indices); the roles trade registers."""
@@ -194,6 +243,30 @@ WGMMA_PATTERNS = [
     ("ij,jk->ik", [(300, 1000), (1000, 520)]),  # many K tiles: the ring wraps
     ("acb,cbd->ad", [(17, 8, 24), (8, 24, 136)]),  # K = (c, b) one run
 ]
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("keys", [512, 470])  # whole 16-byte output rows, and rows off them
+def test_attention_scores_take_the_staging_tma_kernel(monkeypatch, dtype, keys):
+    """Unforced: half ``bhqd,bhkd->bhqk`` (d = 64, a short sum) takes the persistent TMA kernel
+    staging its output on Hopper, and is right at ragged edges and on rows off 16-byte
+    boundaries (the element path of the write-back)."""
+    import torch
+
+    if not _hopper():
+        pytest.skip("wgmma needs compute capability 9.0")
+    einsum_calls.clear()
+    taken = note_contraction_choices(monkeypatch, "tma")
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    q, k = (torch.randn(shape, device="cuda", generator=generator).to(getattr(torch, dtype))
+            for shape in ((4, 16, 500, 64), (4, 16, keys, 64)))
+    expected = torch.einsum("bhqd,bhkd->bhqk", q.double(), k.double())
+    for _ in range(2):
+        result = po.einsum("bhqd,bhkd->bhqk", q, k)
+        error = float((result.double() - expected).norm() / expected.norm())
+        assert error < (4e-3 if dtype == "bfloat16" else 2e-3)
+    assert taken == [True]  # chosen once: the repeat replays the recorded launch
 
 
 @needs_gpu
@@ -316,6 +389,25 @@ def test_large_f16_einsum_takes_wgmma_on_hopper():
     result = po.einsum("ij,jk->ik", cupy.asarray(a), cupy.asarray(b)).get()
     assert module_has_wgmma(kernel.compiled.source), "the sm_90a build failed (see the RuntimeWarning)"
     assert _relative_error(result, a.astype(float) @ b.astype(float)) < 2e-3
+
+
+@needs_gpu
+def test_attention_values_take_the_narrow_tma_kernel(monkeypatch):
+    """Unforced: f16 ``bhqk,bhkd->bhqd`` with d = 64 (and a ragged q) takes the 128 x 64 TMA
+    kernel on Hopper, first call and recorded repeat alike, and is right."""
+    import cupy
+
+    if not _hopper():
+        pytest.skip("wgmma needs compute capability 9.0")
+    einsum_calls.clear()
+    taken = note_contraction_choices(monkeypatch, "bn")
+    rng = np.random.default_rng(3)
+    p, v = (rng.standard_normal(shape).astype(np.float16) for shape in ((4, 16, 500, 512), (4, 16, 512, 64)))
+    expected = np.einsum("bhqk,bhkd->bhqd", p.astype(np.float64), v.astype(np.float64))
+    for _ in range(2):
+        result = po.einsum("bhqk,bhkd->bhqd", cupy.asarray(p), cupy.asarray(v)).get()
+        assert _relative_error(result, expected) < 2e-3
+    assert taken == [64]  # chosen once: the repeat replays the recorded launch
 
 
 @needs_gpu
