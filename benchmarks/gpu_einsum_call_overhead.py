@@ -4,7 +4,7 @@
 
 For float32 and float16 CuPy arrays and float32, float16 and bfloat16 PyTorch tensors, 16x16 and 64x64:
 1,000 calls of ``po.einsum("ij,jk->ik", a, b)`` back to back, one synchronization, median of 5
-runs (50 warm-up calls first), in microseconds per call; torch.einsum on the same data beside
+runs (0.3 s of warm-up calls first), in microseconds per call; torch.einsum on the same data beside
 it. Prints a Markdown table, headed by LABEL. Needs CuPy, torch and a GPU.
 """
 from __future__ import annotations
@@ -20,10 +20,18 @@ import torch
 import polyopt as po
 
 
+#: Seconds of calls before a case's timing: after 50 warm-up calls the first case of a run timed
+#: slower than every other (docs/performance.md, "Short sums on the TMA kernels").
+WARM_SECONDS = 0.3
+
+
 def per_call_us(call, calls: int = 1000) -> float:
-    """Median over 5 runs of ``calls`` back-to-back calls, per call (us)."""
-    for _ in range(50):
+    """Median over 5 runs of ``calls`` back-to-back calls, per call (us), after
+    :data:`WARM_SECONDS` (at least 50 calls) of warm-up."""
+    warm_until, warmed = time.perf_counter() + WARM_SECONDS, 0
+    while warmed < 50 or time.perf_counter() < warm_until:
         call()
+        warmed += 1
     cp.cuda.Device().synchronize()
     runs = []
     for _ in range(5):

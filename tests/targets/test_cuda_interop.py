@@ -764,3 +764,36 @@ def test_bench_cuda_runs_kernels_with_expanded_scalars():
     report = bench_kernels(["deriche", "adi", "gemm"], BenchConfig(size="MINI", repeats=1, target="cuda"),
                            command="test")
     assert report["correct"], [k for k in report["kernels"] if not k["correct"]]
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_tensors_and_arrays_on_a_second_gpu(scale_kernel, dtype):
+    """On a machine of two GPUs or more: ``po.einsum`` and a compiled kernel called with torch
+    tensors and CuPy arrays that live on GPU 1 while the current device is 0 compute there
+    (first call and recorded repeat), return results on GPU 1, and leave the current device 0."""
+    import cupy
+    import torch
+
+    if torch.cuda.device_count() < 2 or cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    einsum_calls.clear()
+    generator = np.random.default_rng(7)
+    a, b = (generator.standard_normal(shape).astype(dtype) for shape in ((3, 40, 24), (3, 24, 56)))
+    expected = np.einsum("bij,bjk->bik", a.astype(np.float64), b.astype(np.float64))
+    tensors = [torch.as_tensor(x, device="cuda:1") for x in (a, b)]
+    with cupy.cuda.Device(1):
+        arrays = [cupy.asarray(x) for x in (a, b)]
+    for operands, device_of, to_numpy in ((tensors, lambda r: r.device.index, lambda r: r.cpu().numpy()),
+                                          (arrays, lambda r: r.device.id, cupy.asnumpy)):
+        for _ in range(2):
+            result = po.einsum("bij,bjk->bik", *operands)
+            assert device_of(result) == 1 and cupy.cuda.runtime.getDevice() == 0
+            got = to_numpy(result).astype(np.float64)
+            assert np.abs(got - expected).max() <= 3e-3 * np.abs(expected).max()
+    if dtype == "float32":
+        source = torch.arange(8, dtype=torch.float32, device="cuda:1")
+        target = torch.zeros(8, device="cuda:1")
+        for _ in range(2):
+            scale_kernel(2.0, source, target)
+        assert target.cpu().tolist() == [2.0 * i for i in range(8)] and cupy.cuda.runtime.getDevice() == 0
