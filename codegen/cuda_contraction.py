@@ -204,12 +204,14 @@ WGMMA_VARIANTS = {
 #: Measured on an H100 with every kernel forced (docs/performance.md, "Contractions"): f16 and
 #: TF32 ``wgmma`` were faster on every case meeting both (2048^3 f16 0.060 against 0.105 ms,
 #: 1x1 convolution TF32 0.038 against 0.051 ms) and slower on the three that miss one (K = 64;
-#: 1024^3 and 2048 x 1024 x 256, 64 and 128 tiles).
+#: 1024^3 and 2048 x 1024 x 256, 64 and 128 tiles). A shorter sum of halves takes the
+#: persistent TMA kernels that stage their output, where TMA may run (``choose_kernel``).
 WGMMA_MIN_K = 256
 #: The least share of useful coordinates in 128 x 128 tiles for the ``wgmma`` kernels (tiles of
 #: 128 x 128 and more): measured on an H100 with every kernel forced (docs/performance.md,
 #: "Half results"), f16 ``bhqk,bhkd->bhqd`` (N = 64: half of each tile idle) took 0.074-0.082 ms
-#: on the TMA kernels against 0.049 ms on the 128 x 64 ``mma.sync`` one.
+#: on the TMA kernels against 0.049 ms on the 128 x 64 ``mma.sync`` one; an N of 64 or less
+#: now takes :data:`NARROW_WGMMA_VARIANT`, its tiles counted 128 x 64.
 WGMMA_MIN_SHARE = 0.75
 
 #: Tile shapes by engine and element type: the large one first, then smaller ones (fewer rows,

@@ -787,13 +787,49 @@ def test_tensors_and_arrays_on_a_second_gpu(scale_kernel, dtype):
     for operands, device_of, to_numpy in ((tensors, lambda r: r.device.index, lambda r: r.cpu().numpy()),
                                           (arrays, lambda r: r.device.id, cupy.asnumpy)):
         for _ in range(2):
+            cupy.cuda.runtime.setDevice(0)  # (making tensors on cuda:1 left torch's device current)
             result = po.einsum("bij,bjk->bik", *operands)
             assert device_of(result) == 1 and cupy.cuda.runtime.getDevice() == 0
             got = to_numpy(result).astype(np.float64)
             assert np.abs(got - expected).max() <= 3e-3 * np.abs(expected).max()
+    with pytest.raises(ArgumentError, match="operand 1 is on GPU 0, operand 0 on GPU 1"):
+        po.einsum("bij,bjk->bik", arrays[0], cupy.asarray(b))
     if dtype == "float32":
         source = torch.arange(8, dtype=torch.float32, device="cuda:1")
         target = torch.zeros(8, device="cuda:1")
         for _ in range(2):
+            cupy.cuda.runtime.setDevice(0)
             scale_kernel(2.0, source, target)
         assert target.cpu().tolist() == [2.0 * i for i in range(8)] and cupy.cuda.runtime.getDevice() == 0
+
+
+def test_cupy_operands_of_another_gpu_move_the_call_there(monkeypatch):
+    """CuPy operands on GPU 1 while CuPy's current device is 0: ``po.einsum`` calls itself again
+    inside that device (where the recorded launches and allocations are its own); operands on
+    two GPUs are an ArgumentError naming them."""
+    einsum_module = sys.modules["polyopt.einsum"]  # (po.einsum is the function)
+    entered = []
+    cuda = SimpleNamespace(runtime=SimpleNamespace(getDevice=lambda: entered[-1] if entered else 0))
+
+    @contextlib.contextmanager
+    def device(index):
+        entered.append(index)
+        try:
+            yield
+        finally:
+            entered.pop()
+    cuda.Device = device
+    monkeypatch.setattr(einsum_module, "cupy_module", lambda: SimpleNamespace(cuda=cuda))
+    a, b = FakeCupy((4, 4), device_id=1), FakeCupy((4, 4), device_id=1)
+    assert einsum_module._other_device(("ij,jk->ik", a, b), None) == 1
+    assert einsum_module._other_device(("ij,jk->ik", np.zeros((4, 4)), np.zeros((4, 4))), None) is None
+    seen = []
+    monkeypatch.setattr(einsum_module, "_call_key", lambda *args: seen.append(list(entered)) or None)
+    monkeypatch.setattr(einsum_module, "_on_cupy_views", lambda *args, **kwargs: None)
+    with pytest.raises(Exception):  # (the fakes hold no memory: the call stops past the key)
+        po.einsum("ij,jk->ik", a, b)
+    assert seen == [[1]] and entered == []
+    with pytest.raises(ArgumentError, match="operand 1 is on GPU 0, operand 0 on GPU 1"):
+        einsum_module._check_one_device([a, FakeCupy((4, 4))], None)
+    with pytest.raises(ArgumentError, match="out is on GPU 2"):
+        einsum_module._check_one_device([a, b], FakeCupy((4, 4), device_id=2))
