@@ -58,9 +58,10 @@ import numpy as np
 from polyopt import einsum_calls
 from polyopt.analysis import expr as E
 from polyopt.targets.contraction import check_precision
-from polyopt.targets.cuda import CudaKernel, LaunchRecord, as_cupy, cupy_module, is_cupy, is_device_array
+from polyopt.targets.cuda import (CudaKernel, LaunchRecord, as_cupy, check_one_device, cupy_module, is_cupy,
+                                  is_device_array, other_device)
 from polyopt.targets.torch_tensors import check_untracked, is_torch_bfloat16, is_torch_cuda, on_torch_stream
-from polyopt.errors import ArgumentError, TargetUnavailableError
+from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, SUM_BLOCK, contraction_path, einsum_scop, is_partial_sum,
                                       iteration_count, label_sizes, merge_summed_runs, parse_subscripts, size_parameter,
                                       sublists_to_subscripts)
@@ -743,7 +744,7 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     (10-bit mantissas: results change, like torch's ``allow_tf32``); "exact" (the default)
     keeps each element's arithmetic. The CPU computes exactly either way.
     """
-    device = _other_device(operands, out)
+    device = other_device((*operands, out))
     if device is not None:  # CuPy arrays of another GPU: the call runs there (as one on torch tensors does)
         with cupy_module().cuda.Device(device):
             return einsum(*operands, out=out, dtype=dtype, order=order, casting=casting, optimize=optimize,
@@ -805,7 +806,7 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     if on_gpu and out is not None and not is_cupy(out):
         raise TypeError("einsum: out must be a CuPy array when the operands are on the GPU")
     if on_gpu:
-        _check_one_device(ops, out)
+        check_one_device([*((f"operand {k}", op) for k, op in enumerate(ops)), ("out", out)], "einsum")
     xp = cupy_module() if on_gpu else np
     buffers = {f"op{k}": _as_storage(xp, op if is_cupy(op) else a, result, operands or storage, out)
                for k, (op, a) in enumerate(zip(ops, arrays))}
@@ -853,27 +854,6 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     if order == "F" and xp is not np:
         value = xp.asfortranarray(value)
     return value[()] if value.ndim == 0 and xp is np else value
-
-
-def _other_device(operands: tuple, out) -> int | None:
-    """The GPU of the first CuPy operand (or ``out``) where it is not CuPy's current device; None
-    where it is, or where no operand is a CuPy array."""
-    for value in (*operands, out):
-        if is_cupy(value):
-            device = value.data.device_id
-            return device if device != cupy_module().cuda.runtime.getDevice() else None
-    return None
-
-
-def _check_one_device(ops: list, out) -> None:
-    """Refuse CuPy operands (and ``out``) on different GPUs (ArgumentError): a kernel on one GPU
-    would read another's memory."""
-    devices = [(f"operand {k}", op.data.device_id) for k, op in enumerate(ops) if is_cupy(op)]
-    devices += [("out", out.data.device_id)] if is_cupy(out) else []
-    for name, device in devices[1:]:
-        if device != devices[0][1]:
-            raise ArgumentError(f"einsum: {name} is on GPU {device}, {devices[0][0]} on GPU {devices[0][1]}: "
-                                "put the arrays on one GPU")
 
 
 def einsum_kernel(subscripts: str, *shapes_or_arrays, dtype=None, optimize="greedy",

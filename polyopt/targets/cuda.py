@@ -422,6 +422,33 @@ def _bits_view(array: np.ndarray) -> np.ndarray:
     return array.view(np.uint16) if array.dtype == bf16.numpy and array.dtype.kind == "V" else array
 
 
+def other_device(values) -> int | None:
+    """The GPU of the first CuPy array among ``values`` where it is not CuPy's current device (a
+    call on it runs there, as one on torch tensors does: :func:`on_torch_stream`); None where it
+    is, or where none is a CuPy array."""
+    for value in values:
+        if is_cupy(value):
+            device = value.data.device_id
+            return device if device != current_device() else None
+    return None
+
+
+def current_device() -> int:
+    """CuPy's current device, where CuPy is imported already (a call on its arrays: no import
+    and no device count on a repeated call's path)."""
+    return sys.modules["cupy"].cuda.runtime.getDevice()
+
+
+def check_one_device(arrays: list[tuple[str, object]], where: str) -> None:
+    """Refuse CuPy arrays (by name) on different GPUs with an ArgumentError naming two of them
+    (``where``: the call): a kernel on one GPU would read the other's memory."""
+    devices = [(name, value.data.device_id) for name, value in arrays if is_cupy(value)]
+    for name, device in devices[1:]:
+        if device != devices[0][1]:
+            raise ArgumentError(f"{where}: {name} is on GPU {device}, {devices[0][0]} on GPU {devices[0][1]}: "
+                                "put the arrays on one GPU")
+
+
 def array_signature(array) -> tuple:
     """What a recorded launch depends on in a CuPy array: shape, dtype, strides, device and
     whether its address is 16-byte aligned (the contraction kernels copy aligned operands with
@@ -487,7 +514,12 @@ class CudaKernel:
             return
         tensor = next((v for v in (*args, *kwargs.values()) if is_torch_cuda(v)), None)
         if tensor is None:
-            self._call(args, kwargs)
+            device = other_device((*args, *kwargs.values()))
+            if device is None:
+                self._call(args, kwargs)
+                return
+            with cupy_module().cuda.Device(device):  # CuPy arrays of another GPU: the call runs there
+                self._call(args, kwargs)
             return
         with on_torch_stream(cupy_module(), tensor):  # torch's work goes on torch's current stream
             self._call(args, kwargs)
@@ -578,6 +610,7 @@ class CudaKernel:
         bound = bind_arguments(replace(self.scop, arrays={**self.scop.arrays, **half}) if half else self.scop,
                                args, kwargs)
         check_params(self.scop, bound.params, self.checked_params)
+        check_one_device(list(on_device.items()), f"{self.scop.name}()")
         written = {w.array for s in self.scop.statements for w in s.writes}
         _check_device_aliasing(self.scop.name, on_device, written)
         device, copy_back = {}, {}
@@ -818,6 +851,8 @@ class RepeatedCall:
     scalars: tuple
     layouts: tuple
     launches: tuple
+    #: CuPy's current device when the call was made (its launches are that device's).
+    device: int = 0
     graph: object = None
 
     @classmethod
@@ -833,13 +868,14 @@ class RepeatedCall:
         values = [np.uint64(v.data.ptr) if is_cupy(v) else v for v in record.values(named)]
         launches = tuple(_bound(function, grid, block, (*values, *tail)) for function, grid, block, tail in record.launches)
         return cls(tuple(kwargs), tuple(map(id, given)), tuple(v for v in given if not is_cupy(v)),
-                   _layouts(given), launches)
+                   _layouts(given), launches, current_device())
 
     def matches(self, args: tuple, kwargs: dict) -> bool:
-        """Whether ``args``/``kwargs`` are this call's arguments again, arrays unchanged."""
+        """Whether ``args``/``kwargs`` are this call's arguments again, arrays unchanged, and
+        CuPy's current device the one it was made on."""
         given = args + tuple(kwargs.values()) if kwargs else args
         return (tuple(map(id, given)) == self.identities and tuple(kwargs) == self.keywords
-                and _layouts(given) == self.layouts)
+                and _layouts(given) == self.layouts and current_device() == self.device)
 
     def launch(self) -> None:
         """The launches again, on the current stream."""

@@ -339,7 +339,10 @@ def test_a_launch_record_replays_with_the_new_arrays_and_scalars():
     assert len(calls) == 1
 
 
-def test_a_repeated_call_launches_again_only_for_the_same_arguments():
+def test_a_repeated_call_launches_again_only_for_the_same_arguments(monkeypatch):
+    current = {"device": 0}
+    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(cuda=SimpleNamespace(
+        runtime=SimpleNamespace(getDevice=lambda: current["device"]))))
     calls = []
     record = _scale_record(calls)
     a, b = FakeCupy((8,), ptr=1 << 20), FakeCupy((8,), ptr=1 << 21)
@@ -354,6 +357,9 @@ def test_a_repeated_call_launches_again_only_for_the_same_arguments():
     assert not repeat.matches((alpha, FakeCupy((8,), ptr=1 << 20)), {"B": b})  # another object
     assert not repeat.matches((3.5, a), {"B": b})  # another scalar
     assert not repeat.matches((alpha, a, b), {})  # positional instead of keyword
+    current["device"] = 1  # another current device: its launches are device 0's
+    assert not repeat.matches((alpha, a), {"B": b})
+    current["device"] = 0
     a.shape, a.strides = (4,), (4,)  # reshaped in place
     assert not repeat.matches((alpha, a), {"B": b})
     a.shape, a.strides = (8,), (4,)
@@ -771,7 +777,8 @@ def test_bench_cuda_runs_kernels_with_expanded_scalars():
 def test_tensors_and_arrays_on_a_second_gpu(scale_kernel, dtype):
     """On a machine of two GPUs or more: ``po.einsum`` and a compiled kernel called with torch
     tensors and CuPy arrays that live on GPU 1 while the current device is 0 compute there
-    (first call and recorded repeat), return results on GPU 1, and leave the current device 0."""
+    (first call and recorded repeat), return results on GPU 1, and leave the current device 0;
+    arrays on two GPUs are an ArgumentError."""
     import cupy
     import torch
 
@@ -801,12 +808,23 @@ def test_tensors_and_arrays_on_a_second_gpu(scale_kernel, dtype):
             cupy.cuda.runtime.setDevice(0)
             scale_kernel(2.0, source, target)
         assert target.cpu().tolist() == [2.0 * i for i in range(8)] and cupy.cuda.runtime.getDevice() == 0
+        with cupy.cuda.Device(1):
+            source, target = cupy.arange(8, dtype=cupy.float32), cupy.zeros(8, cupy.float32)
+        for _ in range(3):  # the full path, then the recorded one (not the last call's: another device)
+            cupy.cuda.runtime.setDevice(0)
+            scale_kernel(3.0, source, target)
+            assert cupy.cuda.runtime.getDevice() == 0
+        assert cupy.asnumpy(target).tolist() == [3.0 * i for i in range(8)]
+        with pytest.raises(ArgumentError, match=r"scale\(\): B is on GPU 0, A on GPU 1"):
+            scale_kernel(3.0, source, cupy.zeros(8, cupy.float32))
 
 
 def test_cupy_operands_of_another_gpu_move_the_call_there(monkeypatch):
     """CuPy operands on GPU 1 while CuPy's current device is 0: ``po.einsum`` calls itself again
-    inside that device (where the recorded launches and allocations are its own); operands on
-    two GPUs are an ArgumentError naming them."""
+    inside that device (where the recorded launches and allocations are its own); arrays on
+    two GPUs are an ArgumentError naming two of them."""
+    from polyopt.targets import cuda as cuda_target
+
     einsum_module = sys.modules["polyopt.einsum"]  # (po.einsum is the function)
     entered = []
     cuda = SimpleNamespace(runtime=SimpleNamespace(getDevice=lambda: entered[-1] if entered else 0))
@@ -819,17 +837,19 @@ def test_cupy_operands_of_another_gpu_move_the_call_there(monkeypatch):
         finally:
             entered.pop()
     cuda.Device = device
+    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(cuda=cuda))
     monkeypatch.setattr(einsum_module, "cupy_module", lambda: SimpleNamespace(cuda=cuda))
     a, b = FakeCupy((4, 4), device_id=1), FakeCupy((4, 4), device_id=1)
-    assert einsum_module._other_device(("ij,jk->ik", a, b), None) == 1
-    assert einsum_module._other_device(("ij,jk->ik", np.zeros((4, 4)), np.zeros((4, 4))), None) is None
+    assert cuda_target.other_device(("ij,jk->ik", a, b, None)) == 1
+    assert cuda_target.other_device(("ij,jk->ik", np.zeros((4, 4)), np.zeros((4, 4)))) is None
     seen = []
     monkeypatch.setattr(einsum_module, "_call_key", lambda *args: seen.append(list(entered)) or None)
     monkeypatch.setattr(einsum_module, "_on_cupy_views", lambda *args, **kwargs: None)
     with pytest.raises(Exception):  # (the fakes hold no memory: the call stops past the key)
         po.einsum("ij,jk->ik", a, b)
     assert seen == [[1]] and entered == []
-    with pytest.raises(ArgumentError, match="operand 1 is on GPU 0, operand 0 on GPU 1"):
-        einsum_module._check_one_device([a, FakeCupy((4, 4))], None)
+    with pytest.raises(ArgumentError, match="einsum: operand 1 is on GPU 0, operand 0 on GPU 1"):
+        cuda_target.check_one_device([("operand 0", a), ("operand 1", FakeCupy((4, 4)))], "einsum")
     with pytest.raises(ArgumentError, match="out is on GPU 2"):
-        einsum_module._check_one_device([a, b], FakeCupy((4, 4), device_id=2))
+        cuda_target.check_one_device([("operand 0", a), ("out", FakeCupy((4, 4), device_id=2))], "einsum")
+    cuda_target.check_one_device([("operand 0", a), ("operand 1", np.zeros(2)), ("out", None)], "einsum")
