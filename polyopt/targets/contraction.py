@@ -315,6 +315,11 @@ def tma_specs(source: ContractionSource, variant: Variant, layout: Launch) -> tu
     return (specs[0], specs[1]) if all(spec.allowed() for spec in specs) else None
 
 
+#: Terms of a ``wgmma`` kernel's K tile of halves (128 bytes): the shortest sum that takes the
+#: staging TMA kernels below ``WGMMA_MIN_K`` (:func:`choose_kernel`).
+HALF_K_TILE = ROW_BYTES // 2
+
+
 def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dict[str, tuple[int, ...]],
                   sm_count: int, aligned_operands: bool = True, wgmma: bool = False,
                   tma: bool = False, clusters: bool = False, half: bool = False) -> tuple[str, Variant, Launch]:
@@ -338,7 +343,8 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
     less takes :data:`~polyopt.codegen.cuda_contraction.NARROW_WGMMA_VARIANT` (TMA, 128 x 64
     tiles, the same tests with tiles of that width) and only it. ``half``: the output is of the
     operands' half type (:attr:`~polyopt.codegen.cuda_contraction.ContractionSource.half_store`);
-    a shorter sum then takes the TMA kernels that stage the output tile
+    a shorter sum of one whole K tile or more (:data:`HALF_K_TILE` terms) then takes the TMA
+    kernels that stage the output tile
     (:func:`~polyopt.codegen.cuda_wgmma.staging_bytes`) where TMA may run: their grid walks
     its tiles one block an SM, the producer loading the next tiles while the consumers store
     (attention's ``bhqd,bhkd->bhqk``, K = 64, measured faster than ``mma.sync``:
@@ -361,8 +367,10 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
                   and tma_specs(source, NARROW_WGMMA_VARIANT, layout) is not None)
         width = 64 if narrow else 128
         tiles = -(-m // 128) * -(-n // width)
-        short = k * ko < WGMMA_MIN_K  # (then only the persistent kernels staging a half output)
-        if ((not short or (use_tma and half)) and tiles * z >= sm_count
+        # a short sum: only the persistent kernels staging a half output, from one whole K tile
+        short = k * ko < WGMMA_MIN_K
+        staged_short = use_tma and half and k * ko >= HALF_K_TILE
+        if ((not short or staged_short) and tiles * z >= sm_count
                 and m * n >= WGMMA_MIN_SHARE * tiles * 128 * width
                 and async_aligned(c, hopper[0], layout, aligned_operands)):
             return _best(source, extent, shapes, sm_count,
@@ -523,6 +531,6 @@ def allow_dynamic_shared(module, name: str, nbytes: int) -> None:
     _SHARED_ALLOWED[loaded.ptr] = (loaded, nbytes)
 
 
-__all__ = ["ContractionPlan", "Launch", "allow_dynamic_shared", "array_strides", "async_aligned", "check_precision", "choose_kernel",
+__all__ = ["HALF_K_TILE", "ContractionPlan", "Launch", "allow_dynamic_shared", "array_strides", "async_aligned", "check_precision", "choose_kernel",
            "contraction_engine", "contraction_plan", "contraction_program_plan", "describe_tiles", "launch",
            "launch_layout", "mapped_contraction", "tile_kernels", "tma_specs"]

@@ -426,8 +426,10 @@ def other_device(values) -> int | None:
     """The GPU of the first CuPy array among ``values`` where it is not CuPy's current device (a
     call on it runs there, as one on torch tensors does: :func:`on_torch_stream`); None where it
     is, or where none is a CuPy array."""
+    if "cupy" not in sys.modules:  # (no CuPy array exists: a CPU call's path stays as it was)
+        return None
     for value in values:
-        if is_cupy(value):
+        if type(value) is not np.ndarray and is_cupy(value):
             device = value.data.device_id
             return device if device != current_device() else None
     return None

@@ -152,6 +152,8 @@ def test_a_short_sum_of_halves_takes_the_staging_tma_kernels():
     assert variant.tma and staging_bytes(variant) and (variant.bm, variant.bn) == (128, 128)
     assert not choose_kernel(source, extent, shapes, 132, wgmma=True, tma=False, half=True)[1].wgmma
     assert not choose_kernel(source, extent, shapes, 132, wgmma=True, tma=True, half=False)[1].wgmma
+    d32 = {"op0": (8, 16, 512, 32), "op1": (8, 16, 512, 32), "out": (8, 16, 512, 512)}  # less than a K tile
+    assert not choose_kernel(source, {**extent, "i_d": 32}, d32, 132, wgmma=True, tma=True, half=True)[1].wgmma
     narrow = {"op0": (8, 16, 512, 64), "op1": (8, 16, 64, 512), "out": (8, 16, 512, 64)}  # N = 64 too
     assert choose_kernel(_source("bhqk,bhkd->bhqd", [(2, 2, 8, 64), (2, 2, 64, 64)]), extent, narrow, 132,
                          wgmma=True, tma=True, half=True)[1] == NARROW_WGMMA_VARIANT
