@@ -60,7 +60,8 @@ from polyopt.analysis import expr as E
 from polyopt.targets.contraction import check_precision
 from polyopt.targets.cuda import (CudaKernel, LaunchRecord, as_cupy, check_one_device, cupy_module, is_cupy,
                                   is_device_array, other_device)
-from polyopt.targets.torch_tensors import check_untracked, is_torch_bfloat16, is_torch_cuda, on_torch_stream
+from polyopt.targets.torch_tensors import (check_untracked, is_torch_bfloat16, is_torch_cpu, is_torch_cuda,
+                                           numpy_view, on_torch_stream, tensor_of)
 from polyopt.errors import TargetUnavailableError
 from polyopt.frontends.einsum import (EinsumSpec, OUTPUT, SUM_BLOCK, contraction_path, einsum_scop, is_partial_sum,
                                       iteration_count, label_sizes, merge_summed_runs, parse_subscripts, size_parameter,
@@ -604,6 +605,22 @@ def _on_cupy_views(operands: tuple, out, **options):
     return result
 
 
+def _on_numpy_views(operands: tuple, out, **options):
+    """``einsum`` on PyTorch CPU tensors (numpy arrays and numbers beside them), as
+    ``torch.einsum`` takes them: computed on numpy views of their memory (no copies; the call
+    on the views is recorded like any numpy call), the result a tensor on the result array's
+    memory, or ``out`` (a tensor: written in place through its view)."""
+    check_untracked(operands[1:] if isinstance(operands[0], str) else operands[::2], "einsum")
+    check_untracked((out,), "einsum out=")
+    views = tuple(numpy_view(v, "einsum") if is_torch_cpu(v) else v for v in operands)
+    if out is not None and is_torch_cpu(out):
+        out_view = numpy_view(out, "einsum out=", written=True)
+    else:
+        out_view = out
+    result = einsum(*views, out=out_view, **options)
+    return out if out is not None else tensor_of(result)
+
+
 def _record_torch_call(torch_key: tuple, device_call, dtype) -> None:
     """Record under ``torch_key`` the :class:`~polyopt.einsum_calls.TorchCall` of the call on
     CuPy views that ``device_call`` replays (where it is a recorded launch that allows one), its
@@ -765,6 +782,9 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     if key is None and any(is_device_array(v) and not is_cupy(v) for v in (*operands, out)):
         return _on_cupy_views(operands, out, dtype=dtype, order=order, casting=casting, optimize=optimize,
                               target=target, num_threads=num_threads, precision=precision)
+    if key is None and any(is_torch_cpu(v) for v in (*operands, out)):
+        return _on_numpy_views(operands, out, dtype=dtype, order=order, casting=casting, optimize=optimize,
+                               target=target, num_threads=num_threads, precision=precision)
     check_precision(precision)
     order = _order(order)
     if casting not in _CASTINGS:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import polyopt as po
+from polyopt.errors import ArgumentTypeError
 
 RNG = np.random.default_rng(7)
 
@@ -689,3 +690,80 @@ def test_default_contraction_order_is_greedy_and_false_sums_in_one_nest():
     assert "t0" not in one_nest.scop.arrays and len(one_nest.scop.statements) == 2
     ops = [_operand(s) for s in shapes]
     _check(po.einsum("ij,jk,kl->il", *ops), np.einsum("ij,jk,kl->il", *ops))
+
+
+class _FakeCpuTensor:
+    """Enough of a PyTorch CPU tensor for po.einsum's view of it (a numpy array inside)."""
+
+    requires_grad = False
+    device = type("Device", (), {"type": "cpu"})()
+
+    def __init__(self, array, conj=False):
+        self.array, self.dtype, self.conj = array, array.dtype, conj
+
+    def detach(self):
+        return self
+
+    def resolve_conj(self):
+        return _FakeCpuTensor(np.conj(self.array)) if self.conj else self
+
+    def resolve_neg(self):
+        return self
+
+    def is_conj(self):
+        return self.conj
+
+    def is_neg(self):
+        return False
+
+    def numpy(self):
+        return self.array
+
+
+_FakeCpuTensor.__module__ = "torch"  # (what polyopt looks at)
+
+
+def test_einsum_on_cpu_tensors_returns_tensors(monkeypatch):
+    """PyTorch CPU tensors, as torch.einsum takes them: computed on numpy views of their memory,
+    the result a tensor on the result's memory (``torch.from_numpy``), ``out=`` written in
+    place, numbers and numpy arrays beside them; a conjugate-bit ``out`` refused."""
+    fake_torch = type(sys)("torch")
+    fake_torch.bfloat16, fake_torch.int16 = "bfloat16", "int16"
+    fake_torch.from_numpy = _FakeCpuTensor
+    fake_torch.is_grad_enabled = lambda: True
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((5, 6)), rng.standard_normal((6, 7))
+    result = po.einsum("ij,jk->ik", _FakeCpuTensor(a), _FakeCpuTensor(b))
+    assert isinstance(result, _FakeCpuTensor) and np.allclose(result.array, a @ b)
+    assert np.allclose(po.einsum("ij,jk->ik", _FakeCpuTensor(a), b).array, a @ b)  # a numpy operand beside
+    assert np.isclose(po.einsum("ij,ij->", _FakeCpuTensor(a), _FakeCpuTensor(a)).array, (a * a).sum())  # 0-d
+    out = _FakeCpuTensor(np.zeros((5, 7)))
+    assert po.einsum("ij,jk->ik", _FakeCpuTensor(a), _FakeCpuTensor(b), out=out) is out
+    assert np.allclose(out.array, a @ b)
+    with pytest.raises(ArgumentTypeError, match="conjugate or negative bit"):
+        po.einsum("ij,jk->ik", a, b, out=_FakeCpuTensor(np.zeros((5, 7)), conj=True))
+    tracked = _FakeCpuTensor(a)
+    tracked.requires_grad = True
+    with pytest.raises(ArgumentTypeError, match="requires grad"):
+        po.einsum("ij,jk->ik", tracked, b)
+
+
+def test_einsum_on_real_cpu_tensors():
+    """The same with torch itself (where it is installed): float32 and transposed (strided)
+    tensors, bfloat16 through ml_dtypes, ``out=``; the result shares the memory torch sees."""
+    torch = pytest.importorskip("torch")
+    a, b = torch.randn(5, 6), torch.randn(7, 6).T  # b a strided view
+    result = po.einsum("ij,jk->ik", a, b)
+    assert isinstance(result, torch.Tensor) and result.dtype == torch.float32
+    torch.testing.assert_close(result, a @ b, rtol=1e-5, atol=1e-5)
+    out = torch.zeros(5, 7)
+    assert po.einsum("ij,jk->ik", a, b, out=out) is out
+    torch.testing.assert_close(out, a @ b, rtol=1e-5, atol=1e-5)
+    if po.bf16.numpy.kind != "u":
+        half = po.einsum("ij,jk->ik", a.to(torch.bfloat16), b.to(torch.bfloat16))
+        assert half.dtype == torch.bfloat16
+        torch.testing.assert_close(half.float(), a.to(torch.bfloat16).float() @ b.to(torch.bfloat16).float(),
+                                   rtol=2e-2, atol=5e-2)
+    with pytest.raises(ArgumentTypeError, match="requires grad"):
+        po.einsum("ij,jk->ik", a.requires_grad_(), b)

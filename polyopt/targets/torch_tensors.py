@@ -1,7 +1,9 @@
 """What polyopt needs of PyTorch tensors, without importing torch: whether a value is a CUDA
-tensor (:func:`is_torch_cuda`) or a bfloat16 one (:func:`is_torch_bfloat16`), the stream to
-launch on for one (:func:`on_torch_stream`), and the refusal of tensors whose gradient torch
-tracks (:func:`check_untracked`: po.einsum's result has no backward).
+tensor (:func:`is_torch_cuda`), a CPU one (:func:`is_torch_cpu`) or a bfloat16 one
+(:func:`is_torch_bfloat16`), the stream to launch on for one (:func:`on_torch_stream`), numpy
+views of CPU tensors and tensors of numpy results (:func:`numpy_view`, :func:`tensor_of`), and
+the refusal of tensors whose gradient torch tracks (:func:`check_untracked`: po.einsum's result
+has no backward).
 
 PyTorch orders the work on a tensor by its *current stream* (``torch.cuda.current_stream``),
 which a program changes with ``with torch.cuda.stream(s):``; polyopt launches on CuPy's current
@@ -18,7 +20,10 @@ from __future__ import annotations
 import contextlib
 import sys
 
+import numpy as np
+
 from polyopt.errors import ArgumentTypeError
+from polyopt.types import bf16
 
 #: CuPy's wrappers of torch streams by (address, device), made once each (at most this many
 #: kept; a wrapper holds only the address, so a stale one costs nothing).
@@ -56,6 +61,41 @@ def _is_torch(value) -> bool:
 def is_torch_cuda(value) -> bool:
     """Whether ``value`` is a PyTorch tensor on a CUDA device."""
     return _is_torch(value) and getattr(value, "is_cuda", False)
+
+
+def is_torch_cpu(value) -> bool:
+    """Whether ``value`` is a PyTorch tensor in host memory."""
+    return _is_torch(value) and getattr(getattr(value, "device", None), "type", None) == "cpu"
+
+
+def numpy_view(tensor, where: str, written: bool = False) -> np.ndarray:
+    """A numpy array on the memory of CPU tensor ``tensor`` (no copy but where its conjugate or
+    negative bit is set), bfloat16 as ml_dtypes' type; an ArgumentTypeError naming ``where`` for
+    a bfloat16 tensor where ml_dtypes is missing (its bits would be summed as integers), and for
+    a ``written`` one (an ``out=``) with such a bit (the copy would take the result)."""
+    torch = sys.modules["torch"]
+    if written and (tensor.is_conj() or tensor.is_neg()):
+        raise ArgumentTypeError(f"{where}: a tensor with its conjugate or negative bit set cannot be written "
+                                "in place (call resolve_conj() / resolve_neg() first)")
+    tensor = tensor.detach().resolve_conj().resolve_neg()
+    if tensor.dtype != torch.bfloat16:
+        return tensor.numpy()
+    if bf16.numpy.kind == "u":
+        raise ArgumentTypeError(f"{where}: a bfloat16 CPU tensor needs ml_dtypes for numpy's bfloat16 "
+                                "(pip install polyopt[bf16])")
+    return tensor.view(torch.int16).numpy().view(bf16.numpy)
+
+
+def tensor_of(array) -> object:
+    """A PyTorch tensor on the memory of numpy ``array`` (a 0-d one for a scalar; a copy of a
+    read-only view, which torch does not take), bfloat16 for ml_dtypes' type."""
+    torch = sys.modules["torch"]
+    array = np.asarray(array)
+    if not array.flags.writeable:
+        array = array.copy()
+    if array.dtype == bf16.numpy and bf16.numpy.kind != "u":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def is_torch_bfloat16(value) -> bool:
@@ -119,4 +159,5 @@ def _current_stream_address(torch, device: int) -> int:
     return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
 
 
-__all__ = ["MAX_WRAPPERS", "check_untracked", "is_torch_bfloat16", "is_torch_cuda", "on_torch_stream"]
+__all__ = ["MAX_WRAPPERS", "check_untracked", "is_torch_bfloat16", "is_torch_cpu", "is_torch_cuda", "numpy_view",
+           "on_torch_stream", "tensor_of"]
