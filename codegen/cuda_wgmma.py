@@ -164,9 +164,10 @@ def _ring_bytes(v) -> int:
 def staging_bytes(v) -> int:
     """The shared memory after the mbarriers where a warp-specialized kernel of half operands
     stages a half output tile (:func:`wgmma_body`): ``BM`` rows of ``BN`` halves and the pad,
-    where it fits beside the ring; 0 for the others (their fragments go straight to memory:
-    the ``cp.async`` ring is busy with the next tile while the consumers store, and the
-    128 x 256 tiles and the kernels of two blocks an SM have no room)."""
+    where it fits beside the ring (whose slots the producer fills with the next tiles while the
+    consumers store); 0 for the others, whose fragments go straight to memory: the kernels that
+    are not warp-specialized (not measured with it) and those with no room beside their ring
+    (the 128 x 256 tiles, the 6-stage ring)."""
     if not v.specialized or v.engine != "hmma":
         return 0
     size = v.bm * (v.bn + STAGED_PAD) * 2
