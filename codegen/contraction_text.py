@@ -388,6 +388,13 @@ class StagedType:
     when: str
     size: int
 
+    @staticmethod
+    def half(name: str) -> "StagedType":
+        """Half type ``name`` (f16, bf16) where the launch passes a half output
+        (:data:`HALF_STORE_ARGUMENT`, :func:`half_store`)."""
+        c_type, _, pair_type, pair_make = HALF_STORES[name]
+        return StagedType(c_type, pair_type, pair_make, HALF_STORE_ARGUMENT, 2)
+
 
 @dataclass(frozen=True)
 class StagingScope:

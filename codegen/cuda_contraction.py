@@ -56,7 +56,7 @@ from polyopt.analysis.scop import Scop
 from polyopt.codegen.ast import abi_arguments
 from polyopt.codegen.c import CExpr, c_type_name
 from polyopt.codegen.cuda import CudaSource, cuda_prelude, kernel_parameters
-from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, HALF_STORES, PAIR_TYPES, RUN_STRIDES,
+from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, PAIR_TYPES, RUN_STRIDES,
                                               STAGED_PAD, Slots, StagedType, StagingScope, UnitStrides,
                                               element_store, element_test, fragment_stores, grid_loops, half_store,
                                               init_text, outer_k_offsets, pair_argument, pair_k_loops,
@@ -976,8 +976,7 @@ def _staged_tiles(scop: Scop, c: Contraction, v: Variant) -> list[StagedType]:
     half, declared = half_store(scop, c), c_type_name(scop.arrays[c.output].dtype)
     types = []
     if half is not None:
-        c_type, _, pair_type, pair_make = HALF_STORES[half]
-        types.append(StagedType(c_type, pair_type, pair_make, HALF_STORE_ARGUMENT, 2))
+        types.append(StagedType.half(half))
     pair_type, pair_make, pair_bytes = PAIR_TYPES[declared]
     types.append(StagedType(declared, pair_type, pair_make, f"!{HALF_STORE_ARGUMENT}" if half else "", pair_bytes // 2))
     return [kind for kind in types if v.bm * (v.bn + STAGED_PAD) * kind.size <= shared_bytes(c, v)]

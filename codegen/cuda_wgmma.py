@@ -47,10 +47,9 @@ from __future__ import annotations
 from polyopt.analysis import expr as E
 from polyopt.analysis.contraction import ELEMENT, Contraction, Operand
 from polyopt.analysis.scop import Scop
-from polyopt.codegen.contraction_text import (HALF_STORE_ARGUMENT, HALF_STORES, STAGED_PAD, Slots, StagedType,
-                                              StagingScope, UnitStrides, element_test, fragment_stores, grid_loops,
-                                              half_store, init_text, outer_k_offsets, pair_k_loops, scalar_text,
-                                              staged_stores)
+from polyopt.codegen.contraction_text import (STAGED_PAD, Slots, StagedType, StagingScope, UnitStrides, element_test,
+                                              fragment_stores, grid_loops, half_store, init_text, outer_k_offsets,
+                                              pair_k_loops, scalar_text, staged_stores)
 
 #: Bytes of one row of a swizzled tile (the 128-byte swizzle's width) and of one 8-row atom.
 ROW_BYTES = 128
@@ -397,13 +396,12 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
              *fragment_stores(scop, c, row, col, finished, t)]
     half = half_store(scop, c)
     if staging_bytes(v) and half is not None and not c.domain:  # (a cut box: the rows would overwrite)
-        c_type, _, pair_type, pair_make = HALF_STORES[half]
         fragments = [f"        #pragma unroll\n        for (int _j = 0; _j < {v.bn // 8}; _j++)",
                      "          #pragma unroll\n          for (int _r0 = 0; _r0 < 4; _r0 += 2) {"]
         buffer = f"_Bs + {v.stages * tile_bytes(v, v.bn) + 16 * v.stages}"  # after the mbarriers
         store = staged_stores(scop, c, fragments, row, col, finished, t, buffer, v.bn,
                               StagingScope.warp(f"_wg * {WARPGROUP_ROWS} + _wq * 16"),
-                              StagedType(c_type, pair_type, pair_make, HALF_STORE_ARGUMENT, 2), alternative=False,
+                              StagedType.half(half), alternative=False,
                               whole=scale is None and not c.epilogue) + ["      } else {"] + store + ["      }"]
     advance = ["        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] + \
               (outer_k_offsets(slots) if slots.outer_k else []) + ["        }"]

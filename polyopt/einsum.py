@@ -613,10 +613,7 @@ def _on_numpy_views(operands: tuple, out, **options):
     check_untracked(operands[1:] if isinstance(operands[0], str) else operands[::2], "einsum")
     check_untracked((out,), "einsum out=")
     views = tuple(numpy_view(v, "einsum") if is_torch_cpu(v) else v for v in operands)
-    if out is not None and is_torch_cpu(out):
-        out_view = numpy_view(out, "einsum out=", written=True)
-    else:
-        out_view = out
+    out_view = numpy_view(out, "einsum out=", written=True) if is_torch_cpu(out) else out
     result = einsum(*views, out=out_view, **options)
     return out if out is not None else tensor_of(result)
 
