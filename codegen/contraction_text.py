@@ -420,8 +420,8 @@ class StagingScope:
 
 
 def staged_stores(scop: Scop, c: Contraction, fragments: list[str], row: str, col: str, acc: str, t: str,
-                  buffer: str, bn: int, scope: StagingScope, kind: StagedType, alternative: bool, whole: bool
-                  ) -> list[str]:
+                  buffer: str, bn: int, scope: StagingScope, kind: StagedType, alternative: bool, whole: bool,
+                  chunk: int = 0) -> list[str]:
     """The stores of an output tile through shared memory in unit column stride (and
     ``kind.when``, a launch condition): each thread's pairs of finished elements (``fragments``:
     the loop headers over its fragments' pairs, ``_r0`` the first register of a pair, ``acc``
@@ -437,13 +437,18 @@ def staged_stores(scop: Scop, c: Contraction, fragments: list[str], row: str, co
     takes a path without element tests: with K = 64 the tests of each element against the
     extents, and the 64-bit address of each vector, were most of the kernel's instructions.
     Its pairs are staged without tests only where ``whole`` (no epilogue statement follows the
-    sum: a second copy of them cost the register-limited kernels spills)."""
-    per_vector = 16 // kind.size
-    pitch, per_row = bn + STAGED_PAD, bn // per_vector
+    sum: a second copy of them cost the register-limited kernels spills).
+
+    ``chunk``: columns staged at a time (0: all ``bn``), for a buffer that holds only that many:
+    the stages and write-backs go in ``bn / chunk`` rounds ``_h``, whose ``fragments`` are the
+    caller's (those of columns ``_h * chunk`` on)."""
+    per_vector, cols = 16 // kind.size, chunk or bn
+    pitch, per_row = cols + STAGED_PAD, cols // per_vector
+    shift = f" - _h * {cols}" if cols < bn else ""  # the round's first column, in the staged tile
     test = f"{kind.when} && sCn == 1" if kind.when else "sCn == 1"
     opening = "} else if" if alternative else "if"
     pair_store = ["              const int _r = _r0;",
-                  f"              *({kind.pair_type} *)&_Cs[({row}) * {pitch} + {col}] = "
+                  f"              *({kind.pair_type} *)&_Cs[({row}) * {pitch} + {col}{shift}] = "
                   f"{kind.pair_make}(_p[0], _p[1]);",
                   "            }"]
     tested = [*fragments, *pair_values(scop, c, row, col, acc, t, offset=False), *pair_store]
@@ -455,10 +460,15 @@ def staged_stores(scop: Scop, c: Contraction, fragments: list[str], row: str, co
                "        }"] if whole else tested)
     vectors = f"{scope.rows} * {per_row}"
     row_of = f"{scope.row0} + _c / {per_row}" if scope.row0 != "0" else f"_c / {per_row}"
-    return [f"      {opening} ({test}) {{  /* the tile through shared memory, 16-byte rows */",
+    first_column = f" + _h * {cols}" if shift else ""
+    head = [f"      {opening} ({test}) {{  /* the tile through shared memory, 16-byte rows */",
             f"        {kind.c_type} *const _Cs = ({kind.c_type} *)({buffer});",
-            f"        {kind.c_type} *const _d0 = ({kind.c_type} *){c.output} + _offC + _m0 * sCm + _n0;",
-            "        const bool _inside = _m0 + BM <= _M && _n0 + BN <= _N;",
+            "        const bool _inside = _m0 + BM <= _M && _n0 + BN <= _N;"]
+    if shift:
+        head += [f"        #pragma unroll\n        for (int _h = 0; _h < {bn // cols}; _h++) {{"
+                 f"  /* {cols} columns at a time */"]
+    return [*head,
+            f"        {kind.c_type} *const _d0 = ({kind.c_type} *){c.output} + _offC + _m0 * sCm + _n0{first_column};",
             *staged,
             f"        {scope.sync};",
             f"        if (_inside && ((unsigned long long)_d0 & 15) == 0 && sCm % {per_vector} == 0) {{"
@@ -471,7 +481,7 @@ def staged_stores(scop: Scop, c: Contraction, fragments: list[str], row: str, co
             "        } else {",
             f"        for (int _c = {scope.first}; _c < {vectors}; _c += {scope.threads}) {{",
             f"          const int _row = {row_of}, _col = _c % {per_row} * {per_vector};",
-            "          const long _m = _m0 + _row, _n = _n0 + _col;",
+            f"          const long _m = _m0 + _row, _n = _n0{first_column} + _col;",
             "          if (_m < _M && _n < _N) {",
             f"            {kind.c_type} *const _d = _d0 + _row * sCm + _col;",
             f"            const {kind.c_type} *const _s = _Cs + _row * {pitch} + _col;",
@@ -481,7 +491,8 @@ def staged_stores(scop: Scop, c: Contraction, fragments: list[str], row: str, co
             "          }",
             "        }",
             "        }",
-            f"        {scope.sync};  /* the staged tile's space is reused next */"]
+            f"        {scope.sync};  /* the staged tile's space is reused next */",
+            *(["        }"] if shift else [])]
 
 
 def init_text(scop: Scop, c: Contraction, element: str) -> str:

@@ -160,17 +160,31 @@ def _ring_bytes(v) -> int:
     return v.stages * (tile_bytes(v, v.bm) + tile_bytes(v, v.bn)) + TILE_ALIGN + barriers
 
 
-def staging_bytes(v) -> int:
-    """The shared memory after the mbarriers where a warp-specialized kernel of half operands
-    stages a half output tile (:func:`wgmma_body`): ``BM`` rows of ``BN`` halves and the pad,
-    where it fits beside the ring (whose slots the producer fills with the next tiles while the
-    consumers store); 0 for the others, whose fragments go straight to memory: the kernels that
-    are not warp-specialized (not measured with it) and those with no room beside their ring
-    (the 128 x 256 tiles, the 6-stage ring)."""
+#: Columns a warp-specialized kernel stages at a time where its whole tile does not fit beside
+#: the ring (:func:`staging_columns`).
+STAGING_CHUNK = 64
+
+
+def staging_columns(v) -> int:
+    """The columns of its half output tile a warp-specialized kernel of half operands stages at a
+    time (:func:`wgmma_body`), beside the ring (whose slots the producer fills with the next
+    tiles while the consumers store): all ``BN`` where they fit in the SM's shared memory, else
+    :data:`STAGING_CHUNK` on the TMA kernels (the 128 x 256 tiles: their consumers have the
+    registers ``setmaxnreg`` gives them; the ``cp.async`` 128 x 256 kernel spilled 152 bytes
+    with the rounds); 0 for the others, whose fragments go straight to memory: the kernels that
+    are not warp-specialized (not measured with it) and the ``cp.async`` ones with no room."""
     if not v.specialized or v.engine != "hmma":
         return 0
-    size = v.bm * (v.bn + STAGED_PAD) * 2
-    return size if _ring_bytes(v) + size <= SHARED_OPT_IN_LIMIT else 0
+    fitting = [cols for cols in (v.bn, STAGING_CHUNK) if (cols == v.bn or v.tma)
+               and _ring_bytes(v) + v.bm * (cols + STAGED_PAD) * 2 <= SHARED_OPT_IN_LIMIT]
+    return fitting[0] if fitting else 0
+
+
+def staging_bytes(v) -> int:
+    """The shared memory after the mbarriers where a kernel stages its half output
+    (:func:`staging_columns`: ``BM`` rows of that many halves and the pad), 0 where it does not."""
+    cols = staging_columns(v)
+    return v.bm * (cols + STAGED_PAD) * 2 if cols else 0
 
 
 def wgmma_shared_bytes(v) -> int:
@@ -396,13 +410,16 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
              *fragment_stores(scop, c, row, col, finished, t)]
     half = half_store(scop, c)
     if staging_bytes(v) and half is not None and not c.domain:  # (a cut box: the rows would overwrite)
-        fragments = [f"        #pragma unroll\n        for (int _j = 0; _j < {v.bn // 8}; _j++)",
+        cols = staging_columns(v)
+        first_j = f"_h * {cols // 8}" if cols < v.bn else "0"  # (in rounds of cols columns)
+        fragments = [f"        #pragma unroll\n        for (int _j = {first_j}; _j < {first_j} + {cols // 8}; _j++)",
                      "          #pragma unroll\n          for (int _r0 = 0; _r0 < 4; _r0 += 2) {"]
         buffer = f"_Bs + {v.stages * tile_bytes(v, v.bn) + 16 * v.stages}"  # after the mbarriers
         store = staged_stores(scop, c, fragments, row, col, finished, t, buffer, v.bn,
                               StagingScope.warp(f"_wg * {WARPGROUP_ROWS} + _wq * 16"),
                               StagedType.half(half), alternative=False,
-                              whole=scale is None and not c.epilogue) + ["      } else {"] + store + ["      }"]
+                              whole=scale is None and not c.epilogue, chunk=cols if cols < v.bn else 0
+                              ) + ["      } else {"] + store + ["      }"]
     advance = ["        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] + \
               (outer_k_offsets(slots) if slots.outer_k else []) + ["        }"]
     def copies(pair: tuple[Operand, Operand]) -> list[str]:

@@ -39,7 +39,7 @@ from polyopt.codegen.cuda_contraction import (COPY_BYTES, OPERAND_BYTES, MIN_BLO
                                               operand_stride_positions, shared_bytes, staged_tiles,
                                               tile_variants)
 from polyopt.codegen.contraction_text import Slots, half_store
-from polyopt.codegen.cuda_wgmma import ROW_BYTES, staging_bytes, tma_layouts, transposed_copies, wgmma_layouts
+from polyopt.codegen.cuda_wgmma import ROW_BYTES, staging_columns, tma_layouts, transposed_copies, wgmma_layouts
 from polyopt.codegen.gpu_mapping import GpuProgram, map_to_gpu
 from polyopt.errors import IllegalScheduleError, ScheduleError
 from polyopt.targets.tensor_maps import MapSpec, TmaLaunch
@@ -344,8 +344,8 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
     tiles, the same tests with tiles of that width) and only it. ``half``: the output is of the
     operands' half type (:attr:`~polyopt.codegen.cuda_contraction.ContractionSource.half_store`);
     a shorter sum of one whole K tile or more (:data:`HALF_K_TILE` terms) then takes the TMA
-    kernels that stage the output tile
-    (:func:`~polyopt.codegen.cuda_wgmma.staging_bytes`) where TMA may run: their grid walks
+    kernels that stage the whole output tile at once
+    (:func:`~polyopt.codegen.cuda_wgmma.staging_columns`) where TMA may run: their grid walks
     its tiles one block an SM, the producer loading the next tiles while the consumers store
     (attention's ``bhqd,bhkd->bhqk``, K = 64, measured faster than ``mma.sync``:
     docs/performance.md, "Short sums on the TMA kernels").
@@ -375,7 +375,7 @@ def choose_kernel(source: ContractionSource, extent: dict[str, int], shapes: dic
                 and async_aligned(c, hopper[0], layout, aligned_operands)):
             return _best(source, extent, shapes, sm_count,
                          lambda v: v.wgmma and v.tma == use_tma and (v == NARROW_WGMMA_VARIANT) == narrow
-                         and (not short or staging_bytes(v) > 0))
+                         and (not short or staging_columns(v) == v.bn))
     asynchronous = [v for _, v in source.variants if v.asynchronous and not v.wgmma]
     use_async = bool(asynchronous) and async_aligned(
         c, asynchronous[0], launch_layout(c, asynchronous[0], extent, shapes), aligned_operands)

@@ -71,13 +71,13 @@ def test_the_kernels_take_the_store_type_last_and_the_host_function_passes_f32()
     # vectors; so do the warp-specialized wgmma kernels with room beside theirs
     staged = _kernel("ij,jk->ik", [(64, 64), (64, 64)], np.float16).compiled
     assert source.count(f"if ({HALF_STORE_ARGUMENT} && sCn == 1) {{") == \
-        sum(v.asynchronous and not v.wgmma or staging_bytes(v) > 0 for _, v in staged.variants) == 4 + 2
+        sum(v.asynchronous and not v.wgmma or staging_bytes(v) > 0 for _, v in staged.variants) == 4 + 3
     assert "*(uint4 *)_d = *(const uint4 *)_s;" in source
     # and a float32 output where the tile fits the ring too (not 128 x 128 halves' ring)
     assert source.count("} else if (!_Ch && sCn == 1) {") == 3
     # a tile lying whole in the output stages and stores without element tests
-    assert source.count("if (_inside) {  /* no element outside the output */") == 4 + 3 + 2
-    assert source.count("if (_inside && ((unsigned long long)_d0 & 15) == 0 && sCm % 8 == 0) {") == 4 + 2
+    assert source.count("if (_inside) {  /* no element outside the output */") == 4 + 3 + 3
+    assert source.count("if (_inside && ((unsigned long long)_d0 & 15) == 0 && sCm % 8 == 0) {") == 4 + 3
 
 
 def test_the_asynchronous_half_kernels_read_their_fragments_with_ldmatrix():

@@ -13,7 +13,8 @@ import pytest
 import polyopt as po
 from polyopt.analysis.contraction import find_contraction
 from polyopt.codegen.cuda_contraction import NARROW_WGMMA_VARIANT, WGMMA_VARIANTS, ContractionSource
-from polyopt.codegen.cuda_wgmma import SHARED_OPT_IN_LIMIT, staging_bytes, sum_scale, tma_layouts, wgmma_shared_bytes
+from polyopt.codegen.cuda_wgmma import (SHARED_OPT_IN_LIMIT, staging_bytes, staging_columns, sum_scale, tma_layouts,
+                                      wgmma_shared_bytes)
 from polyopt.analysis import expr as E
 from polyopt.targets import contraction
 from polyopt.targets.contraction import choose_kernel
@@ -166,11 +167,17 @@ def test_staged_output_tiles_fit_beside_the_ring():
     sizes = {v: staging_bytes(v) for engine in ("hmma", "tf32") for v in WGMMA_VARIANTS[engine]}
     assert all(wgmma_shared_bytes(v) <= SHARED_OPT_IN_LIMIT for v in sizes)
     assert sizes[NARROW_WGMMA_VARIANT] == 128 * 72 * 2 and sizes[WGMMA_VARIANTS["hmma"][1]] == 128 * 136 * 2
-    assert not any(size for v, size in sizes.items() if v.bn == 256 or v.engine == "tf32" or not v.specialized)
+    wide = WGMMA_VARIANTS["hmma"][0]  # the TMA 128 x 256 tiles: 64 columns at a time
+    assert wide.bn == 256 and wide.tma and staging_columns(wide) == 64 and sizes[wide] == 128 * 72 * 2
+    assert not any(size for v, size in sizes.items() if v.engine == "tf32" or not v.specialized
+                   or (v.bn == 256 and not v.tma))
     text = _source("bhqd,bhkd->bhqk", [(2, 2, 64, 64), (2, 2, 64, 64)]).source
     tma_kernel = text[text.index("polyopt_einsum_k0_8("):text.index("polyopt_einsum_k0_9(")]
     assert "for (int _c = _lane; _c < 16 * 16; _c += 32)" in tma_kernel and "__syncwarp();" in tma_kernel
     assert "*(uint4 *)(_d0 + _row * sCm + _col)" in tma_kernel and "if (_inside) {" in tma_kernel
+    wide_kernel = text[text.index("polyopt_einsum_k0_7("):text.index("polyopt_einsum_k0_8(")]
+    assert "for (int _h = 0; _h < 4; _h++) {  /* 64 columns at a time */" in wide_kernel
+    assert "for (int _j = _h * 8; _j < _h * 8 + 8; _j++)" in wide_kernel and "_n = _n0 + _h * 64 + _col" in wide_kernel
 
 
 def test_the_tma_kernel_text():
