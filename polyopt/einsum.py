@@ -758,24 +758,24 @@ def einsum(*operands: Any, out: np.ndarray | None = None, dtype=None, order: str
     (10-bit mantissas: results change, like torch's ``allow_tf32``); "exact" (the default)
     keeps each element's arithmetic. The CPU computes exactly either way.
     """
+    # first a call like an earlier one (which passed every check below): see einsum_calls
+    if out is None and len(operands) > 1 and is_torch_cuda(operands[1]):  # on PyTorch tensors (_on_cupy_views)
+        known = einsum_calls.recorded(einsum_calls.torch_call_key(
+            operands, None, (dtype, order, casting, optimize, target, num_threads, precision)))
+        if known is not None:
+            return known(operands[1:])
     device = other_device((*operands, out))
     if device is not None:  # CuPy arrays of another GPU: the call runs there (as one on torch tensors does)
         with cupy_module().cuda.Device(device):
             return einsum(*operands, out=out, dtype=dtype, order=order, casting=casting, optimize=optimize,
                           target=target, num_threads=num_threads, precision=precision)
-    # first a call like an earlier one (which passed every check below): see einsum_calls; a
-    # key exists only where every operand is a numpy or CuPy array
+    # a key exists only where every operand is a numpy or CuPy array
     key = _call_key(operands, out, dtype, order, casting, optimize, target, num_threads, precision)
     known = einsum_calls.recorded(key)
     if known is not None:
         result = known(operands[1:], out)
         if result is not None:
             return result
-    if key is None and out is None:  # a call like an earlier one on PyTorch tensors (see _on_cupy_views)
-        known = einsum_calls.recorded(einsum_calls.torch_call_key(
-            operands, None, (dtype, order, casting, optimize, target, num_threads, precision)))
-        if known is not None:
-            return known(operands[1:])
     if key is None and any(is_device_array(v) and not is_cupy(v) for v in (*operands, out)):
         return _on_cupy_views(operands, out, dtype=dtype, order=order, casting=casting, optimize=optimize,
                               target=target, num_threads=num_threads, precision=precision)

@@ -742,6 +742,10 @@ class LaunchRecord:
     def __call__(self, named: dict, *, fresh: str | None = None) -> None:
         """Launch on the current stream with the arguments ``named`` (CuPy arrays, scalars);
         ``fresh``: an array the caller has just allocated (it overlaps nothing)."""
+        names = self._packed_names
+        if names is not None and self.written == {fresh} and self._packed_here():  # no check: the addresses alone
+            self._launch_packed(names, {name: named[name].data.ptr for name in self._array_names})
+            return
         self._launch(self.values(named, fresh))
 
     def by_address(self) -> bool:
@@ -755,10 +759,14 @@ class LaunchRecord:
         has just allocated)."""
         names = self._packed_names
         if names is not None and self._packed_here():  # every launch packed: the addresses alone
-            for packed, arrays in zip(self.packed, names):
-                packed([addresses[name] for name in arrays])
+            self._launch_packed(names, addresses)
             return
         self._launch([how if kind == "param" else np.uint64(addresses[name]) for kind, name, how in self.arguments])
+
+    def _launch_packed(self, names: tuple[tuple[str, ...], ...], addresses: dict) -> None:
+        """Every launch packed (``names``: :attr:`_packed_names`), with the arrays' addresses."""
+        for packed, arrays in zip(self.packed, names):
+            packed([addresses[name] for name in arrays])
 
     @cached_property
     def _packed_names(self) -> tuple[tuple[str, ...], ...] | None:
@@ -767,6 +775,11 @@ class LaunchRecord:
         if not self.packed or any(packed is None for packed in self.packed):
             return None
         return tuple(tuple(self.arguments[p][1] for p in packed.arrays) for packed in self.packed)
+
+    @cached_property
+    def _array_names(self) -> frozenset[str]:
+        """The names of the arrays the packed launches take."""
+        return frozenset(name for arrays in self._packed_names or () for name in arrays)
 
     def _packed_here(self) -> bool:
         """Whether the packed launches may run: the current device is the one they were all

@@ -119,6 +119,25 @@ def test_a_record_whose_launches_are_all_packed_takes_the_addresses_alone():
     assert len(driver.launched) == 2 and [args[0] for args in through_cupy] == [0x400, 0x400]
 
 
+def test_a_call_writing_only_a_fresh_array_takes_the_arrays_addresses_alone():
+    """A record called on CuPy arrays whose only written array was just allocated (``fresh``:
+    a repeated einsum's result) launches every packed launch with the arrays' addresses, making
+    no argument list; a call that may write an operand's memory (no ``fresh``) goes through the
+    argument list and its overlap check."""
+    driver, through_cupy = StandInDriver(3), []
+    cupy = _cupy(driver, [0])
+    packed = PackedLaunch(cupy, SimpleNamespace(kernel=SimpleNamespace(ptr=1)), (1,), (32,), 0,
+                          (np.uint64(0), np.uint64(0), np.int64(5)), arrays=(0, 1))
+    cupy_launch = lambda grid, block, args: through_cupy.append(args)  # noqa: E731
+    record = LaunchRecord("k", (("array", "A", None), ("array", "C", None)), frozenset({"C"}),
+                          ((cupy_launch, (1,), (32,), (np.int64(5),)),), (packed,))
+    array = lambda address: SimpleNamespace(data=SimpleNamespace(ptr=address), size=16, nbytes=64)  # noqa: E731
+    record({"A": array(0x100), "C": array(0x200)}, fresh="C")
+    record({"A": array(0x300), "C": array(0x400)})  # (no overlap: the check passes, the same launch)
+    assert [launch[5] for launch in driver.launched] == [[0x100, 0x200, 5], [0x300, 0x400, 5]]
+    assert record.values({"A": array(0x300), "C": array(0x400)})[0].data.ptr == 0x300 and not through_cupy
+
+
 @needs_gpu
 def test_packed_replays_on_fresh_and_freed_arrays_in_a_child_process():
     """Repeated einsum calls (one contraction kernel, and a three-operand product of two) on
