@@ -611,7 +611,7 @@ def _on_numpy_views(operands: tuple, out, **options):
     on the views is recorded like any numpy call), the result a tensor on the result array's
     memory, or ``out`` (a tensor: written in place through its view)."""
     check_untracked(operands[1:] if isinstance(operands[0], str) else operands[::2], "einsum")
-    check_untracked((out,), "einsum out=")
+    check_untracked((out,), "einsum", names=("out=",))
     views = tuple(numpy_view(v, "einsum") if is_torch_cpu(v) else v for v in operands)
     out_view = numpy_view(out, "einsum out=", written=True) if is_torch_cpu(out) else out
     result = einsum(*views, out=out_view, **options)

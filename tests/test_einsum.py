@@ -747,6 +747,10 @@ def test_einsum_on_cpu_tensors_returns_tensors(monkeypatch):
     tracked.requires_grad = True
     with pytest.raises(ArgumentTypeError, match="requires grad"):
         po.einsum("ij,jk->ik", tracked, b)
+    tracked_out = _FakeCpuTensor(np.zeros((5, 7)))
+    tracked_out.requires_grad = True
+    with pytest.raises(ArgumentTypeError, match="einsum: out= is a PyTorch tensor that requires grad"):
+        po.einsum("ij,jk->ik", a, b, out=tracked_out)
 
 
 def test_einsum_on_real_cpu_tensors():

@@ -18,6 +18,7 @@ A Jacobi-style stencil runs in overlapped time tiles instead (:mod:`polyopt.targ
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import time
@@ -435,6 +436,18 @@ def other_device(values) -> int | None:
     return None
 
 
+def on_arrays_device(values) -> contextlib.AbstractContextManager:
+    """Where a call on ``values`` runs, as a context manager: on the device of the first PyTorch
+    CUDA tensor among them, on torch's current stream there (:func:`on_torch_stream`: torch's
+    work and ours stay in order); else on the GPU of CuPy arrays of a device other than the
+    current one (:func:`other_device`); else where it is."""
+    tensor = next((v for v in values if is_torch_cuda(v)), None)
+    if tensor is not None:
+        return on_torch_stream(cupy_module(), tensor)
+    device = other_device(values)
+    return contextlib.nullcontext() if device is None else cupy_module().cuda.Device(device)
+
+
 def current_device() -> int:
     """CuPy's current device, where CuPy is imported already (a call on its arrays: no import
     and no device count on a repeated call's path)."""
@@ -514,16 +527,7 @@ class CudaKernel:
         if last is not None and last.matches(args, kwargs):  # (CuPy arrays only)
             last.launch()
             return
-        tensor = next((v for v in (*args, *kwargs.values()) if is_torch_cuda(v)), None)
-        if tensor is None:
-            device = other_device((*args, *kwargs.values()))
-            if device is None:
-                self._call(args, kwargs)
-                return
-            with cupy_module().cuda.Device(device):  # CuPy arrays of another GPU: the call runs there
-                self._call(args, kwargs)
-            return
-        with on_torch_stream(cupy_module(), tensor):  # torch's work goes on torch's current stream
+        with on_arrays_device((*args, *kwargs.values())):
             self._call(args, kwargs)
 
     def _call(self, args: tuple, kwargs: dict) -> None:

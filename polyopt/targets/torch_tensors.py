@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from typing import Sequence
 
 import numpy as np
 
@@ -103,14 +104,16 @@ def is_torch_bfloat16(value) -> bool:
     return _is_torch(value) and str(getattr(value, "dtype", "")) == "torch.bfloat16"
 
 
-def check_untracked(operands, where: str) -> None:
+def check_untracked(operands, where: str, names: Sequence[str] | None = None) -> None:
     """:class:`~polyopt.errors.ArgumentTypeError` where an operand is a PyTorch tensor that
     requires grad while torch records gradients: polyopt's result has no backward, so the
-    gradient through it would silently be missing from a training step."""
+    gradient through it would silently be missing from a training step. The error names the
+    operand as ``names`` does (default "operand <position>")."""
     for position, value in enumerate(operands):
         if getattr(value, "requires_grad", False) and _is_torch(value) and sys.modules["torch"].is_grad_enabled():
+            name = names[position] if names is not None else f"operand {position}"
             raise ArgumentTypeError(
-                f"{where}: operand {position} is a PyTorch tensor that requires grad, and polyopt records no "
+                f"{where}: {name} is a PyTorch tensor that requires grad, and polyopt records no "
                 "backward; call it under torch.no_grad() or on .detach()ed tensors (torch.einsum for training)")
 
 
