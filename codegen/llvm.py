@@ -32,7 +32,8 @@ ZeroDivisionError after the call.
 Innermost loops the schedule proves parallel carry ``llvm.loop.vectorize.enable`` and put their
 array accesses in an access group named by ``llvm.loop.parallel_accesses``, so the vectorizer needs
 no run-time alias checks (other loops are left to LLVM's cost model: forcing one that cannot be
-vectorized only prints a warning); functions prefer the widest vectors of the host.
+vectorized only prints a warning). Functions prefer the widest vectors of the host, but 256-bit ones
+where the vectorizer may take in-order sums (:data:`ORDERED_SUM_VECTOR_BITS`).
 """
 from __future__ import annotations
 
@@ -62,6 +63,13 @@ from polyopt.types import DType, bf16_bits
 _I1, _I32, _I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 _PTR = ir.PointerType()
 _FLOAT_FLAGS = ("contract",)
+#: The widest vectors the vectorizers prefer, on a host with wider ones (AVX-512), in a function
+#: where they may vectorize an innermost loop's in-order sums: those adds run one after another
+#: whatever the width, and 512-bit vectors only add the shuffles that extract each lane, on the
+#: port the adds need (durbin, syrk, the dot products of mvt and gesummv on an AVX-512 Xeon:
+#: docs/performance.md). Elsewhere -- register tiles vectorized across the tile, loops without
+#: sums -- the host's widest vectors pay (gemm, doitgen).
+ORDERED_SUM_VECTOR_BITS = 256
 _INTRINSICS = {"sqrt": "llvm.sqrt", "exp": "llvm.exp", "log": "llvm.log", "sin": "llvm.sin",
                "cos": "llvm.cos", "pow": "llvm.pow", "floor": "llvm.floor", "abs": "llvm.fabs"}
 _FCMP = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "==", "!=": "!="}
@@ -222,6 +230,7 @@ class _FunctionEmitter:
         self.status: ir.Value | None = None  # the i32 slot of the kernel's status (_STATUS_*)
         self.team: tuple[ir.Value, ir.Value] | None = None  # (thread number, team size), i64
         self.access_group: _Distinct | None = None  # of the innermost parallel loop being emitted
+        self.ordered_sums = False  # whether an innermost loop's in-order sums are left to the vectorizer
         self.innermost_var: str | None = None  # iterator of the innermost loop being emitted
         self.chains = 0  # floating-point accumulations along that loop (see _chains)
         self.float_flags: tuple[str, ...] = _FLOAT_FLAGS
@@ -433,6 +442,8 @@ class _FunctionEmitter:
             # w[i + r] += A[i + r, j] * x[j]), SLP across the tile would gather the rows: the loop
             # vectorizer interleaves the rows' in-order sums instead (2000^2, 8 rows: 3.5 -> 1.5 ms)
             back.set_metadata("llvm.loop", self._no_vectorize_id())
+        elif chains and not self.sum_flags:
+            self.ordered_sums = True
         self.access_group = saved_group
         b.position_at_end(done)
         del self.loop_slots[node.var]
@@ -485,7 +496,7 @@ class _FunctionEmitter:
         data = self._entry_alloca(frame, "captured")
         for k, value in enumerate(variables):
             b.store(value, b.gep(data, [ir.Constant(_I32, 0), ir.Constant(_I32, k)], inbounds=True))
-        entry = _trampoline(self.module, region.function, frame)
+        entry = _trampoline(self.module, region.function, frame, region.vector_bits())
         b.call(_runtime_function(self.module, "GOMP_parallel"), [entry, data, self.threads, ir.Constant(_I32, 0)])
 
     def _captured(self) -> list[tuple[str, object, ir.Value]]:
@@ -760,9 +771,17 @@ class _FunctionEmitter:
             return self.module.globals[full]
         return ir.Function(self.module, ir.FunctionType(t, [t] * arity), name=full)
 
+    def vector_bits(self) -> int:
+        """The widest vectors the vectorizers should prefer in this function: the host's widest,
+        but at most :data:`ORDERED_SUM_VECTOR_BITS` where the vectorizer may take an innermost
+        loop's in-order sums."""
+        widest = _widest_vector_bits()
+        return min(widest, ORDERED_SUM_VECTOR_BITS) if self.ordered_sums else widest
+
     def finish(self) -> None:
         """End the function: report a division by zero into the status (atomically: every
         thread of a team may), then return (the kernel returns its status)."""
+        _prefer_vector_bits(self.function, self.vector_bits())
         b = self.builder
         with b.if_then(b.load(self.zero_division, typ=_I1), likely=False):
             b.store_atomic(ir.Constant(_I32, STATUS_ZERO_DIVISION), self.status, "monotonic", 4)
@@ -847,20 +866,27 @@ def _runtime_function(module: ir.Module, name: str) -> ir.Function:
 
 
 def _host_function_attributes(function: ir.Function) -> None:
-    """``nounwind``, and the host's widest vectors as the vectorizers' preferred width: without
-    it LLVM takes 256 bits on AVX-512 hosts (a parallel region's trampoline lacked it, and the
-    tiled gemm's loops inlined there were vectorized 4 doubles wide instead of 8)."""
+    """``nounwind`` (the vectors' preferred width is set when the body is done:
+    :func:`_prefer_vector_bits`)."""
     function.attributes.add("nounwind")
+
+
+def _prefer_vector_bits(function: ir.Function, bits: int) -> None:
+    """The vectorizers' preferred width in ``function``: without it LLVM takes 256 bits on
+    AVX-512 hosts (a parallel region's trampoline lacked it, and the tiled gemm's loops inlined
+    there were vectorized 4 doubles wide instead of 8)."""
     # llvmlite knows only enum attributes; string attributes go into the set as they are
-    set.add(function.attributes, f'"prefer-vector-width"="{_widest_vector_bits()}"')
+    set.add(function.attributes, f'"prefer-vector-width"="{bits}"')
 
 
-def _trampoline(module: ir.Module, region: ir.Function, frame: ir.LiteralStructType) -> ir.Function:
-    """``void f(void *data)`` for GOMP_parallel: unpacks the struct ``data`` and calls ``region``."""
+def _trampoline(module: ir.Module, region: ir.Function, frame: ir.LiteralStructType, bits: int) -> ir.Function:
+    """``void f(void *data)`` for GOMP_parallel: unpacks the struct ``data`` and calls ``region``
+    (inlined here: its loops are vectorized here, preferring ``bits``-wide vectors as it does)."""
     function = ir.Function(module, ir.FunctionType(ir.VoidType(), [_PTR]),
                            name=module.get_unique_name(f"{region.name}.entry"))
     function.linkage = "internal"
-    _host_function_attributes(function)  # (the region is inlined into it: its loops are vectorized here)
+    _host_function_attributes(function)
+    _prefer_vector_bits(function, bits)
     b = ir.IRBuilder(function.append_basic_block("entry"))
     data = function.args[0]
     args = [b.load(b.gep(data, [ir.Constant(_I32, 0), ir.Constant(_I32, k)], source_etype=frame, inbounds=True),

@@ -260,8 +260,27 @@ def test_parallel_innermost_loop_declares_its_accesses_parallel():
     assert groups
     tagged = {group: re.findall(rf"(load|store) [^\n]*!llvm.access.group {group}\b", text) for group in groups}
     assert all(tagged.values()) and {"load", "store"} <= {kind for kinds in tagged.values() for kind in kinds}
-    lanes = llvm_backend._widest_vector_bits() // 64
+    lanes = _sum_vector_bits() // 64  # (its regions sum in order too)
     assert f"<{lanes} x double>" in compiled.optimized_ir
+
+
+def _sum_vector_bits() -> int:
+    """The vectors a function with in-order sums prefers on this host."""
+    return min(llvm_backend._widest_vector_bits(), llvm_backend.ORDERED_SUM_VECTOR_BITS)
+
+
+def test_functions_with_in_order_sums_prefer_256_bit_vectors_on_wider_hosts(monkeypatch):
+    """On an AVX-512 host (stood in for) the functions whose innermost loops the vectorizer may
+    take as in-order sums prefer 256-bit vectors; the others -- gemm's register tiles, loops
+    without sums -- the host's widest, and a parallel region's trampoline what its region does."""
+    monkeypatch.setattr(llvm_backend, "_widest_vector_bits", lambda: 512)
+    widths = lambda compiled: re.findall(r'^define [^\n]*"prefer-vector-width"="(\d+)"',  # noqa: E731
+                                         llvm_backend.llvm_ir(compiled.scop, compiled.loops, "f", parallel=True),
+                                         re.MULTILINE)
+    assert widths(po.compile(_matvec_pair, algorithm="original")) == ["256"]
+    assert set(widths(po.compile(po.suite.get("gemm").kernel))) == {"512"}
+    syrk = widths(po.compile(po.suite.get("syrk").kernel))  # its scaling region, and its sums' region
+    assert syrk == ["512", "512", "512", "256", "256"]
 
 
 @po.kernel
@@ -280,7 +299,7 @@ def test_accumulation_along_innermost_loop_is_in_order_uncontracted_and_vectoriz
     compiled = po.compile(_matvec_pair, algorithm="original")
     arithmetic = re.findall(r"= (f(?:add|mul)[a-z ]*) double", compiled.llvm_ir)
     assert arithmetic == ["fmul", "fadd", "fmul contract", "fadd contract"]
-    lanes = llvm_backend._widest_vector_bits() // 64
+    lanes = _sum_vector_bits() // 64
     if lanes >= 4:
         assert re.search(rf"= fmul <{lanes} x double>", compiled.optimized_ir)
         assert "@llvm.vector.reduce.fadd" in compiled.optimized_ir
