@@ -821,8 +821,9 @@ def test_tensors_and_arrays_on_a_second_gpu(scale_kernel, dtype):
 
 def test_cupy_operands_of_another_gpu_move_the_call_there(monkeypatch):
     """CuPy operands on GPU 1 while CuPy's current device is 0: ``po.einsum`` calls itself again
-    inside that device (where the recorded launches and allocations are its own); arrays on
-    two GPUs are an ArgumentError naming two of them."""
+    inside that device (where the recorded launches and allocations are its own), as a compiled
+    kernel's call does (``on_arrays_device``); arrays on two GPUs are an ArgumentError naming two
+    of them."""
     from polyopt.targets import cuda as cuda_target
 
     einsum_module = sys.modules["polyopt.einsum"]  # (po.einsum is the function)
@@ -848,6 +849,12 @@ def test_cupy_operands_of_another_gpu_move_the_call_there(monkeypatch):
     with pytest.raises(Exception):  # (the fakes hold no memory: the call stops past the key)
         po.einsum("ij,jk->ik", a, b)
     assert seen == [[1]] and entered == []
+    monkeypatch.setattr(cuda_target, "cupy_module", lambda: SimpleNamespace(cuda=cuda))
+    with cuda_target.on_arrays_device((2.0, a, b)):  # (where a compiled kernel's call on them runs)
+        assert entered == [1]
+    with cuda_target.on_arrays_device((2.0, FakeCupy((4, 4)))):
+        assert entered == []
+    assert entered == []
     with pytest.raises(ArgumentError, match="einsum: operand 1 is on GPU 0, operand 0 on GPU 1"):
         cuda_target.check_one_device([("operand 0", a), ("operand 1", FakeCupy((4, 4)))], "einsum")
     with pytest.raises(ArgumentError, match="out is on GPU 2"):
