@@ -192,19 +192,29 @@ def force_contraction_tile(monkeypatch, tile: int, wgmma_only: bool = False) -> 
         if tile >= len(kernels):
             pytest.skip(f"the source has {len(kernels)} {'wgmma ' if wgmma_only else ''}kernels")
         name, variant = kernels[tile]
-        if variant.wgmma and not wgmma:
-            pytest.skip("wgmma kernel, the module is not built for sm_90a")
-        if variant.split_k and not clusters:
-            pytest.skip("a kernel splitting K over a cluster, the GPU runs none")
         layout = contraction.launch_layout(source.contraction, variant, extent, shapes)
-        if variant.asynchronous and not contraction.async_aligned(source.contraction, variant, layout, aligned_operands):
-            pytest.skip("cp.async kernel, operands not in whole 16-byte vectors")
-        if variant.tma and not (tma and contraction.tma_specs(source, variant, layout)):
-            pytest.skip("TMA kernel, this launch has no tensor maps (batch slots that are no one dimension, an outer-K slot, a capture)")
+        unfit = contraction_kernel_unfit(source, variant, layout, aligned_operands, wgmma, tma, clusters)
+        if unfit:
+            pytest.skip(unfit)
         taken.append(name)
         return name, variant, layout
     monkeypatch.setattr(contraction, "choose_kernel", forced)
     return taken
+
+
+def contraction_kernel_unfit(source, variant, layout, aligned_operands: bool, wgmma: bool, tma: bool,
+                             clusters: bool) -> str | None:
+    """Why contraction kernel ``variant`` of ``source`` cannot run a launch of ``layout`` (the
+    chooser's arguments say what the module and the GPU have), or None where it can."""
+    if variant.wgmma and not wgmma:
+        return "wgmma kernel, the module is not built for sm_90a"
+    if variant.split_k and not clusters:
+        return "a kernel splitting K over a cluster, the GPU runs none"
+    if variant.asynchronous and not contraction.async_aligned(source.contraction, variant, layout, aligned_operands):
+        return "cp.async kernel, operands not in whole 16-byte vectors"
+    if variant.tma and not (tma and contraction.tma_specs(source, variant, layout)):
+        return "TMA kernel, this launch has no tensor maps (batch slots that are no one dimension, an outer-K slot, a capture)"
+    return None
 
 
 def note_contraction_choices(monkeypatch, attribute: str) -> list:
