@@ -213,7 +213,8 @@ def contraction_kernel_unfit(source, variant, layout, aligned_operands: bool, wg
     if variant.asynchronous and not contraction.async_aligned(source.contraction, variant, layout, aligned_operands):
         return "cp.async kernel, operands not in whole 16-byte vectors"
     if variant.tma and not (tma and contraction.tma_specs(source, variant, layout)):
-        return "TMA kernel, this launch has no tensor maps (batch slots that are no one dimension, an outer-K slot, a capture)"
+        return ("TMA kernel, this launch has no tensor maps (batch slots that are no one dimension, an outer-K slot, "
+                "a capture)")
     return None
 
 
