@@ -409,8 +409,8 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
     store = [f"      #pragma unroll\n      for (int _j = 0; _j < {v.bn // 8}; _j++)",
              *fragment_stores(scop, c, row, col, finished, t)]
     half = half_store(scop, c)
-    if staging_bytes(v) and half is not None and not c.domain:  # (a cut box: the rows would overwrite)
-        cols = staging_columns(v)
+    cols = staging_columns(v)
+    if cols and half is not None and not c.domain:  # (a cut box: the rows would overwrite)
         first_j = f"_h * {cols // 8}" if cols < v.bn else "0"  # (in rounds of cols columns)
         fragments = [f"        #pragma unroll\n        for (int _j = {first_j}; _j < {first_j} + {cols // 8}; _j++)",
                      "          #pragma unroll\n          for (int _r0 = 0; _r0 < 4; _r0 += 2) {"]
@@ -418,7 +418,7 @@ def wgmma_body(scop: Scop, c: Contraction, v, t: str, operand_bytes: int) -> lis
         store = staged_stores(scop, c, fragments, row, col, finished, t, buffer, v.bn,
                               StagingScope.warp(f"_wg * {WARPGROUP_ROWS} + _wq * 16"),
                               StagedType.half(half), alternative=False,
-                              whole=scale is None and not c.epilogue, chunk=cols if cols < v.bn else 0
+                              whole=scale is None and not c.epilogue, chunk=cols
                               ) + ["      } else {"] + store + ["      }"]
     advance = ["        _nk0 += BK;", "        if (_nk0 >= _K) {", "          _nk0 = 0; _nko += 1;"] + \
               (outer_k_offsets(slots) if slots.outer_k else []) + ["        }"]
